@@ -1,0 +1,65 @@
+package binlog
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func FuzzDecodeBlock(f *testing.F) {
+	for i, tc := range appendixABlocks {
+		end := len(appendixA)
+		if i+1 < len(appendixABlocks) {
+			end = appendixABlocks[i+1].off
+		}
+		enc := appendixA[tc.off:end]
+		f.Add(enc)
+		f.Add(enc[:len(enc)-1])
+		f.Add(enc[:len(enc)/2])
+	}
+	f.Add(appendixA)
+	for _, b := range validBlocks() {
+		if len(b.Payload) < 1000 {
+			f.Add(AppendBlock(nil, &b))
+		}
+	}
+	f.Add(block("1\t16\t7\t1\torder\t32\n", append(append([]byte(nil), delayValue...), '\n')))
+	f.Add(make([]byte, 40))
+
+	f.Fuzz(func(t *testing.T, buf []byte) {
+		b, n, err := DecodeBlock(buf)
+		if err != nil {
+			if n != 0 {
+				t.Fatalf("n = %d with error %v", n, err)
+			}
+			var ce *CorruptError
+			if !errors.Is(err, ErrIncomplete) && !errors.As(err, &ce) {
+				t.Fatalf("unexpected error type %T: %v", err, err)
+			}
+			return
+		}
+		if n <= 0 || n > len(buf) {
+			t.Fatalf("n = %d for %d bytes", n, len(buf))
+		}
+		if got := EncodedLen(&b); got != n {
+			t.Fatalf("EncodedLen = %d, decoded %d bytes", got, n)
+		}
+		if enc := AppendBlock(nil, &b); !bytes.Equal(enc, buf[:n]) {
+			t.Fatalf("round trip differs:\n got %q\nwant %q", enc, buf[:n])
+		}
+		cnt, err := b.MessageCount()
+		if err != nil || cnt < 1 {
+			t.Fatalf("valid block: MessageCount = %d, %v", cnt, err)
+		}
+		// A torn copy of a valid block must read as torn, never as corrupt.
+		step := 1
+		if n > 2048 {
+			step = n / 512
+		}
+		for i := 0; i < n; i += step {
+			if _, _, err := DecodeBlock(buf[:i]); !errors.Is(err, ErrIncomplete) {
+				t.Fatalf("prefix %d/%d: %v, want ErrIncomplete", i, n, err)
+			}
+		}
+	})
+}

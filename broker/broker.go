@@ -1,0 +1,383 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+	"github.com/smssmq/smss/topicstore"
+)
+
+// Options configure a Broker. Zero values take the documented defaults.
+type Options struct {
+	Dir           string        // store.path; required
+	MaxLogSize    int64         // store.maxLogSize, default 1 GiB
+	FlushLevel    int           // store.flushLevel 0, 1 or 2
+	FolderCount   int           // store.folderCount, default 10
+	NoCache       bool          // store.noCache
+	BuffSize      int           // worker.buffSize, default 1000
+	MaxGroup      int           // worker.maxGroup: commands per group commit, default 512
+	MaxGroupBytes int           // worker.maxGroupBytes, default 4 MiB
+	IdleWake      time.Duration // worker.waitMsgTimeout, default 1 s
+	IdleLogSample int           // worker.waitMsgTimeoutLogSample
+	Slave         bool          // refuse client writes
+	Logger        *slog.Logger
+	LogSample     int // log 1 in LogSample writes
+	// FlushInterval is the flushLevel 1 period, default 1 s (spec §6.4).
+	FlushInterval time.Duration
+	// Now is the clock in ms; tests replace it.
+	Now func() int64
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxLogSize <= 0 {
+		o.MaxLogSize = 1 << 30
+	}
+	if o.FolderCount <= 0 {
+		o.FolderCount = 10
+	}
+	if o.BuffSize <= 0 {
+		o.BuffSize = 1000
+	}
+	if o.MaxGroup <= 0 {
+		o.MaxGroup = 512
+	}
+	if o.MaxGroupBytes <= 0 {
+		o.MaxGroupBytes = 4 << 20
+	}
+	if o.IdleWake <= 0 {
+		o.IdleWake = time.Second
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+}
+
+// ErrClosed is returned for commands submitted after Close.
+var ErrClosed = errors.New("broker closed")
+
+// ErrStopped is wrapped by the error returned for commands submitted after
+// the writer stopped on a fatal storage error.
+var ErrStopped = errors.New("writer stopped after a fatal storage error")
+
+// Broker is an open data directory with its writer running.
+type Broker struct {
+	opts      Options
+	log       *slog.Logger
+	meta      *meta.Store
+	binlog    *segment.Log
+	topicRoot string
+	trashDir  string
+
+	mu     sync.RWMutex // guards topics and closed
+	topics map[string]*topic
+	closed bool
+
+	ch      chan *command
+	stop    chan struct{}
+	done    chan struct{}
+	fatal   chan error
+	lastID  atomic.Int64 // last assigned eventId, for readers
+	sampled atomic.Uint64
+
+	w *writer
+}
+
+// topic is the broker's in-memory state of one topic. meta and deleted are
+// written by the writer under Broker.mu; log is created once and then only
+// appended to by the writer.
+type topic struct {
+	meta    meta.Topic
+	dir     string
+	log     *segment.Log
+	deleted chan struct{} // closed when the topic is deleted
+	dirty   bool          // writer only: unsynced appends
+	lastUse int64         // writer only: ms of the last append
+}
+
+// Open recovers the data directory and starts the writer.
+func Open(opts Options) (*Broker, error) {
+	opts.setDefaults()
+	if opts.Dir == "" {
+		return nil, errors.New("broker: Options.Dir is required")
+	}
+	b := &Broker{
+		opts:      opts,
+		log:       opts.Logger,
+		topicRoot: filepath.Join(opts.Dir, "topic"),
+		trashDir:  filepath.Join(opts.Dir, "trash"),
+		topics:    map[string]*topic{},
+		ch:        make(chan *command, opts.BuffSize),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		fatal:     make(chan error, 1),
+	}
+	if err := b.prepareDirs(); err != nil {
+		return nil, err
+	}
+	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("broker: open meta: %w", err)
+	}
+	b.meta = ms
+	role := byte(0)
+	if opts.Slave {
+		role = 1
+	}
+	rb := ms.NewBatch()
+	rb.SetRole(role)
+	if err := ms.Commit(rb); err != nil {
+		ms.Close()
+		return nil, fmt.Errorf("broker: store role: %w", err)
+	}
+	b.binlog, err = segment.Open(segment.Options{Dir: filepath.Join(opts.Dir, "binlog"), MaxFileSize: opts.MaxLogSize,
+		Decode: decodeBinlog, NoCache: opts.NoCache, Logger: opts.Logger})
+	if err != nil {
+		ms.Close()
+		return nil, fmt.Errorf("broker: open binlog: %w", err)
+	}
+	start := time.Now()
+	next, err := b.recover()
+	if err != nil {
+		ms.Close()
+		return nil, fmt.Errorf("broker: recovery: %w", err)
+	}
+	b.lastID.Store(next - 1)
+	b.log.Info("recovery finished", "nextEventId", next, "topics", len(b.topics), "took", time.Since(start))
+	b.w = newWriter(b, next)
+	go b.w.run()
+	go b.emptyTrash()
+	return b, nil
+}
+
+// prepareDirs creates store.path, the binlog and trash dirs and the
+// folderCount × folderCount topic buckets of spec §5.1.
+func (b *Broker) prepareDirs() error {
+	for _, d := range []string{b.opts.Dir, filepath.Join(b.opts.Dir, "binlog"), b.trashDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("broker: create %s: %w", d, err)
+		}
+	}
+	for i := 0; i < b.opts.FolderCount; i++ {
+		for j := 0; j < b.opts.FolderCount; j++ {
+			d := filepath.Join(b.topicRoot, fmt.Sprint(i), fmt.Sprint(j))
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("broker: create %s: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// emptyTrash removes what deletes moved into the trash directory.
+func (b *Broker) emptyTrash() {
+	ents, err := os.ReadDir(b.trashDir)
+	if err != nil {
+		b.log.Warn("read trash", "dir", b.trashDir, "err", err)
+		return
+	}
+	for _, e := range ents {
+		p := filepath.Join(b.trashDir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			b.log.Warn("empty trash", "path", p, "err", err)
+		}
+	}
+}
+
+// Close stops taking commands, lets the writer finish everything already
+// queued, fsyncs, writes a checkpoint and closes the files and the meta
+// store.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.done
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.stop)
+	<-b.done
+	err := b.w.shutdown()
+	if cerr := b.meta.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("broker: close meta: %w", cerr)
+	}
+	return err
+}
+
+// Fatal receives the error that stopped the writer, if one does.
+func (b *Broker) Fatal() <-chan error { return b.fatal }
+
+// IsSlave reports whether client writes are refused.
+func (b *Broker) IsSlave() bool { return b.opts.Slave }
+
+// LastEventID returns the last eventId assigned so far.
+func (b *Broker) LastEventID() int64 { return b.lastID.Load() }
+
+// Meta exposes the meta store to the background jobs of the same process.
+func (b *Broker) Meta() *meta.Store { return b.meta }
+
+func (b *Broker) sample() bool {
+	n := b.opts.LogSample
+	return n > 0 && b.sampled.Add(1)%uint64(n) == 1%uint64(n)
+}
+
+func (b *Broker) submit(ctx context.Context, c *command) error {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case b.ch <- c:
+	case <-ctx.Done():
+		b.mu.RUnlock()
+		return ctx.Err()
+	}
+	b.mu.RUnlock()
+	// Once queued, the command will be executed; wait for its outcome even
+	// if ctx ends, so the caller never reports failure for a stored write.
+	<-c.done
+	return c.err
+}
+
+// Publish appends count records (already validated with
+// protocol.CountRecords) to topic and returns the first eventId.
+func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count int) (int64, error) {
+	if b.opts.Slave {
+		return 0, protocol.ErrSlavePub
+	}
+	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic, c.records, c.count, c.timestamp = protocol.CmdPub, string(topicName), records, count, b.opts.Now()
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+// CreateTopic creates a topic; expireAt is an absolute ms time, 0 = never.
+func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int64) (int64, error) {
+	if b.opts.Slave {
+		return 0, protocol.ErrSlaveManage
+	}
+	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	if expireAt < 0 {
+		return 0, protocol.ErrExpireTooSoon
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic, c.expireAt, c.timestamp = protocol.CmdCreate, string(topicName), expireAt, b.opts.Now()
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+// DeleteTopic deletes a topic, its files and its meta. Subscribers are woken
+// through the topic's deleted channel; the reply does not wait for them.
+func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, error) {
+	if b.opts.Slave {
+		return 0, protocol.ErrSlaveManage
+	}
+	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic, c.timestamp = protocol.CmdDelete, string(topicName), b.opts.Now()
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+func (b *Broker) view(t *topic) meta.Topic {
+	m := t.meta
+	m.TopicRoot = topicstore.RelRoot([]byte(m.Name), b.opts.FolderCount)
+	return m
+}
+
+// Topic returns the meta of one topic, expired-but-not-reaped included.
+func (b *Broker) Topic(name []byte) (meta.Topic, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	t := b.topics[string(name)]
+	if t == nil {
+		return meta.Topic{}, protocol.ErrTopicNotExist
+	}
+	return b.view(t), nil
+}
+
+// Topics returns every topic meta entry sorted by name bytes (list, 100).
+func (b *Broker) Topics() ([]meta.Topic, error) {
+	b.mu.RLock()
+	out := make([]meta.Topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		out = append(out, b.view(t))
+	}
+	b.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ValidTopics implements valid list (99): topics created at or before
+// eventID (every topic when eventID is 0) that are not expired (spec §11).
+func (b *Broker) ValidTopics(eventID int64) ([]meta.Topic, error) {
+	all, err := b.Topics()
+	if err != nil {
+		return nil, err
+	}
+	now := b.opts.Now()
+	out := all[:0]
+	for _, t := range all {
+		if t.State != meta.StateNormal || t.Expired(now) {
+			continue
+		}
+		if eventID == 0 || t.CreateEventID <= eventID {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// topicLog opens (once) the log of t. Called by the writer and by recovery.
+func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
+	if t.log != nil {
+		return t.log, nil
+	}
+	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic,
+		NoCache: b.opts.NoCache, Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	t.log = l
+	b.mu.Unlock()
+	return l, nil
+}
+
+func (b *Broker) topicDir(name string) string {
+	return topicstore.Dir(b.topicRoot, []byte(name), b.opts.FolderCount)
+}

@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+	"github.com/smssmq/smss/topicstore"
+)
+
+// command is one request to the writer. The submitter owns it until it is
+// sent and again after done fires; in between only the writer touches it.
+type command struct {
+	cmd       protocol.Command
+	topic     string
+	records   []byte
+	count     int
+	expireAt  int64
+	timestamp int64
+
+	eventID int64
+	err     error
+	done    chan struct{}
+}
+
+var commandPool = sync.Pool{New: func() any { return &command{done: make(chan struct{}, 1)} }}
+
+func getCommand() *command { return commandPool.Get().(*command) }
+
+func putCommand(c *command) {
+	done := c.done
+	*c = command{done: done}
+	commandPool.Put(c)
+}
+
+// size is the command's share of a group's byte budget.
+func (c *command) size() int { return len(c.records) + len(c.topic) + 64 }
+
+// exclusive commands change the topic map and run alone in their group, so
+// that no other command of a group can observe a half-applied create/delete.
+func (c *command) exclusive() bool { return c.cmd == protocol.CmdCreate || c.cmd == protocol.CmdDelete }
+
+// decodeBinlog adapts binlog.DecodeBlock to the segment layer.
+func decodeBinlog(buf []byte) (int64, int64, int, error) {
+	b, n, err := binlog.DecodeBlock(buf)
+	if err != nil {
+		if errors.Is(err, binlog.ErrIncomplete) {
+			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
+		}
+		return 0, 0, 0, err
+	}
+	last, err := b.LastEventID()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return b.EventID, last, n, nil
+}
+
+// decodeTopic adapts topicstore.DecodeBlock to the segment layer.
+func decodeTopic(buf []byte) (int64, int64, int, error) {
+	b, n, err := topicstore.DecodeBlock(buf)
+	if err != nil {
+		if errors.Is(err, topicstore.ErrIncomplete) {
+			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
+		}
+		return 0, 0, 0, err
+	}
+	return b.EventID, b.EventID, n, nil
+}
+
+func int64Payload(v int64) []byte {
+	return binary.LittleEndian.AppendUint64(nil, uint64(v))
+}

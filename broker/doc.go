@@ -1,0 +1,28 @@
+// Package broker owns every mutation of a smss data directory: one writer
+// goroutine, fed through a channel, assigns eventIds and appends each group
+// of commands to the binlog, then to the topics' own logs, then to the meta
+// store (spec §6).
+//
+// Invariants:
+//   - Only the writer goroutine touches the binlog writer, the topic writers,
+//     the meta store's mutations and the eventId counter.
+//   - The binlog is the truth. A group is appended to the binlog first; the
+//     topic blocks and meta changes it implies follow. If any of those steps
+//     fails, every file touched by the group is truncated back to where the
+//     group started and every command of the group fails: nothing of a failed
+//     group stays visible, on disk or to readers.
+//   - A group is visible to readers (Commit) only after all its steps
+//     succeeded, so a reader never sees a block that could still be rolled
+//     back. With flushLevel 2 the group is also fsynced before any reply.
+//   - A failed fsync, or a failed rollback, is fatal: the writer stops taking
+//     writes and reports on Fatal(); the process must exit.
+//   - The checkpoint (meta key smss@checkpoint) names a binlog position up to
+//     which topic files and meta are known to agree with the binlog. Start-up
+//     recovery replays the binlog from there, idempotently rolling every
+//     topic log and meta entry forward to what the binlog says, truncates
+//     torn tails, and never reuses an eventId.
+//   - Deleting a topic moves its directory into <store>/trash by rename (one
+//     atomic step) after the binlog block and the meta removal; trash is
+//     emptied in the background and at start-up. Recovery completes a delete
+//     whose binlog block exists, so a crash leaves the whole topic or none.
+package broker

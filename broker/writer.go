@@ -1,0 +1,638 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+	"github.com/smssmq/smss/topicstore"
+)
+
+// idleFDAfter is how long a topic's file may stay open without appends.
+const idleFDAfter = 60 * time.Second
+
+// writer is the single goroutine that performs every mutation.
+type writer struct {
+	b    *Broker
+	next int64 // next eventId
+
+	// Per-group scratch, reused.
+	group    []*command
+	ok       []*command
+	binBuf   []byte
+	binMarks []segment.Mark
+	batches  []*topicBatch
+	batchOf  map[*topic]*topicBatch
+	spare    []*topicBatch
+	mb       *meta.Batch
+	pre      []fsAction
+	post     []func()
+	syncMeta bool // the group must make meta durable before post actions
+	syncBuf  []*segment.Log
+	syncErrs []error
+
+	// Durability state.
+	dirty        map[*topic]struct{}
+	binDirty     bool
+	metaDirty    bool
+	firstDirty   int64 // ms of the oldest unsynced group, 0 if none
+	flushTimer   *time.Timer
+	flushArmed   bool
+	lastCkpt     int64
+	ckptPos      segment.Position
+	pending      *command
+	idleWakes    int
+	stopped      error
+	fatalOnce    bool
+	lastIdleScan int64
+}
+
+type topicBatch struct {
+	t     *topic
+	log   *segment.Log
+	buf   []byte
+	marks []segment.Mark
+	start segment.Position
+}
+
+// fsAction is a file-system step of a group with its undo.
+type fsAction struct {
+	do, undo func() error
+}
+
+func newWriter(b *Broker, next int64) *writer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &writer{
+		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(),
+		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(),
+	}
+}
+
+func (w *writer) run() {
+	defer close(w.b.done)
+	idle := time.NewTimer(w.b.opts.IdleWake)
+	defer idle.Stop()
+	for {
+		var c *command
+		if w.pending != nil {
+			c, w.pending = w.pending, nil
+		} else {
+			select {
+			case c = <-w.b.ch:
+			case <-w.flushTimer.C:
+				w.flushArmed = false
+				w.flush()
+				continue
+			case <-idle.C:
+				w.onIdle()
+				idle.Reset(w.b.opts.IdleWake)
+				continue
+			case <-w.b.stop:
+				w.drain()
+				return
+			}
+		}
+		w.process(w.collect(c))
+	}
+}
+
+// drain executes everything still queued at Close.
+func (w *writer) drain() {
+	for {
+		var c *command
+		if w.pending != nil {
+			c, w.pending = w.pending, nil
+		} else {
+			select {
+			case c = <-w.b.ch:
+			default:
+				return
+			}
+		}
+		w.process(w.collect(c))
+	}
+}
+
+// collect starts a group with c and adds every command already waiting,
+// up to the group limits. An exclusive command always forms its own group.
+func (w *writer) collect(c *command) []*command {
+	w.group = append(w.group[:0], c)
+	if c.exclusive() {
+		return w.group
+	}
+	bytes := c.size()
+	for len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
+		select {
+		case n := <-w.b.ch:
+			if n.exclusive() {
+				w.pending = n
+				return w.group
+			}
+			w.group = append(w.group, n)
+			bytes += n.size()
+		default:
+			return w.group
+		}
+	}
+	return w.group
+}
+
+func (w *writer) process(group []*command) {
+	now := w.b.opts.Now()
+	if w.stopped != nil {
+		for _, c := range group {
+			c.err = fmt.Errorf("%w: %v", ErrStopped, w.stopped)
+			c.done <- struct{}{}
+		}
+		return
+	}
+	binStart := w.b.binlog.Position()
+	w.reset()
+	for _, c := range group {
+		var err error
+		switch c.cmd {
+		case protocol.CmdPub:
+			err = w.stagePub(c, now, binStart)
+		case protocol.CmdCreate:
+			err = w.stageCreate(c, now)
+		case protocol.CmdDelete:
+			err = w.stageDelete(c, now)
+		default:
+			err = fmt.Errorf("broker: command %v is not a writer command", c.cmd)
+		}
+		if err != nil {
+			c.err = err
+			continue
+		}
+		w.ok = append(w.ok, c)
+	}
+	if len(w.ok) > 0 {
+		if err := w.apply(binStart); err != nil {
+			for _, c := range w.ok {
+				c.err, c.eventID = err, 0
+			}
+			if errors.Is(err, segment.ErrFatal) {
+				w.die(err)
+			}
+		} else if err := w.commit(now); err != nil {
+			// The data is in the files but its durability is unknown:
+			// nobody may be told it was stored.
+			for _, c := range w.ok {
+				c.err, c.eventID = err, 0
+			}
+			w.die(err)
+		}
+	}
+	for _, c := range group {
+		c.done <- struct{}{}
+	}
+}
+
+func (w *writer) reset() {
+	w.ok = w.ok[:0]
+	w.binBuf = w.binBuf[:0]
+	w.binMarks = w.binMarks[:0]
+	for _, tb := range w.batches {
+		delete(w.batchOf, tb.t)
+		tb.t, tb.log, tb.buf, tb.marks = nil, nil, tb.buf[:0], tb.marks[:0]
+		w.spare = append(w.spare, tb)
+	}
+	w.batches = w.batches[:0]
+	w.mb.Reset()
+	w.pre = w.pre[:0]
+	w.post = w.post[:0]
+	w.syncMeta = false
+}
+
+func (w *writer) batchFor(t *topic, l *segment.Log) *topicBatch {
+	if tb := w.batchOf[t]; tb != nil {
+		return tb
+	}
+	var tb *topicBatch
+	if n := len(w.spare); n > 0 {
+		tb, w.spare = w.spare[n-1], w.spare[:n-1]
+	} else {
+		tb = &topicBatch{}
+	}
+	tb.t, tb.log = t, l
+	w.batchOf[t] = tb
+	w.batches = append(w.batches, tb)
+	return tb
+}
+
+func (w *writer) appendBinlog(blk *binlog.Block) int64 {
+	off := int64(len(w.binBuf))
+	w.binMarks = append(w.binMarks, segment.Mark{EventID: blk.EventID, Off: off})
+	w.binBuf = binlog.AppendBlock(w.binBuf, blk)
+	return off
+}
+
+// appendTopicBlocks stages one topic block per record (spec §5.6).
+func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segment.Position, records []byte) {
+	blk := topicstore.Block{Ts: now, SaveTime: now, SrcFileID: src.FileID, SrcPos: src.Offset}
+	for i := 0; len(records) > 0; i++ {
+		blk.Record, records = protocol.NextRecord(records)
+		blk.EventID, blk.Index = firstID+int64(i), i
+		tb.marks = append(tb.marks, segment.Mark{EventID: blk.EventID, Off: int64(len(tb.buf))})
+		tb.buf = topicstore.AppendBlock(tb.buf, &blk)
+	}
+}
+
+func (w *writer) stagePub(c *command, now int64, binStart segment.Position) error {
+	t := w.b.topics[c.topic]
+	if t == nil || t.meta.Expired(now) {
+		return protocol.ErrTopicNotExist
+	}
+	l, err := w.b.topicLog(t)
+	if err != nil {
+		return fmt.Errorf("open topic %s: %w", c.topic, err)
+	}
+	c.eventID = w.next
+	w.next += int64(c.count)
+	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
+		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
+	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
+	if w.b.sample() {
+		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
+	}
+	return nil
+}
+
+func (w *writer) stageCreate(c *command, now int64) error {
+	if w.b.topics[c.topic] != nil {
+		return protocol.ErrTopicExist
+	}
+	c.eventID = w.next
+	w.next++
+	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdCreate, EventID: c.eventID,
+		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: int64Payload(c.expireAt)})
+	m := meta.Topic{Name: c.topic, CreateTime: now, ExpireAt: c.expireAt, CreateEventID: c.eventID,
+		StateChangeTime: now, StateChangeEventID: c.eventID}
+	w.mb.PutTopic(&m)
+	dir := w.b.topicDir(c.topic)
+	eid := c.eventID
+	w.pre = append(w.pre, fsAction{
+		do:   func() error { return w.b.freshDir(dir, eid) },
+		undo: func() error { return os.RemoveAll(dir) },
+	})
+	w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+	w.b.log.Info("create topic", "topic", c.topic, "eventId", c.eventID, "expireAt", c.expireAt)
+	return nil
+}
+
+func (w *writer) stageDelete(c *command, now int64) error {
+	t := w.b.topics[c.topic]
+	if t == nil {
+		return protocol.ErrTopicNotExist
+	}
+	c.eventID = w.next
+	w.next++
+	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelete, EventID: c.eventID,
+		Timestamp: c.timestamp, Topic: []byte(c.topic)})
+	w.mb.DeleteTopic(&t.meta)
+	// Moving the files away must never become durable before the binlog
+	// block and meta removal that justify it.
+	w.syncMeta = w.b.opts.FlushLevel > 0
+	eid := c.eventID
+	w.post = append(w.post, func() {
+		delete(w.dirty, t)
+		w.b.removeTopic(t, eid)
+	})
+	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
+	return nil
+}
+
+// apply performs the staged group: file-system steps, one binlog write, one
+// write per topic, one meta transaction. On failure everything done is
+// undone; an undo that fails is fatal.
+func (w *writer) apply(binStart segment.Position) error {
+	for i, a := range w.pre {
+		if err := a.do(); err != nil {
+			return w.undoPre(i, err)
+		}
+	}
+	if _, err := w.b.binlog.Append(w.binBuf, w.binMarks); err != nil {
+		return w.undoPre(len(w.pre), fmt.Errorf("append binlog: %w", err))
+	}
+	for i, tb := range w.batches {
+		tb.start = tb.log.Position()
+		if _, err := tb.log.Append(tb.buf, tb.marks); err != nil {
+			return w.rollback(i, binStart, fmt.Errorf("append topic %s: %w", tb.t.meta.Name, err))
+		}
+	}
+	if !w.mb.Empty() {
+		if err := w.b.meta.Commit(w.mb); err != nil {
+			return w.rollback(len(w.batches), binStart, fmt.Errorf("commit meta: %w", err))
+		}
+		w.metaDirty = true
+	}
+	return nil
+}
+
+func (w *writer) rollback(topics int, binStart segment.Position, cause error) error {
+	for _, tb := range w.batches[:topics] {
+		if err := tb.log.Truncate(tb.start); err != nil {
+			return fmt.Errorf("%w; rollback: %w", cause, err)
+		}
+	}
+	if err := w.b.binlog.Truncate(binStart); err != nil {
+		return fmt.Errorf("%w; rollback: %w", cause, err)
+	}
+	return w.undoPre(len(w.pre), cause)
+}
+
+func (w *writer) undoPre(n int, cause error) error {
+	for i := n - 1; i >= 0; i-- {
+		if err := w.pre[i].undo(); err != nil {
+			w.b.log.Error("undo of a failed group step failed", "err", err, "cause", cause)
+		}
+	}
+	w.b.log.Warn("write group rolled back", "err", cause)
+	return cause
+}
+
+// commit makes a successfully applied group durable as the flush level
+// asks, visible to readers, and then performs its in-memory effects.
+func (w *writer) commit(now int64) error {
+	w.binDirty = true
+	for _, tb := range w.batches {
+		w.dirty[tb.t] = struct{}{}
+		tb.t.lastUse = now
+	}
+	switch {
+	case w.b.opts.FlushLevel >= 2 || w.syncMeta:
+		if err := w.syncAll(); err != nil {
+			return err
+		}
+	case w.b.opts.FlushLevel == 1:
+		if w.firstDirty == 0 {
+			w.firstDirty = now
+		}
+		if now-w.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
+			if err := w.syncAll(); err != nil {
+				return err
+			}
+		} else if !w.flushArmed {
+			w.flushTimer.Reset(w.b.opts.FlushInterval)
+			w.flushArmed = true
+		}
+	}
+	w.b.binlog.Commit()
+	for _, tb := range w.batches {
+		tb.log.Commit()
+	}
+	w.b.lastID.Store(w.next - 1)
+	for _, f := range w.post {
+		f()
+	}
+	if w.b.binlog.Full() {
+		if err := w.b.binlog.Roll(); err != nil {
+			return err
+		}
+	}
+	for _, tb := range w.batches {
+		if tb.log.Full() {
+			if err := tb.log.Roll(); err != nil {
+				return err
+			}
+		}
+	}
+	if w.b.opts.FlushLevel != 1 && now-w.lastCkpt >= w.b.opts.FlushInterval.Milliseconds() {
+		w.checkpoint(now)
+	}
+	return nil
+}
+
+// syncAll fsyncs every file with unsynced appends, and meta when it
+// changed. The fsyncs run concurrently: each costs a device flush, and
+// issuing them together lets the device overlap them, which is most of the
+// cost of flushLevel 2.
+func (w *writer) syncAll() error {
+	logs := w.syncBuf[:0]
+	if w.binDirty {
+		logs = append(logs, w.b.binlog)
+	}
+	for t := range w.dirty {
+		if t.log != nil && t.log.Unsynced() {
+			logs = append(logs, t.log)
+		}
+	}
+	w.syncBuf = logs
+	n := len(logs)
+	if w.metaDirty {
+		n++
+	}
+	if n == 0 {
+		w.firstDirty = 0
+		return nil
+	}
+	errs := w.syncErrs[:0]
+	for i := 0; i < n; i++ {
+		errs = append(errs, nil)
+	}
+	w.syncErrs = errs
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = w.syncOne(i)
+		}(i)
+	}
+	errs[0] = w.syncOne(0)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	w.binDirty, w.metaDirty, w.firstDirty = false, false, 0
+	clear(w.dirty)
+	return nil
+}
+
+// syncOne fsyncs the i-th file of syncBuf, or meta past its end.
+func (w *writer) syncOne(i int) error {
+	if i < len(w.syncBuf) {
+		return w.syncBuf[i].Sync()
+	}
+	if err := w.b.meta.Sync(); err != nil {
+		return fmt.Errorf("%w: sync meta: %v", segment.ErrFatal, err)
+	}
+	return nil
+}
+
+// flush is the flushLevel 1 timer: everything written so far reaches disk,
+// then the checkpoint moves.
+func (w *writer) flush() {
+	if w.stopped != nil {
+		return
+	}
+	if err := w.syncAll(); err != nil {
+		w.die(err)
+		return
+	}
+	w.checkpoint(w.b.opts.Now())
+}
+
+// checkpoint records that everything before the binlog's current end is
+// reflected in topic files and meta (and, at flush levels 1 and 2, synced).
+func (w *writer) checkpoint(now int64) {
+	pos := w.b.binlog.Position()
+	w.lastCkpt = now
+	if pos == w.ckptPos {
+		return
+	}
+	mb := w.b.meta.NewBatch()
+	mb.SetCheckpoint(meta.Checkpoint{BinlogFileID: pos.FileID, BinlogOffset: pos.Offset, NextEventID: w.next})
+	if err := w.b.meta.Commit(mb); err != nil {
+		// Only costs a longer replay at the next start.
+		w.b.log.Warn("checkpoint not written", "err", err)
+		return
+	}
+	w.ckptPos = pos
+}
+
+func (w *writer) onIdle() {
+	w.idleWakes++
+	if n := w.b.opts.IdleLogSample; n > 0 && w.idleWakes%n == 0 {
+		w.b.log.Debug("writer idle", "wakes", w.idleWakes, "nextEventId", w.next)
+	}
+	if w.stopped != nil {
+		return
+	}
+	now := w.b.opts.Now()
+	if w.b.opts.FlushLevel != 1 && w.ckptPos != w.b.binlog.Position() {
+		w.checkpoint(now)
+	}
+	if now-w.lastIdleScan < idleFDAfter.Milliseconds() {
+		return
+	}
+	w.lastIdleScan = now
+	for _, t := range w.b.topics {
+		if t.log != nil && now-t.lastUse > idleFDAfter.Milliseconds() {
+			if err := t.log.CloseIdle(); err != nil {
+				w.die(err)
+				return
+			}
+			delete(w.dirty, t)
+		}
+	}
+}
+
+// die stops the writer for good after a storage failure whose outcome is
+// unknown (spec §11: never continue past a failed fsync).
+func (w *writer) die(err error) {
+	if w.stopped != nil {
+		return
+	}
+	w.stopped = err
+	w.b.log.Error("writer stopped: fatal storage error", "err", err)
+	select {
+	case w.b.fatal <- err:
+	default:
+	}
+}
+
+// shutdown runs after the writer loop ended: sync, checkpoint, close files.
+func (w *writer) shutdown() error {
+	var first error
+	if w.stopped == nil {
+		if err := w.syncAll(); err != nil {
+			first = err
+		} else {
+			w.checkpoint(w.b.opts.Now())
+			if err := w.b.meta.Sync(); err != nil {
+				first = err
+			}
+		}
+	}
+	if err := w.b.binlog.Close(); err != nil && first == nil {
+		first = err
+	}
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	for _, t := range w.b.topics {
+		if t.log != nil {
+			if err := t.log.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if first == nil {
+		first = w.stopped
+	}
+	return first
+}
+
+// freshDir creates dir for a new topic. A directory left by an earlier
+// topic of the same name (a crash between meta removal and file removal in
+// an older version, or a foreign tool) is moved to the trash first, so a
+// new topic never inherits old messages.
+func (b *Broker) freshDir(dir string, eventID int64) error {
+	if _, err := os.Stat(dir); err == nil {
+		b.log.Warn("topic directory exists without a topic; moving it to trash", "dir", dir)
+		if err := b.trash(dir, eventID); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create topic dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// trash renames dir into the trash directory, then removes it in the
+// background.
+func (b *Broker) trash(dir string, eventID int64) error {
+	dst := filepath.Join(b.trashDir, strconv.FormatInt(eventID, 10)+"-"+filepath.Base(dir))
+	if err := os.Rename(dir, dst); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("move %s to trash: %w", dir, err)
+	}
+	go func() {
+		if err := os.RemoveAll(dst); err != nil {
+			b.log.Warn("remove trashed topic files", "path", dst, "err", err)
+		}
+	}()
+	return nil
+}
+
+func (b *Broker) addTopic(m meta.Topic, dir string) *topic {
+	t := &topic{meta: m, dir: dir, deleted: make(chan struct{})}
+	b.mu.Lock()
+	b.topics[m.Name] = t
+	b.mu.Unlock()
+	return t
+}
+
+// removeTopic forgets t, wakes its readers and moves its files away.
+func (b *Broker) removeTopic(t *topic, eventID int64) {
+	b.mu.Lock()
+	if b.topics[t.meta.Name] == t {
+		delete(b.topics, t.meta.Name)
+	}
+	b.mu.Unlock()
+	close(t.deleted)
+	if t.log != nil {
+		if err := t.log.Close(); err != nil {
+			b.log.Error("close deleted topic log", "topic", t.meta.Name, "err", err)
+		}
+	}
+	if err := b.trash(t.dir, eventID); err != nil {
+		// The topic is gone from binlog and meta; the files stay as an
+		// orphan that the next create of this name moves away.
+		b.log.Error("BUG: deleted topic's files could not be moved", "topic", t.meta.Name, "dir", t.dir, "err", err)
+	}
+}

@@ -1,0 +1,201 @@
+// Command smss is the smss message-queue server (spec §9).
+//
+// Start-up: load and validate the configuration (-config, else
+// ./config/config.yaml, else the embedded defaults), set up logging, open the
+// broker (which recovers the data directory), listen and serve. SIGINT or
+// SIGTERM shuts down gracefully: the server stops accepting and drains its
+// connections (10 s at most; a second signal cuts that short), then the
+// broker finishes its in-flight group, fsyncs and closes.
+//
+// Exit status: 0 after a clean shutdown; 2 for bad flags or configuration
+// (the message names the flag or key); 1 for any other failure, including
+// a fatal broker error (e.g. a failed fsync), after which the process must
+// not keep accepting writes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/logging"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/server"
+)
+
+// shutdownTimeout bounds the graceful drain of client connections.
+const shutdownTimeout = 10 * time.Second
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
+}
+
+// run is the whole program minus process plumbing, so tests can drive it:
+// it returns the exit status and stops when sig delivers a value.
+func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
+	fl, code := parseFlags(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	cfg, err := config.Load(fl.configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	logger, logCloser, err := logging.NewTo(cfg.Log, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailure
+	}
+	defer logCloser.Close()
+
+	role := fl.resolveRole(logger)
+	logger.Info("config in effect", cfg.Summary()...)
+
+	b, err := broker.Open(broker.Options{
+		Dir:           cfg.Store.Path,
+		MaxLogSize:    cfg.Store.MaxLogSize,
+		FlushLevel:    cfg.Store.FlushLevel,
+		FolderCount:   cfg.Store.FolderCount,
+		NoCache:       cfg.Store.NoCache,
+		BuffSize:      cfg.Worker.BuffSize,
+		MaxGroup:      cfg.Worker.MaxGroup,
+		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
+		IdleWake:      cfg.IdleWake(),
+		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
+		Slave:         role == roleSlave,
+		Logger:        logger,
+		LogSample:     cfg.Log.Sample,
+	})
+	if err != nil {
+		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
+		return exitFailure
+	}
+	code = serve(cfg, role, fl, b, logger, sig)
+	if err := b.Close(); err != nil {
+		logger.Error("closing the broker failed; the last writes may not be durable", "err", err)
+		code = exitFailure
+	}
+	logger.Info("smss stopped", "exit", code)
+	return code
+}
+
+// serve runs the network server until a signal, a fatal broker error or a
+// server failure, then shuts the server down. The caller closes the broker.
+func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger *slog.Logger, sig <-chan os.Signal) int {
+	srv, err := server.New(server.Options{
+		Host:      cfg.Host,
+		Port:      cfg.Port,
+		Backend:   b,
+		Logger:    logger,
+		LogSample: cfg.Log.Sample,
+		Limits: protocol.Limits{
+			MaxPayload: cfg.Limit.MaxPayload,
+			MaxWho:     cfg.Limit.MaxWho,
+			MaxRecords: cfg.Limit.MaxRecords,
+		},
+		ReadTimeout:       cfg.ReadTimeout(),
+		WriteTimeout:      cfg.ReplyTimeout(),
+		IdleTimeout:       cfg.IdleTimeout(),
+		AliveWriteTimeout: cfg.AliveWriteTimeout(),
+		MaxConns:          cfg.Limit.MaxConns,
+	})
+	if err != nil {
+		logger.Error("cannot create the server", "err", err)
+		return exitFailure
+	}
+	if err := srv.Listen(); err != nil {
+		logger.Error("cannot listen", "addr", cfg.ListenAddr(), "err", err)
+		return exitFailure
+	}
+	addr := srv.Addr()
+	if warning := exposure(addr); warning != "" {
+		logger.Warn(warning, "addr", addr.String(), "key", "host")
+	}
+	logger.Info("smss listening", "addr", addr.String(), "role", role, "data", cfg.Store.Path)
+	if role == roleSlave {
+		logger.Warn("replication is not available in this build: this slave does not connect to the master; "+
+			"it serves its local data read-only and refuses writes",
+			"master", net.JoinHostPort(fl.masterHost, fmt.Sprint(fl.masterPort)), "event", fl.event)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve() }()
+
+	code := exitOK
+	select {
+	case s := <-sig:
+		logger.Info("shutting down", "signal", s.String())
+	case err := <-b.Fatal():
+		logger.Error("the writer stopped on a fatal error; shutting down", "err", err)
+		code = exitFailure
+	case err := <-serveErr:
+		logger.Error("the server stopped unexpectedly; shutting down", "err", err)
+		serveErr = nil
+		code = exitFailure
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case s := <-sig:
+			logger.Warn("second signal: abandoning the graceful drain", "signal", s.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Warn("server shutdown incomplete", "err", err)
+	}
+	if serveErr != nil {
+		select {
+		case err := <-serveErr:
+			if !errors.Is(err, server.ErrServerClosed) {
+				logger.Warn("server stopped with an error", "err", err)
+			}
+		case <-ctx.Done():
+			logger.Warn("server did not stop within the shutdown timeout", "timeout", shutdownTimeout)
+		}
+	}
+	return code
+}
+
+// exposure returns a warning when the listener is reachable from other
+// hosts: there is no authentication (spec §10 item 24).
+func exposure(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	switch {
+	case tcp.IP.IsLoopback():
+		return ""
+	case tcp.IP.IsUnspecified():
+		return "listening on all interfaces: remote clients can connect (no authentication); set host: 127.0.0.1 to restrict"
+	default:
+		return "listening on a non-loopback address: remote clients can connect (no authentication)"
+	}
+}

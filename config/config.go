@@ -1,0 +1,217 @@
+package config
+
+import (
+	"net"
+	"strconv"
+	"time"
+)
+
+// Config mirrors config.yaml: one nested struct per dotted prefix. The yaml
+// tags are the key names; Load rejects any key without a field here.
+type Config struct {
+	// Host is the listen address (new key; the original bound all interfaces).
+	Host string `yaml:"host"`
+	// Port is the TCP listen port; 0 picks a free port (useful for tests, the
+	// real address is logged at start-up).
+	Port       int        `yaml:"port"`
+	Log        Log        `yaml:"log"`
+	Store      Store      `yaml:"store"`
+	Worker     Worker     `yaml:"worker"`
+	Timeout    Timeout    `yaml:"timeout"`
+	Background Background `yaml:"background"`
+	Limit      Limit      `yaml:"limit"`
+	Delay      Delay      `yaml:"delay"`
+
+	// Source says where the values came from (a file path or
+	// SourceEmbedded); set by Load, never read from YAML.
+	Source string `yaml:"-"`
+}
+
+// SourceEmbedded is Config.Source when no file was found and the embedded
+// sample supplied the values.
+const SourceEmbedded = "embedded defaults"
+
+// Log is the log.* section.
+type Log struct {
+	// Path is "stdout", "stderr" or a directory holding out.log.
+	Path string `yaml:"path"`
+	// Sample logs 1 of N hot-path events; 0 never logs them.
+	Sample int `yaml:"sample"`
+	// WithGid is accepted for compatibility with the original's config files
+	// and has no effect: Go exposes no goroutine id (see package logging).
+	WithGid bool   `yaml:"withGid"`
+	Rotate  Rotate `yaml:"rotate"`
+}
+
+// ToConsole reports whether logs go to the process's stdout/stderr rather
+// than to a directory.
+func (l Log) ToConsole() bool { return l.Path == "stdout" || l.Path == "stderr" }
+
+// Rotate is log.rotate.*: lumberjack settings, used only when log.path is a
+// directory. 0 for MaxBackups/MaxAge means unlimited.
+type Rotate struct {
+	MaxSize    int `yaml:"maxSize"`    // MB per file
+	MaxBackups int `yaml:"maxBackups"` // rotated files kept
+	MaxAge     int `yaml:"maxAge"`     // days rotated files kept
+}
+
+// Store is the store.* section.
+type Store struct {
+	Path                 string `yaml:"path"`
+	MaxLogSize           int64  `yaml:"maxLogSize"` // bytes
+	FlushLevel           int    `yaml:"flushLevel"` // 0, 1 or 2 (spec §6.4)
+	MaxDays              int    `yaml:"maxDays"`
+	ClearInterval        int    `yaml:"clearInterval"` // seconds
+	WaitDelLockTimeoutMs int64  `yaml:"waitDelLockTimeoutMs"`
+	NoCache              bool   `yaml:"noCache"`
+	FolderCount          int    `yaml:"folderCount"`
+}
+
+// Worker is the worker.* section (the single writer, spec §6.1).
+type Worker struct {
+	BuffSize                int   `yaml:"buffSize"`
+	WaitMsgTimeout          int64 `yaml:"waitMsgTimeout"` // ms
+	WaitMsgTimeoutLogSample int   `yaml:"waitMsgTimeoutLogSample"`
+	// MaxGroup and MaxGroupBytes bound one group commit (new keys).
+	MaxGroup      int `yaml:"maxGroup"`
+	MaxGroupBytes int `yaml:"maxGroupBytes"`
+}
+
+// Timeout is the timeout.* section; every value is in milliseconds.
+type Timeout struct {
+	Net    NetTimeout    `yaml:"net"`
+	Server ServerTimeout `yaml:"server"`
+	Sub    SubTimeout    `yaml:"sub"`
+}
+
+// NetTimeout is timeout.net.*.
+type NetTimeout struct {
+	Write int64 `yaml:"write"` // deadline of the reply to alive (17), as in the original
+	Read  int64 `yaml:"read"`  // deadline of each body read
+	Idle  int64 `yaml:"idle"`  // close a connection idle this long between requests
+	Reply int64 `yaml:"reply"` // deadline of every other reply write
+}
+
+// ServerTimeout is timeout.server.*.
+type ServerTimeout struct {
+	Alive int64 `yaml:"alive"` // idle time before a 201 on a stream
+}
+
+// SubTimeout is timeout.sub.*.
+type SubTimeout struct {
+	MaxAck     int64 `yaml:"maxAck"`     // cap on the ack timeout a subscriber asks for
+	DefaultAck int64 `yaml:"defaultAck"` // ack timeout when the subscriber sends none
+}
+
+// Background is the background.* section (lifecycle and delay jobs).
+type Background struct {
+	DefaultScanSecond int `yaml:"defaultScanSecond"`
+	FirstExecSecond   int `yaml:"firstExecSecond"` // <= 0 means 5 s (spec §9.1)
+}
+
+// Limit is the limit.* section (spec §11 "size caps").
+type Limit struct {
+	MaxPayload int `yaml:"maxPayload"` // bytes of records in one pub/delay request
+	MaxWho     int `yaml:"maxWho"`     // bytes of a sub's who
+	MaxRecords int `yaml:"maxRecords"` // records in one request
+	MaxConns   int `yaml:"maxConns"`   // concurrent client connections
+}
+
+// Delay is the delay.* section.
+type Delay struct {
+	MaxDelay int64 `yaml:"maxDelay"` // ms
+}
+
+// Default returns the shipped values of spec §9.1 plus the defaults of the
+// keys this implementation adds. config.yaml must parse to exactly this.
+func Default() *Config {
+	return &Config{
+		Host: "127.0.0.1",
+		Port: 12301,
+		Log: Log{
+			Path:    "stdout",
+			Sample:  10000,
+			WithGid: true,
+			Rotate:  Rotate{MaxSize: 500, MaxBackups: 10, MaxAge: 14},
+		},
+		Store: Store{
+			Path:                 "data",
+			MaxLogSize:           1073741824,
+			FlushLevel:           1,
+			MaxDays:              7,
+			ClearInterval:        7200,
+			WaitDelLockTimeoutMs: 3000,
+			NoCache:              false,
+			FolderCount:          10,
+		},
+		Worker: Worker{
+			BuffSize:                1000,
+			WaitMsgTimeout:          1000,
+			WaitMsgTimeoutLogSample: 30,
+			MaxGroup:                512,
+			MaxGroupBytes:           4194304,
+		},
+		Timeout: Timeout{
+			Net:    NetTimeout{Write: 1000, Read: 5000, Idle: 1800000, Reply: 5000},
+			Server: ServerTimeout{Alive: 30000},
+			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
+		},
+		Background: Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
+		Limit:      Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
+		Delay:      Delay{MaxDelay: 2592000000},
+	}
+}
+
+// ListenAddr is host:port for net.Listen.
+func (c *Config) ListenAddr() string {
+	return net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+func sec(v int) time.Duration { return time.Duration(v) * time.Second }
+
+// IdleWake is worker.waitMsgTimeout: the idle wake-up period of the writer.
+func (c *Config) IdleWake() time.Duration { return ms(c.Worker.WaitMsgTimeout) }
+
+// AliveInterval is timeout.server.alive.
+func (c *Config) AliveInterval() time.Duration { return ms(c.Timeout.Server.Alive) }
+
+// AliveWriteTimeout is timeout.net.write: the deadline of the reply to alive.
+func (c *Config) AliveWriteTimeout() time.Duration { return ms(c.Timeout.Net.Write) }
+
+// ReadTimeout is timeout.net.read: the deadline of each body read.
+func (c *Config) ReadTimeout() time.Duration { return ms(c.Timeout.Net.Read) }
+
+// ReplyTimeout is timeout.net.reply: the deadline of reply writes.
+func (c *Config) ReplyTimeout() time.Duration { return ms(c.Timeout.Net.Reply) }
+
+// IdleTimeout is timeout.net.idle: an idle connection is closed after it.
+func (c *Config) IdleTimeout() time.Duration { return ms(c.Timeout.Net.Idle) }
+
+// MaxAckTimeout is timeout.sub.maxAck.
+func (c *Config) MaxAckTimeout() time.Duration { return ms(c.Timeout.Sub.MaxAck) }
+
+// DefaultAckTimeout is timeout.sub.defaultAck.
+func (c *Config) DefaultAckTimeout() time.Duration { return ms(c.Timeout.Sub.DefaultAck) }
+
+// MaxDelay is delay.maxDelay: the longest accepted delay of a delay pub.
+func (c *Config) MaxDelay() time.Duration { return ms(c.Delay.MaxDelay) }
+
+// ClearInterval is store.clearInterval: the period of retention runs.
+func (c *Config) ClearInterval() time.Duration { return sec(c.Store.ClearInterval) }
+
+// WaitDelLockTimeout is store.waitDelLockTimeoutMs.
+func (c *Config) WaitDelLockTimeout() time.Duration { return ms(c.Store.WaitDelLockTimeoutMs) }
+
+// DefaultScan is background.defaultScanSecond.
+func (c *Config) DefaultScan() time.Duration { return sec(c.Background.DefaultScanSecond) }
+
+// FirstExec is the delay before the first lifecycle/delay job run:
+// background.firstExecSecond, or 5 s when that is <= 0 (spec §9.1).
+func (c *Config) FirstExec() time.Duration {
+	if c.Background.FirstExecSecond <= 0 {
+		return 5 * time.Second
+	}
+	return sec(c.Background.FirstExecSecond)
+}

@@ -1,0 +1,35 @@
+package protocol
+
+import "errors"
+
+// BizError is an error whose text is sent to the client verbatim in a 400
+// reply (spec §2.3). Existing clients compare these texts, so the sentinels
+// below carry the original server's exact wording, typos included.
+type BizError struct{ Msg string }
+
+func (e *BizError) Error() string { return e.Msg }
+
+// NewBizError returns a BizError carrying msg.
+func NewBizError(msg string) *BizError { return &BizError{Msg: msg} }
+
+// Sentinels for the cases callers branch on. Compare with errors.Is.
+var (
+	ErrTopicNotExist     = NewBizError("topic not exist")
+	ErrTopicExist        = NewBizError("topic exist")
+	ErrNotSupported      = NewBizError("don't support action")
+	ErrSlavePub          = NewBizError("just master can pub message")
+	ErrSlaveManage       = NewBizError("just master can manage topic")
+	ErrExpireTooSoon     = NewBizError("expire MUST more than 10s")
+	ErrTopicNameRequired = NewBizError("topic name is required")
+	ErrInvalidPubPayload = NewBizError("invalid pub payload")
+	ErrPubSizeTooSmall   = NewBizError("invalid request, payload size must be more than 8")
+	ErrInvalidDelay      = NewBizError("invalid delay request")
+	ErrDelayTooShort     = NewBizError("delay time must be more than 1 second")
+	ErrInvalidReplicaID  = NewBizError("invalid replica eventId")
+)
+
+// IsBizError reports whether err (or anything it wraps) is a BizError.
+func IsBizError(err error) bool {
+	var be *BizError
+	return errors.As(err, &be)
+}

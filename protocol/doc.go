@@ -1,0 +1,25 @@
+// Package protocol holds the smss wire units shared by the server and the Go
+// client: the request header and bodies, message records, replies and
+// subscription/replication frames (spec §1, §2). It does no I/O policy of its
+// own beyond reading exactly the bytes a unit declares.
+//
+// Framing invariants:
+//
+//   - Every integer is little-endian.
+//   - A request is a 20-byte header (command u8, topic length u16, a 16-byte
+//     command-specific area, traceId length u8), then the topic, the traceId
+//     and a body whose length is fully determined by the command and by fields
+//     read before it (§1.3, §1.5). Unknown commands have no known body length.
+//   - ReadRequest consumes exactly one request's bytes or reports that it could
+//     not (RequestError.Close, or an I/O error). It never reads ahead, so the
+//     caller may hand it a bufio.Reader shared with later requests.
+//   - No length read from the wire is used to allocate before it has been
+//     checked against Limits; the only uncapped lengths are the topic (u16)
+//     and traceId (u8), which are bounded by their width.
+//   - Every server→client unit starts with a 10-byte header whose first two
+//     bytes are the status code; the meaning of bytes 2..9 depends on the code
+//     and on the command that was sent (§2.1). Client-side readers take a cap
+//     for every length they are told by the peer.
+//   - Parsers (ParseRecord, ParseSubMessages) return errors on any
+//     inconsistency between counts and sizes; they never panic.
+package protocol

@@ -1,0 +1,264 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Default caps of spec §11 (config keys limit.maxPayload, limit.maxWho,
+// limit.maxRecords).
+const (
+	DefaultMaxPayload = 8 << 20
+	DefaultMaxWho     = 1 << 10
+	DefaultMaxRecords = 10000
+)
+
+// MinDelayMs is the shortest accepted delay of a delay pub (§1.5.5).
+const MinDelayMs = 1000
+
+// Limits caps the lengths a request may declare. They are checked before any
+// allocation; a zero or negative field means its default.
+type Limits struct {
+	MaxPayload int // record bytes of one pub or delay request
+	MaxWho     int // sub who length
+	MaxRecords int // records in one pub or delay request
+}
+
+// DefaultLimits returns the §11 defaults: 8 MiB, 1 KiB, 10000 records.
+func DefaultLimits() Limits {
+	return Limits{MaxPayload: DefaultMaxPayload, MaxWho: DefaultMaxWho, MaxRecords: DefaultMaxRecords}
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPayload <= 0 {
+		l.MaxPayload = DefaultMaxPayload
+	}
+	if l.MaxWho <= 0 {
+		l.MaxWho = DefaultMaxWho
+	}
+	if l.MaxRecords <= 0 {
+		l.MaxRecords = DefaultMaxRecords
+	}
+	return l
+}
+
+// Request is one decoded request. Which body fields are set depends on
+// Header.Cmd; the others are zero. Topic, TraceID, Who and Payload are owned
+// by the Request (never aliased with the reader's buffers), so they may be
+// handed to other goroutines. For pub and delay they share one allocation.
+type Request struct {
+	Header  Header
+	Topic   []byte
+	TraceID []byte
+
+	EventID     int64  // sub, replica, valid list
+	AckTimeout  int64  // sub: nanoseconds, 0 when the header flag says absent
+	Who         []byte // sub
+	ExpireAt    int64  // create: absolute ms, 0 = permanent
+	DelayMs     int64  // delay: relative ms
+	Payload     []byte // pub, delay: the message records
+	RecordCount int    // pub, delay: number of records in Payload
+}
+
+// RequestError is a request the server must refuse with a 400 carrying
+// Err's text. Close reports whether the stream position is lost (or the body
+// was refused), in which case the connection must be closed after the reply;
+// when Close is false the request's bytes were consumed exactly and the next
+// request can be read.
+type RequestError struct {
+	Err   error
+	Close bool
+}
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+func (e *RequestError) Unwrap() error { return e.Err }
+
+func refuse(err error) *RequestError { return &RequestError{Err: err} }
+
+func refuseClose(err error) *RequestError { return &RequestError{Err: err, Close: true} }
+
+// RequestReader reads requests one at a time from r. It keeps small scratch
+// space between calls so that the steady state of a pub costs one allocation
+// (the request's own bytes). It is not safe for concurrent use.
+type RequestReader struct {
+	r       io.Reader
+	lim     Limits
+	scratch [HeaderSize]byte
+}
+
+// NewRequestReader returns a reader of requests from r with the given caps.
+// r should be buffered (bufio.Reader): requests are read in several small
+// exact-size reads.
+func NewRequestReader(r io.Reader, lim Limits) *RequestReader {
+	return &RequestReader{r: r, lim: lim.withDefaults()}
+}
+
+// ReadRequest reads one request from r. See RequestReader.Read.
+func ReadRequest(r io.Reader, lim Limits) (*Request, error) {
+	req := new(Request)
+	if err := NewRequestReader(r, lim).Read(req); err != nil {
+		if err == io.EOF {
+			return nil, err
+		}
+		return req, err
+	}
+	return req, nil
+}
+
+// Read reads exactly one request into req (which it resets first).
+//
+// Errors:
+//   - io.EOF when the stream ended cleanly before the first header byte;
+//   - *RequestError when the request must be refused with a 400 (see its
+//     Close field); req then holds the header and whatever was read;
+//   - any other error is an I/O or framing failure (wrapping
+//     io.ErrUnexpectedEOF, timeouts, ...): the connection must be closed.
+//
+// Topic names are not validated here: which check applies is per command.
+func (rr *RequestReader) Read(req *Request) error {
+	*req = Request{}
+	hdr := &rr.scratch
+	if _, err := io.ReadFull(rr.r, hdr[:]); err != nil {
+		if err == io.EOF {
+			return io.EOF
+		}
+		return fmt.Errorf("read request header: %w", err)
+	}
+	req.Header = ParseHeader(hdr)
+	h := &req.Header
+	tt := int(h.TopicLen) + int(h.TraceLen)
+
+	switch h.Cmd {
+	case CmdPub:
+		p := h.PayloadSize()
+		if uint64(p) > uint64(rr.lim.MaxPayload) {
+			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
+		}
+		buf := make([]byte, tt+int(p))
+		if err := rr.readFull(buf, "pub"); err != nil {
+			return err
+		}
+		req.setTopicTrace(buf)
+		req.Payload = buf[tt:]
+		if p <= RecordPrefixSize {
+			return refuse(ErrPubSizeTooSmall)
+		}
+		return rr.countRecords(req, ErrInvalidPubPayload)
+
+	case CmdDelay:
+		p := h.PayloadSize()
+		if uint64(p) > uint64(rr.lim.MaxPayload) {
+			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
+		}
+		buf := make([]byte, tt+8+int(p))
+		if err := rr.readFull(buf, "delay"); err != nil {
+			return err
+		}
+		req.setTopicTrace(buf)
+		req.DelayMs = int64(binary.LittleEndian.Uint64(buf[tt:]))
+		req.Payload = buf[tt+8:]
+		if p <= RecordPrefixSize {
+			return refuse(ErrInvalidDelay)
+		}
+		if req.DelayMs < MinDelayMs {
+			return refuse(ErrDelayTooShort)
+		}
+		return rr.countRecords(req, ErrInvalidDelay)
+
+	case CmdSub:
+		return rr.readSub(req, tt)
+
+	case CmdCreate, CmdReplica, CmdValidList:
+		buf := make([]byte, tt+8)
+		if err := rr.readFull(buf, h.Cmd.String()); err != nil {
+			return err
+		}
+		req.setTopicTrace(buf)
+		v := int64(binary.LittleEndian.Uint64(buf[tt:]))
+		if h.Cmd == CmdCreate {
+			req.ExpireAt = v
+			return nil
+		}
+		req.EventID = v
+		if h.Cmd == CmdReplica && v < 0 {
+			return refuse(ErrInvalidReplicaID)
+		}
+		return nil
+
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList:
+		if tt == 0 {
+			return nil
+		}
+		buf := make([]byte, tt)
+		if err := rr.readFull(buf, h.Cmd.String()); err != nil {
+			return err
+		}
+		req.setTopicTrace(buf)
+		return nil
+	}
+	// Unknown commands, and 101 which is internal only: the body length is
+	// unknown, so the stream cannot be resynchronised.
+	return refuseClose(ErrNotSupported)
+}
+
+func (rr *RequestReader) readSub(req *Request, tt int) error {
+	fixed := 8 + 4
+	if req.Header.HasAckTimeout() {
+		fixed += 8
+	}
+	// The who length is only known once the fixed part is read, so who gets
+	// its own allocation after the cap check.
+	head := make([]byte, tt+fixed)
+	if err := rr.readFull(head, "sub"); err != nil {
+		return err
+	}
+	b := head[tt:]
+	req.EventID = int64(binary.LittleEndian.Uint64(b))
+	b = b[8:]
+	if req.Header.HasAckTimeout() {
+		req.AckTimeout = int64(binary.LittleEndian.Uint64(b))
+		b = b[8:]
+	}
+	whoLen := binary.LittleEndian.Uint32(b)
+	req.setTopicTrace(head)
+	if uint64(whoLen) > uint64(rr.lim.MaxWho) {
+		return refuseClose(NewBizError(fmt.Sprintf("who of %d bytes exceeds limit.maxWho %d", whoLen, rr.lim.MaxWho)))
+	}
+	req.Who = make([]byte, whoLen)
+	return rr.readFull(req.Who, "sub who")
+}
+
+func (rr *RequestReader) readFull(b []byte, what string) error {
+	if _, err := io.ReadFull(rr.r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("read %s request body: %w", what, err)
+	}
+	return nil
+}
+
+func (rr *RequestReader) countRecords(req *Request, invalid *BizError) error {
+	n, err := CountRecords(req.Payload, rr.lim.MaxRecords)
+	switch {
+	case errors.Is(err, ErrTooManyRecords):
+		return refuse(NewBizError(fmt.Sprintf("more than %d records in one request exceeds limit.maxRecords %d",
+			rr.lim.MaxRecords, rr.lim.MaxRecords)))
+	case err != nil:
+		return refuse(invalid)
+	}
+	req.RecordCount = n
+	return nil
+}
+
+func (req *Request) setTopicTrace(buf []byte) {
+	n, t := int(req.Header.TopicLen), int(req.Header.TraceLen)
+	req.Topic = buf[:n:n]
+	req.TraceID = buf[n : n+t : n+t]
+}
+
+func payloadTooLarge(p uint32, max int) error {
+	return NewBizError(fmt.Sprintf("payload of %d bytes exceeds limit.maxPayload %d", p, max))
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package segment
+
+import "os"
+
+func fadviseDontNeed(*os.File) {}

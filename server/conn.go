@@ -1,0 +1,181 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+type connState uint8
+
+const (
+	stateNew    connState = iota // accepted, not yet waiting
+	stateIdle                    // waiting for a request's first byte
+	stateActive                  // reading, serving or answering a request
+)
+
+const (
+	readBufferSize = 16 << 10
+	// After a refusal that closes the connection, unread request bytes are
+	// drained for a moment so that the close is a FIN, not a RST that could
+	// discard the 400 before the client reads it.
+	lingerTimeout = time.Second
+	lingerMax     = 256 << 10
+)
+
+// deadlineReader re-arms the read deadline before every read, so a timeout
+// means "no progress for that long" (spec §1.1), whatever the request size.
+type deadlineReader struct {
+	nc      net.Conn
+	timeout time.Duration
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	if err := d.nc.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
+		return 0, err
+	}
+	return d.nc.Read(p)
+}
+
+type conn struct {
+	s     *Server
+	nc    net.Conn
+	log   *slog.Logger
+	dr    deadlineReader
+	br    *bufio.Reader
+	rr    *protocol.RequestReader
+	req   protocol.Request
+	out   []byte
+	state connState // guarded by s.mu
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, log: s.log.With("remote", nc.RemoteAddr().String())}
+	c.dr = deadlineReader{nc: nc, timeout: s.opts.ReadTimeout}
+	c.br = bufio.NewReaderSize(&c.dr, readBufferSize)
+	c.rr = protocol.NewRequestReader(c.br, s.opts.Limits)
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.s.wg.Done()
+	defer c.s.removeConn(c)
+	defer c.nc.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("panic while serving connection; closing it",
+				"panic", r, "cmd", c.req.Header.Cmd.String(), "topic", string(c.req.Topic),
+				"traceId", string(c.req.TraceID), "stack", string(debug.Stack()))
+		}
+	}()
+	c.log.Debug("connection opened")
+	for c.waitRequest() && c.serveRequest() {
+	}
+}
+
+// waitRequest blocks until a request's first byte is available (or the
+// connection must end), then switches to the per-request read timeout.
+func (c *conn) waitRequest() bool {
+	if !c.s.setState(c, stateIdle) {
+		return false
+	}
+	c.dr.timeout = c.s.opts.IdleTimeout
+	if _, err := c.br.Peek(1); err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+			c.log.Debug("connection closed by peer")
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.log.Debug("closing idle connection", "idle", c.s.opts.IdleTimeout)
+		case errors.Is(err, net.ErrClosed):
+			c.log.Debug("connection closed by shutdown")
+		default:
+			c.log.Info("connection read failed", "err", err)
+		}
+		return false
+	}
+	if !c.s.setState(c, stateActive) {
+		return false
+	}
+	c.dr.timeout = c.s.opts.ReadTimeout
+	return true
+}
+
+// serveRequest reads, handles and answers one request; false ends the
+// connection.
+func (c *conn) serveRequest() bool {
+	start := time.Now()
+	err := c.rr.Read(&c.req)
+	if err == nil {
+		return c.dispatch(start)
+	}
+	var re *protocol.RequestError
+	if !errors.As(err, &re) {
+		// Mid-request EOF or timeout: the stream position is lost.
+		c.log.Warn("closing connection: incomplete request", "cmd", c.req.Header.Cmd.String(), "err", err)
+		return false
+	}
+	msg := re.Error()
+	if !re.Close && c.req.Header.Cmd == protocol.CmdDelay && c.s.opts.Backend.IsSlave() {
+		// §1.5.5 checks the role before the delay's content.
+		msg = protocol.ErrSlavePub.Msg
+	}
+	if re.Close {
+		c.log.Warn("refusing request and closing connection", c.attrs(msg, start)...)
+	} else if c.s.sampler.sample() {
+		c.log.Info("request refused", c.attrs(msg, start)...)
+	}
+	c.out = protocol.AppendReplyError(c.out[:0], msg)
+	if !c.write(c.s.opts.WriteTimeout) {
+		return false
+	}
+	if re.Close {
+		c.linger()
+		return false
+	}
+	return true
+}
+
+func (c *conn) attrs(errText string, start time.Time) []any {
+	a := []any{"cmd", c.req.Header.Cmd.String(), "topic", string(c.req.Topic),
+		"traceId", string(c.req.TraceID), "elapsed", time.Since(start)}
+	if errText != "" {
+		a = append(a, "err", errText)
+	}
+	return a
+}
+
+func (c *conn) write(timeout time.Duration) bool {
+	if err := c.nc.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		c.log.Info("set write deadline", "err", err)
+		return false
+	}
+	if _, err := c.nc.Write(c.out); err != nil {
+		c.log.Info("closing connection: reply write failed", "cmd", c.req.Header.Cmd.String(), "err", err)
+		return false
+	}
+	if cap(c.out) > 1<<20 {
+		// Do not pin a large list reply's buffer for the connection's life.
+		c.out = nil
+	}
+	return true
+}
+
+// linger half-closes the connection and discards what the client is still
+// sending, briefly and boundedly, before the caller closes it.
+func (c *conn) linger() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if err := c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)); err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, c.nc, lingerMax)
+}

@@ -1,0 +1,177 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+)
+
+// minLifetimeMs is the shortest lifetime a create may ask for (§1.5.3).
+const minLifetimeMs = 10000
+
+// dispatch serves a fully read request and writes its reply; false ends the
+// connection.
+func (c *conn) dispatch(start time.Time) bool {
+	req := &c.req
+	c.out = c.out[:0]
+	var (
+		err        error
+		closeAfter bool
+		eventID    int64
+		timeout    = c.s.opts.WriteTimeout
+	)
+	switch req.Header.Cmd {
+	case protocol.CmdAlive:
+		c.out = protocol.AppendReplyAlive(c.out)
+		timeout = c.s.opts.AliveWriteTimeout
+	case protocol.CmdPub:
+		eventID, err = c.pub()
+	case protocol.CmdCreate:
+		eventID, err = c.create()
+	case protocol.CmdDelete:
+		eventID, err = c.delete()
+	case protocol.CmdTopicInfo:
+		err = c.info()
+	case protocol.CmdList:
+		err = c.list(c.s.opts.Backend.Topics())
+	case protocol.CmdValidList:
+		err = c.list(c.s.opts.Backend.ValidTopics(req.EventID))
+	case protocol.CmdDelay:
+		// Delay pub is served elsewhere; its body was read in full, so the
+		// connection stays in sync.
+		err = protocol.ErrNotSupported
+		if c.s.opts.Backend.IsSlave() {
+			err = protocol.ErrSlavePub
+		}
+	default:
+		// sub and replica turn the connection into a stream; they are not
+		// served here, and the client would wait for frames: close.
+		err = protocol.ErrNotSupported
+		closeAfter = true
+	}
+
+	if err != nil {
+		c.out = protocol.AppendReplyError(c.out[:0], err.Error())
+		switch {
+		case closeAfter:
+			c.log.Warn("refusing request and closing connection", c.attrs(err.Error(), start)...)
+		case !protocol.IsBizError(err):
+			c.log.Warn("request failed", c.attrs(err.Error(), start)...)
+		case c.s.sampler.sample():
+			c.log.Info("request refused", c.attrs(err.Error(), start)...)
+		}
+	} else if c.s.sampler.sample() {
+		a := c.attrs("", start)
+		if eventID != 0 {
+			a = append(a, "eventId", eventID)
+		}
+		c.log.Info("request served", a...)
+	}
+	if !c.write(timeout) {
+		return false
+	}
+	if closeAfter {
+		c.linger()
+		return false
+	}
+	return true
+}
+
+func (c *conn) pub() (int64, error) {
+	req := &c.req
+	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+		return 0, err
+	}
+	if c.s.opts.Backend.IsSlave() {
+		return 0, protocol.ErrSlavePub
+	}
+	id, err := c.s.opts.Backend.Publish(c.s.ctx, req.Topic, req.Payload, req.RecordCount)
+	if err != nil {
+		return 0, err
+	}
+	c.out = protocol.AppendReplyOK(c.out)
+	return id, nil
+}
+
+func (c *conn) create() (int64, error) {
+	req := &c.req
+	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+		return 0, err
+	}
+	if c.s.opts.Backend.IsSlave() {
+		return 0, protocol.ErrSlaveManage
+	}
+	if req.ExpireAt < 0 || (req.ExpireAt > 0 && req.ExpireAt-time.Now().UnixMilli() < minLifetimeMs) {
+		return 0, protocol.ErrExpireTooSoon
+	}
+	id, err := c.s.opts.Backend.CreateTopic(c.s.ctx, req.Topic, req.ExpireAt)
+	if err != nil {
+		return 0, err
+	}
+	c.out = protocol.AppendReplyOK(c.out)
+	return id, nil
+}
+
+func (c *conn) delete() (int64, error) {
+	req := &c.req
+	// §1.5.4: the role is checked first.
+	if c.s.opts.Backend.IsSlave() {
+		return 0, protocol.ErrSlaveManage
+	}
+	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+		return 0, err
+	}
+	id, err := c.s.opts.Backend.DeleteTopic(c.s.ctx, req.Topic)
+	if err != nil {
+		return 0, err
+	}
+	c.out = protocol.AppendReplyOK(c.out)
+	return id, nil
+}
+
+func (c *conn) info() error {
+	req := &c.req
+	if len(req.Topic) == 0 {
+		return protocol.ErrTopicNameRequired
+	}
+	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+		return err
+	}
+	t, err := c.s.opts.Backend.Topic(req.Topic)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(&t)
+	if err != nil {
+		return fmt.Errorf("encode topic info: %w", err)
+	}
+	return c.appendJSON(body)
+}
+
+func (c *conn) list(topics []meta.Topic, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(topics) == 0 {
+		// §2.2: no entries is a 200 with length 0 and no body.
+		return c.appendJSON(nil)
+	}
+	body, err := json.Marshal(topics)
+	if err != nil {
+		return fmt.Errorf("encode topic list: %w", err)
+	}
+	return c.appendJSON(body)
+}
+
+func (c *conn) appendJSON(body []byte) error {
+	out, err := protocol.AppendReplyJSON(c.out, body)
+	if err != nil {
+		return errors.New("reply too large")
+	}
+	c.out = out
+	return nil
+}

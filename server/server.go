@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("server closed")
+
+// Server is the TCP front end. Create it with New, then Listen, Serve, and
+// finally Shutdown.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	sampler sampler
+
+	// ctx is handed to Backend calls; it is cancelled only when Shutdown
+	// gives up waiting, so in-flight requests normally complete.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	ln       net.Listener
+	serving  bool
+	shutting bool
+	done     chan struct{} // closed by Shutdown
+	conns    map[*conn]struct{}
+	wg       sync.WaitGroup // Serve's accept loop and every connection
+}
+
+// New validates opts and returns an unstarted server.
+func New(opts Options) (*Server, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		opts:    opts,
+		log:     opts.Logger,
+		sampler: sampler{every: uint64(opts.LogSample)},
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		conns:   make(map[*conn]struct{}),
+	}, nil
+}
+
+// Listen binds Host:Port.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting {
+		return ErrServerClosed
+	}
+	if s.ln != nil {
+		return errors.New("server: already listening")
+	}
+	addr := net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	s.ln = ln
+	s.log.Info("listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr is the bound address, nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Serve accepts connections until Shutdown, then returns ErrServerClosed.
+// Any other return is a listener failure.
+func (s *Server) Serve() error {
+	s.mu.Lock()
+	switch {
+	case s.shutting:
+		s.mu.Unlock()
+		return ErrServerClosed
+	case s.ln == nil:
+		s.mu.Unlock()
+		return errors.New("server: Serve called before Listen")
+	case s.serving:
+		s.mu.Unlock()
+		return errors.New("server: already serving")
+	}
+	s.serving = true
+	ln := s.ln
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isShutting() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept: %w", err)
+			}
+			// Transient failures (EMFILE, ECONNABORTED, ...): back off so
+			// a resource shortage does not become a busy loop.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed, retrying", "err", err, "backoff", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return ErrServerClosed
+			}
+			continue
+		}
+		backoff = 0
+		s.startConn(nc)
+	}
+}
+
+func (s *Server) startConn(nc net.Conn) {
+	s.mu.Lock()
+	if s.shutting {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(s.conns) >= s.opts.MaxConns {
+		s.mu.Unlock()
+		if s.sampler.sample() {
+			s.log.Warn("connection refused: too many open connections", "remote", nc.RemoteAddr().String(), "maxConns", s.opts.MaxConns)
+		}
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go c.serve()
+}
+
+func (s *Server) isShutting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shutting
+}
+
+// setState records a connection's phase. Moving to idle or active fails once
+// Shutdown has begun, which tells the connection to close: a request that
+// was already being served has been answered by then.
+func (s *Server) setState(c *conn, st connState) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting {
+		return false
+	}
+	c.state = st
+	return true
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes connections waiting for a request, lets
+// requests being served finish and get their replies, and waits for every
+// connection to end. If ctx ends first, Backend calls are cancelled, all
+// connections are closed and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.shutting {
+		s.shutting = true
+		close(s.done)
+		if s.ln != nil {
+			if err := s.ln.Close(); err != nil {
+				s.log.Warn("close listener", "err", err)
+			}
+		}
+	}
+	for c := range s.conns {
+		if c.state != stateActive {
+			c.nc.Close()
+		}
+	}
+	s.mu.Unlock()
+
+	finished := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// sampler passes 1 in every events; every == 0 passes none.
+type sampler struct {
+	every uint64
+	n     atomic.Uint64
+}
+
+func (s *sampler) sample() bool {
+	if s.every == 0 {
+		return false
+	}
+	return (s.n.Add(1)-1)%s.every == 0
+}
