@@ -96,7 +96,9 @@ type Broker struct {
 	lastID  atomic.Int64 // last assigned eventId, for readers
 	sampled atomic.Uint64
 
-	w *writer
+	w        *writer
+	hooks    atomic.Pointer[Hooks]
+	replicas replicaSet
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are
@@ -108,7 +110,10 @@ type topic struct {
 	log     *segment.Log
 	deleted chan struct{} // closed when the topic is deleted
 	dirty   bool          // writer only: unsynced appends
-	lastUse int64         // writer only: ms of the last append
+
+	subMu   sync.Mutex
+	subs    map[string]struct{} // active subscribers by who
+	lastUse int64               // writer only: ms of the last append
 }
 
 // Open recovers the data directory and starts the writer.
@@ -380,4 +385,32 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 
 func (b *Broker) topicDir(name string) string {
 	return topicstore.Dir(b.topicRoot, []byte(name), b.opts.FolderCount)
+}
+
+// Binlog exposes the binlog for background jobs (retention) of this process.
+func (b *Broker) Binlog() *segment.Log { return b.binlog }
+
+// TopicLogs calls fn with every topic's log (opened through the writer when
+// needed), in name order. Used by retention.
+func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	sort.Slice(ts, func(i, j int) bool { return ts[i].meta.Name < ts[j].meta.Name })
+	for _, t := range ts {
+		l, err := b.readLog(t)
+		if err != nil {
+			if errors.Is(err, protocol.ErrTopicNotExist) {
+				continue
+			}
+			return err
+		}
+		if err := fn(t.meta.Name, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -7,10 +7,15 @@ import (
 	"sync"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicstore"
 )
+
+// cmdOpenLog asks the writer to open a topic's log for a reader; it writes
+// nothing.
+const cmdOpenLog protocol.Command = 250
 
 // command is one request to the writer. The submitter owns it until it is
 // sent and again after done fires; in between only the writer touches it.
@@ -19,8 +24,12 @@ type command struct {
 	topic     string
 	records   []byte
 	count     int
-	expireAt  int64
+	expireAt  int64 // create: the lifetime; delete: guard for expiry deletes
 	timestamp int64
+	trigger   int64  // delay: absolute trigger time
+	raw       []byte // replicated binlog block
+	replCmd   uint8  // command of raw
+	sync      *meta.Topic
 
 	eventID int64
 	err     error
@@ -42,7 +51,15 @@ func (c *command) size() int { return len(c.records) + len(c.topic) + 64 }
 
 // exclusive commands change the topic map and run alone in their group, so
 // that no other command of a group can observe a half-applied create/delete.
-func (c *command) exclusive() bool { return c.cmd == protocol.CmdCreate || c.cmd == protocol.CmdDelete }
+func (c *command) exclusive() bool {
+	switch c.cmd {
+	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic:
+		return true
+	case cmdReplicated:
+		return c.replCmd == binlog.CmdCreate || c.replCmd == binlog.CmdDelete
+	}
+	return false
+}
 
 // decodeBinlog adapts binlog.DecodeBlock to the segment layer.
 func decodeBinlog(buf []byte) (int64, int64, int, error) {

@@ -35,7 +35,8 @@ type writer struct {
 	mb       *meta.Batch
 	pre      []fsAction
 	post     []func()
-	syncMeta bool // the group must make meta durable before post actions
+	syncMeta bool            // the group must make meta durable before post actions
+	applied  map[string]bool // delay keys applied in this group
 	syncBuf  []*segment.Log
 	syncErrs []error
 
@@ -72,7 +73,7 @@ func newWriter(b *Broker, next int64) *writer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &writer{
-		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(),
+		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(), applied: map[string]bool{},
 		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(),
 	}
 }
@@ -166,6 +167,20 @@ func (w *writer) process(group []*command) {
 			err = w.stageCreate(c, now)
 		case protocol.CmdDelete:
 			err = w.stageDelete(c, now)
+		case protocol.CmdDelay:
+			err = w.stageDelay(c, now)
+		case protocol.CmdDelayApply:
+			err = w.stageDelayApply(c, now, binStart)
+		case cmdReplicated:
+			err = w.stageReplicated(c, now, binStart)
+		case cmdSyncTopic:
+			err = w.stageSyncTopic(c)
+		case cmdOpenLog:
+			if t := w.b.topics[c.topic]; t != nil {
+				_, err = w.b.topicLog(t)
+			}
+			c.err = err
+			continue
 		default:
 			err = fmt.Errorf("broker: command %v is not a writer command", c.cmd)
 		}
@@ -175,7 +190,7 @@ func (w *writer) process(group []*command) {
 		}
 		w.ok = append(w.ok, c)
 	}
-	if len(w.ok) > 0 {
+	if len(w.ok) > 0 && (len(w.binBuf) > 0 || !w.mb.Empty()) {
 		if err := w.apply(binStart); err != nil {
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
@@ -210,6 +225,7 @@ func (w *writer) reset() {
 	w.mb.Reset()
 	w.pre = w.pre[:0]
 	w.post = w.post[:0]
+	clear(w.applied)
 	w.syncMeta = false
 }
 
@@ -282,9 +298,14 @@ func (w *writer) stageCreate(c *command, now int64) error {
 	eid := c.eventID
 	w.pre = append(w.pre, fsAction{
 		do:   func() error { return w.b.freshDir(dir, eid) },
-		undo: func() error { return os.RemoveAll(dir) },
+		undo: func() error { return removeAll(dir) },
 	})
-	w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+	w.post = append(w.post, func() {
+		w.b.addTopic(m, dir)
+		if f := w.b.hook().TopicExpiry; f != nil && m.ExpireAt > 0 {
+			f(m.ExpireAt)
+		}
+	})
 	w.b.log.Info("create topic", "topic", c.topic, "eventId", c.eventID, "expireAt", c.expireAt)
 	return nil
 }
@@ -293,6 +314,9 @@ func (w *writer) stageDelete(c *command, now int64) error {
 	t := w.b.topics[c.topic]
 	if t == nil {
 		return protocol.ErrTopicNotExist
+	}
+	if c.expireAt != 0 && (t.meta.ExpireAt != c.expireAt || !t.meta.Expired(now)) {
+		return nil // an expiry delete for an incarnation that is gone or not due
 	}
 	c.eventID = w.next
 	w.next++
@@ -320,8 +344,10 @@ func (w *writer) apply(binStart segment.Position) error {
 			return w.undoPre(i, err)
 		}
 	}
-	if _, err := w.b.binlog.Append(w.binBuf, w.binMarks); err != nil {
-		return w.undoPre(len(w.pre), fmt.Errorf("append binlog: %w", err))
+	if len(w.binBuf) > 0 {
+		if _, err := w.b.binlog.Append(w.binBuf, w.binMarks); err != nil {
+			return w.undoPre(len(w.pre), fmt.Errorf("append binlog: %w", err))
+		}
 	}
 	for i, tb := range w.batches {
 		tb.start = tb.log.Position()
@@ -344,8 +370,10 @@ func (w *writer) rollback(topics int, binStart segment.Position, cause error) er
 			return fmt.Errorf("%w; rollback: %w", cause, err)
 		}
 	}
-	if err := w.b.binlog.Truncate(binStart); err != nil {
-		return fmt.Errorf("%w; rollback: %w", cause, err)
+	if len(w.binBuf) > 0 {
+		if err := w.b.binlog.Truncate(binStart); err != nil {
+			return fmt.Errorf("%w; rollback: %w", cause, err)
+		}
 	}
 	return w.undoPre(len(w.pre), cause)
 }
@@ -636,3 +664,5 @@ func (b *Broker) removeTopic(t *topic, eventID int64) {
 		b.log.Error("BUG: deleted topic's files could not be moved", "topic", t.meta.Name, "dir", t.dir, "err", err)
 	}
 }
+
+func removeAll(dir string) error { return os.RemoveAll(dir) }

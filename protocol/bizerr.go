@@ -33,3 +33,8 @@ func IsBizError(err error) bool {
 	var be *BizError
 	return errors.As(err, &be)
 }
+
+// ErrTopicDeleted ends a subscription stream because its topic was deleted
+// or reaped; the server answers it with a 255 frame (spec §2.7). It is not a
+// BizError: nothing is sent as text.
+var ErrTopicDeleted = errors.New("topic deleted")

@@ -186,3 +186,23 @@ func (l *Log) RemoveFile(id int64) error {
 	}
 	return l.removeFile(id)
 }
+
+// LastBlock returns a copy of the last whole block of file id (nil if it has
+// none), found from the file's last verifiable index entry rather than by
+// reading the whole file. Retention uses it to learn a file's newest time.
+func (l *Log) LastBlock(id int64) ([]byte, error) {
+	committed := l.Committed()
+	if id > committed.FileID {
+		return nil, nil
+	}
+	size, err := l.sizeOf(id, committed)
+	if err != nil {
+		return nil, err
+	}
+	var last []byte
+	_, err = l.scan(id, l.lastIndexed(id, size), size, func(_, _, _ int64, b []byte) error {
+		last = append(last[:0], b...)
+		return nil
+	})
+	return last, err
+}

@@ -1,0 +1,146 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+)
+
+// Hooks are called by the writer after a group commits, so background
+// schedulers can arm their timers without polling. They must not block.
+type Hooks struct {
+	// DelayStored gets the trigger time of each new delayed message.
+	DelayStored func(triggerMs int64)
+	// TopicExpiry gets the expiry of each topic created with a lifetime.
+	TopicExpiry func(expireAtMs int64)
+}
+
+// SetHooks installs h; call it before traffic starts.
+func (b *Broker) SetHooks(h Hooks) { b.hooks.Store(&h) }
+
+func (b *Broker) hook() *Hooks {
+	if h := b.hooks.Load(); h != nil {
+		return h
+	}
+	return &Hooks{}
+}
+
+// PublishDelay stores records to be published on topic after delayMs
+// (spec §1.5.5). The records were validated with protocol.CountRecords.
+func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, count int, delayMs int64) (int64, error) {
+	if b.opts.Slave {
+		return 0, protocol.ErrSlavePub
+	}
+	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	if delayMs < protocol.MinDelayMs {
+		return 0, protocol.ErrDelayTooShort
+	}
+	c := getCommand()
+	defer putCommand(c)
+	now := b.opts.Now()
+	c.cmd, c.topic, c.records, c.count, c.timestamp, c.trigger = protocol.CmdDelay, string(topicName), records, count, now, now+delayMs
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+// ApplyDelay publishes a due delayed message: value is the stored delay@
+// value (trigger, delay eventId, records). The publication and the removal
+// of its key commit together, so each delayed message is published exactly
+// once (spec §11). A key that is already gone is a no-op; a topic that is
+// gone only drops the key. It returns the first eventId, 0 when nothing was
+// published.
+func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte) (int64, error) {
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic, c.records, c.timestamp = protocol.CmdDelayApply, topicName, value, b.opts.Now()
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+// ExpireTopic deletes topicName through the writer (a binlogged delete, so
+// slaves and subscribers see it) if it still is the incarnation that
+// expires at expireAt and that time has passed.
+func (b *Broker) ExpireTopic(ctx context.Context, topicName string, expireAt int64) (bool, error) {
+	if b.opts.Slave {
+		return false, protocol.ErrSlaveManage
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic, c.expireAt, c.timestamp = protocol.CmdDelete, topicName, expireAt, b.opts.Now()
+	if err := b.submit(ctx, c); err != nil {
+		return false, err
+	}
+	return c.eventID != 0, nil
+}
+
+func (w *writer) stageDelay(c *command, now int64) error {
+	t := w.b.topics[c.topic]
+	if t == nil || t.meta.Expired(now) {
+		return protocol.ErrTopicNotExist
+	}
+	c.eventID = w.next
+	w.next++
+	value := meta.DelayValue(c.trigger, c.eventID, c.records)
+	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelay, EventID: c.eventID,
+		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: value})
+	w.mb.PutDelay(meta.DelayKey(c.trigger, c.eventID, []byte(c.topic)), value)
+	trigger := c.trigger
+	w.post = append(w.post, func() {
+		if f := w.b.hook().DelayStored; f != nil {
+			f(trigger)
+		}
+	})
+	if w.b.sample() {
+		w.b.log.Info("delay", "topic", c.topic, "eventId", c.eventID, "trigger", c.trigger, "records", c.count)
+	}
+	return nil
+}
+
+func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Position) error {
+	key, err := meta.DelayKeyFromValue(c.records, []byte(c.topic))
+	if err != nil {
+		return fmt.Errorf("delay apply: %w", err)
+	}
+	if w.applied[string(key)] {
+		return nil // the same key twice in one group
+	}
+	ok, err := w.b.meta.HasDelay(key)
+	if err != nil {
+		return fmt.Errorf("delay apply: %w", err)
+	}
+	if !ok {
+		return nil // already applied
+	}
+	w.applied[string(key)] = true
+	w.mb.DeleteDelay(key)
+	t := w.b.topics[c.topic]
+	if t == nil || t.meta.Expired(now) {
+		w.b.log.Info("delayed message dropped: topic gone", "topic", c.topic)
+		return nil
+	}
+	records := c.records[binlog.DelayPrefixLen:]
+	count, err := protocol.CountRecords(records, 0)
+	if err != nil {
+		return fmt.Errorf("BUG: stored delay value has invalid records: %w", err)
+	}
+	l, err := w.b.topicLog(t)
+	if err != nil {
+		return fmt.Errorf("open topic %s: %w", c.topic, err)
+	}
+	c.eventID = w.next
+	w.next += int64(count)
+	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelayApply, EventID: c.eventID,
+		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
+	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, records)
+	return nil
+}

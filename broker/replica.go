@@ -1,0 +1,292 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+)
+
+// cmdReplicated carries a binlog block received from the master.
+const cmdReplicated protocol.Command = 251
+
+// ErrReplicaOrder is wrapped when a replicated block does not follow the
+// slave's last eventId: applying it would reorder or duplicate history.
+var ErrReplicaOrder = errors.New("replicated block out of order")
+
+// ApplyReplicated appends one binlog block received from the master (a
+// slave only) through the writer, byte for byte, and applies it to topics
+// and meta as spec §4.4 says. It returns the block's last eventId. The
+// block is validated like client input.
+func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error) {
+	if !b.opts.Slave {
+		return 0, errors.New("broker: replicated blocks are applied on a slave only")
+	}
+	blk, n, err := binlog.DecodeBlock(raw)
+	if err == nil && n != len(raw) {
+		err = fmt.Errorf("%d bytes after the block", len(raw)-n)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("invalid replicated block: %w", err)
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.raw, c.replCmd, c.topic = cmdReplicated, raw, blk.Cmd, string(blk.Topic)
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.eventID, nil
+}
+
+func (w *writer) stageReplicated(c *command, now int64, binStart segment.Position) error {
+	blk, _, err := binlog.DecodeBlock(c.raw)
+	if err != nil {
+		return fmt.Errorf("invalid replicated block: %w", err)
+	}
+	last, err := blk.LastEventID()
+	if err != nil {
+		return fmt.Errorf("invalid replicated block: %w", err)
+	}
+	if blk.EventID < w.next {
+		return fmt.Errorf("%w: block eventId %d, but the slave already has up to %d", ErrReplicaOrder, blk.EventID, w.next-1)
+	}
+	off := int64(len(w.binBuf))
+	w.binMarks = append(w.binMarks, segment.Mark{EventID: blk.EventID, Off: off})
+	w.binBuf = append(w.binBuf, c.raw...)
+	w.next = last + 1
+	c.eventID = last
+	src := segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}
+	name := string(blk.Topic)
+	t := w.b.topics[name]
+	// Expiry is not checked here: the master accepted the block by its
+	// clock, and the slave follows the master's replicated deletes.
+	switch blk.Cmd {
+	case binlog.CmdPub:
+		if t != nil {
+			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload)
+		}
+	case binlog.CmdDelayApply:
+		key, err := meta.DelayKeyFromValue(blk.Payload, blk.Topic)
+		if err != nil {
+			return fmt.Errorf("invalid replicated delay apply: %w", err)
+		}
+		w.mb.DeleteDelay(key)
+		if t != nil {
+			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload[binlog.DelayPrefixLen:])
+		}
+	case binlog.CmdDelay:
+		if t != nil {
+			key, err := meta.DelayKeyFromValue(blk.Payload, blk.Topic)
+			if err != nil {
+				return fmt.Errorf("invalid replicated delay: %w", err)
+			}
+			// Stored, ready for a promotion, but not scheduled.
+			w.mb.PutDelay(key, append([]byte(nil), blk.Payload...))
+		}
+	case binlog.CmdCreate:
+		if t != nil {
+			return nil
+		}
+		if err := protocol.ValidateTopicName(blk.Topic); err != nil {
+			w.b.log.Error("replicated create of a topic name this server refuses; binlog kept, topic not created", "topic", name, "err", err)
+			return nil
+		}
+		expireAt := int64(binary.LittleEndian.Uint64(blk.Payload))
+		if expireAt != 0 && expireAt <= now {
+			return nil
+		}
+		m := meta.Topic{Name: name, CreateTime: now, ExpireAt: expireAt, CreateEventID: blk.EventID,
+			StateChangeTime: now, StateChangeEventID: blk.EventID}
+		w.mb.PutTopic(&m)
+		dir := w.b.topicDir(name)
+		w.pre = append(w.pre, fsAction{
+			do:   func() error { return w.b.freshDir(dir, blk.EventID) },
+			undo: func() error { return removeAll(dir) },
+		})
+		w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+	case binlog.CmdDelete:
+		if t == nil {
+			return nil
+		}
+		w.mb.DeleteTopic(&t.meta)
+		w.syncMeta = w.b.opts.FlushLevel > 0
+		eid := blk.EventID
+		w.post = append(w.post, func() {
+			delete(w.dirty, t)
+			w.b.removeTopic(t, eid)
+		})
+	}
+	return nil
+}
+
+func (w *writer) replicaTopicBlocks(t *topic, first, now int64, src segment.Position, records []byte) error {
+	l, err := w.b.topicLog(t)
+	if err != nil {
+		return fmt.Errorf("open topic %s: %w", t.meta.Name, err)
+	}
+	w.appendTopicBlocks(w.batchFor(t, l), first, now, src, records)
+	return nil
+}
+
+// BinlogStream reads binlog blocks for one replica connection. It registers
+// its position so retention keeps the files it still needs.
+type BinlogStream struct {
+	b      *Broker
+	reader *segment.Reader
+	id     uint64
+}
+
+type replicaSet struct {
+	mu   sync.Mutex
+	next uint64
+	pos  map[uint64]int64 // stream id → binlog file it reads
+}
+
+// ReplicaStream positions a reader right after the binlog block whose last
+// eventId is after (spec §11); 0 means the oldest retained binlog block.
+func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
+	if after < 0 {
+		return nil, protocol.ErrInvalidReplicaID
+	}
+	if last := b.LastEventID(); after > last {
+		return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is beyond the last eventId %d of this server", after, last))
+	}
+	pos := segment.Position{}
+	files := b.binlog.Files()
+	if after == 0 {
+		if len(files) > 0 {
+			pos = segment.Position{FileID: files[0]}
+		} else {
+			pos = b.binlog.Committed()
+		}
+	} else {
+		loc, err := b.binlog.Locate(after)
+		if err != nil {
+			return nil, fmt.Errorf("locate eventId %d in the binlog: %w", after, err)
+		}
+		if loc.BeforeOldest {
+			first, _, _ := b.binlog.FirstEventID()
+			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is older than the oldest retained binlog block (%d)", after, first))
+		}
+		if loc.PrevLast != after {
+			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d does not end a binlog block (the block before it ends at %d)", after, loc.PrevLast))
+		}
+		pos = loc.Pos
+	}
+	s := &BinlogStream{b: b, reader: b.binlog.NewReader(pos)}
+	b.replicas.mu.Lock()
+	if b.replicas.pos == nil {
+		b.replicas.pos = map[uint64]int64{}
+	}
+	b.replicas.next++
+	s.id = b.replicas.next
+	b.replicas.pos[s.id] = pos.FileID
+	b.replicas.mu.Unlock()
+	return s, nil
+}
+
+// Next calls fn with up to max whole committed binlog blocks. With nothing
+// to send it waits for the writer's next commit, up to wait (then it
+// returns 0: the caller sends an alive), or until ctx ends.
+func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn func(block []byte) error) (int, error) {
+	var timer *time.Timer
+	for {
+		changed := s.b.binlog.Changed()
+		n, _, err := s.reader.Next(max, func(_, _ int64, raw []byte, _ segment.Position) error { return fn(raw) })
+		if n > 0 {
+			s.b.replicas.mu.Lock()
+			s.b.replicas.pos[s.id] = s.reader.Pos().FileID
+			s.b.replicas.mu.Unlock()
+		}
+		if err != nil {
+			if errors.Is(err, segment.ErrFileRemoved) {
+				return n, protocol.NewBizError("replication position is gone: " + err.Error())
+			}
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		s.reader.Close()
+		select {
+		case <-changed:
+		case <-timer.C:
+			return 0, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Close unregisters the stream.
+func (s *BinlogStream) Close() {
+	s.reader.Close()
+	s.b.replicas.mu.Lock()
+	delete(s.b.replicas.pos, s.id)
+	s.b.replicas.mu.Unlock()
+}
+
+// OldestReplicaFile returns the lowest binlog file id a connected replica
+// still reads, ok=false when none is connected.
+func (b *Broker) OldestReplicaFile() (int64, bool) {
+	b.replicas.mu.Lock()
+	defer b.replicas.mu.Unlock()
+	var min int64
+	ok := false
+	for _, id := range b.replicas.pos {
+		if !ok || id < min {
+			min, ok = id, true
+		}
+	}
+	return min, ok
+}
+
+// cmdSyncTopic inserts a topic meta entry copied from the master (slave
+// start-up topic sync, spec §4.2); it writes no binlog block.
+const cmdSyncTopic protocol.Command = 252
+
+// SyncTopic inserts m, as listed by the master's valid list, unless a topic
+// of that name exists locally. It reports whether it was inserted.
+func (b *Broker) SyncTopic(ctx context.Context, m meta.Topic) (bool, error) {
+	if !b.opts.Slave {
+		return false, errors.New("broker: topic sync is for a slave only")
+	}
+	if err := protocol.ValidateTopicName([]byte(m.Name)); err != nil {
+		return false, fmt.Errorf("topic sync: %w", err)
+	}
+	c := getCommand()
+	defer putCommand(c)
+	m.TopicRoot, m.State = "", meta.StateNormal
+	c.cmd, c.topic, c.sync = cmdSyncTopic, m.Name, &m
+	if err := b.submit(ctx, c); err != nil {
+		return false, err
+	}
+	return c.eventID != 0, nil
+}
+
+func (w *writer) stageSyncTopic(c *command) error {
+	if w.b.topics[c.topic] != nil {
+		return nil
+	}
+	m := *c.sync
+	w.mb.PutTopic(&m)
+	dir := w.b.topicDir(m.Name)
+	w.pre = append(w.pre, fsAction{
+		do:   func() error { return w.b.freshDir(dir, m.CreateEventID) },
+		undo: func() error { return removeAll(dir) },
+	})
+	w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+	c.eventID = m.CreateEventID
+	return nil
+}

@@ -1,0 +1,200 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+	"github.com/smssmq/smss/topicstore"
+)
+
+// Subscription reads one topic for one subscriber (who). It holds the
+// (topic, who) slot until Close. Not safe for concurrent use.
+type Subscription struct {
+	b      *Broker
+	t      *topic
+	who    string
+	reader *segment.Reader
+	closed bool
+}
+
+// Subscribe registers who on topic and positions a reader after eventID
+// (spec §3, §11): messages with a greater eventId are delivered; 0 means
+// the oldest retained message.
+func (b *Broker) Subscribe(topicName, who []byte, after int64) (*Subscription, error) {
+	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	t := b.topics[string(topicName)]
+	b.mu.RUnlock()
+	if t == nil || t.meta.Expired(b.opts.Now()) {
+		return nil, protocol.ErrTopicNotExist
+	}
+	if after < 0 {
+		return nil, protocol.NewBizError(fmt.Sprintf("invalid eventId %d: must be >= 0", after))
+	}
+	if last := b.LastEventID(); after > last {
+		return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is beyond the last eventId %d of this server", after, last))
+	}
+	l, err := b.readLog(t)
+	if err != nil {
+		return nil, err
+	}
+	pos, err := b.startPosition(l, after)
+	if err != nil {
+		return nil, err
+	}
+	t.subMu.Lock()
+	if t.subs == nil {
+		t.subs = map[string]struct{}{}
+	}
+	if _, dup := t.subs[string(who)]; dup {
+		t.subMu.Unlock()
+		return nil, protocol.NewBizError(string(who) + " regiester exist")
+	}
+	t.subs[string(who)] = struct{}{}
+	t.subMu.Unlock()
+	return &Subscription{b: b, t: t, who: string(who), reader: l.NewReader(pos)}, nil
+}
+
+// readLog returns t's log for a reader. The writer opens logs lazily, so a
+// subscriber may be first; opening under the topic's lock keeps one Log.
+func (b *Broker) readLog(t *topic) (*segment.Log, error) {
+	b.mu.RLock()
+	l := t.log
+	b.mu.RUnlock()
+	if l != nil {
+		return l, nil
+	}
+	// Only the writer may create a topic's Log (it owns appends), so ask it.
+	c := getCommand()
+	defer putCommand(c)
+	c.cmd, c.topic = cmdOpenLog, t.meta.Name
+	if err := b.submit(context.Background(), c); err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if t.log == nil {
+		return nil, protocol.ErrTopicNotExist
+	}
+	return t.log, nil
+}
+
+func (b *Broker) startPosition(l *segment.Log, after int64) (segment.Position, error) {
+	files := l.Files()
+	if after == 0 {
+		if len(files) == 0 {
+			return l.Committed(), nil
+		}
+		return segment.Position{FileID: files[0]}, nil
+	}
+	loc, err := l.Locate(after)
+	if err != nil {
+		return segment.Position{}, fmt.Errorf("locate eventId %d: %w", after, err)
+	}
+	if loc.BeforeOldest && len(files) > 0 && files[0] > 0 {
+		// Retention removed the oldest files; messages right after
+		// `after` may have been in them. Never skip silently.
+		first, ok, err := l.FirstEventID()
+		if err != nil {
+			return segment.Position{}, err
+		}
+		if ok && first > after+1 {
+			return segment.Position{}, protocol.NewBizError(fmt.Sprintf(
+				"messages after eventId %d were removed by retention; the oldest retained eventId is %d", after, first))
+		}
+	}
+	return loc.Pos, nil
+}
+
+// Deleted is closed when the topic is deleted or reaped.
+func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
+
+// Next appends up to max messages to dst as subscription message units
+// (spec §2.4) and returns how many. With nothing to deliver it waits until
+// the writer commits more, the topic is deleted (protocol.ErrTopicDeleted), wait
+// passes (0 messages: the caller sends an alive) or ctx ends.
+func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.Duration) ([]byte, int, error) {
+	var timer *time.Timer
+	for {
+		select {
+		case <-s.t.deleted:
+			return dst, 0, protocol.ErrTopicDeleted
+		default:
+		}
+		changed := s.t.log.Changed()
+		out, n, err := s.read(dst, max)
+		if err != nil || n > 0 {
+			return out, n, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		s.reader.Close() // hold no descriptor while idle
+		select {
+		case <-changed:
+		case <-s.t.deleted:
+			return dst, 0, protocol.ErrTopicDeleted
+		case <-timer.C:
+			return dst, 0, nil
+		case <-ctx.Done():
+			return dst, 0, ctx.Err()
+		}
+	}
+}
+
+func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
+	lastAt := -1
+	n, endOfFile, err := s.reader.Next(max, func(_, _ int64, raw []byte, next segment.Position) error {
+		blk, _, derr := topicstore.DecodeBlock(raw)
+		if derr != nil {
+			return derr
+		}
+		lastAt = len(dst)
+		dst = protocol.AppendSubMessage(dst, blk.Ts, blk.EventID, next.FileID, next.Offset, blk.Record)
+		return nil
+	})
+	if n > 0 && endOfFile {
+		// The frame ends exactly at the end of a rolled file: point at
+		// the start of the next one (spec §2.4).
+		pos := s.reader.Pos()
+		putInt64(dst[lastAt+16:], pos.FileID)
+		putInt64(dst[lastAt+24:], 0)
+	}
+	if err != nil {
+		if errors.Is(err, segment.ErrFileRemoved) {
+			return dst, n, protocol.NewBizError("subscription position is gone: " + err.Error())
+		}
+		var ce *segment.CorruptError
+		if errors.As(err, &ce) {
+			s.b.log.Error("corrupt topic data under a subscriber", "topic", s.t.meta.Name, "who", s.who, "err", err)
+			return dst, n, protocol.NewBizError("corrupt data in topic file: " + err.Error())
+		}
+		return dst, n, err
+	}
+	return dst, n, nil
+}
+
+func putInt64(b []byte, v int64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// Close frees the (topic, who) slot and the reader's file.
+func (s *Subscription) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.reader.Close()
+	s.t.subMu.Lock()
+	delete(s.t.subs, s.who)
+	s.t.subMu.Unlock()
+}
