@@ -37,6 +37,9 @@ type Options struct {
 	FlushInterval time.Duration
 	// Now is the clock in ms; tests replace it.
 	Now func() int64
+	// OpenFile opens the binlog and topic files appends go to; tests
+	// inject disk faults through it. Default os.OpenFile.
+	OpenFile func(path string, flag int, perm os.FileMode) (segment.File, error)
 }
 
 func (o *Options) setDefaults() {
@@ -152,7 +155,7 @@ func Open(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker: store role: %w", err)
 	}
 	b.binlog, err = segment.Open(segment.Options{Dir: filepath.Join(opts.Dir, "binlog"), MaxFileSize: opts.MaxLogSize,
-		Decode: decodeBinlog, NoCache: opts.NoCache, Logger: opts.Logger})
+		Decode: decodeBinlog, NoCache: opts.NoCache, Logger: opts.Logger, OpenFile: opts.OpenFile})
 	if err != nil {
 		ms.Close()
 		return nil, fmt.Errorf("broker: open binlog: %w", err)
@@ -373,7 +376,7 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 		return t.log, nil
 	}
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic,
-		NoCache: b.opts.NoCache, Logger: b.log})
+		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile})
 	if err != nil {
 		return nil, err
 	}

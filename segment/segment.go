@@ -38,6 +38,22 @@ type Options struct {
 	// (store.noCache).
 	NoCache bool
 	Logger  *slog.Logger
+	// OpenFile opens the file appends go to. Default os.OpenFile; tests
+	// inject failing writes and fsyncs through it.
+	OpenFile func(path string, flag int, perm os.FileMode) (File, error)
+}
+
+// File is what the writer needs of an open log file.
+type File interface {
+	Write(p []byte) (int, error)
+	Sync() error
+	Truncate(size int64) error
+	Seek(offset int64, whence int) (int64, error)
+	Close() error
+}
+
+func osOpenFile(path string, flag int, perm os.FileMode) (File, error) {
+	return os.OpenFile(path, flag, perm)
 }
 
 // Position names a byte offset in one file of a Log.
@@ -67,7 +83,7 @@ type Log struct {
 	log  *slog.Logger
 
 	// Writer state: touched only by the single writer goroutine.
-	cur       *os.File
+	cur       File
 	curIdx    *os.File
 	curID     int64
 	curSize   int64
@@ -92,6 +108,9 @@ func Open(opts Options) (*Log, error) {
 	}
 	if opts.MaxFileSize <= 0 {
 		opts.MaxFileSize = 1 << 30
+	}
+	if opts.OpenFile == nil {
+		opts.OpenFile = osOpenFile
 	}
 	if opts.IndexInterval <= 0 {
 		opts.IndexInterval = 4096
@@ -234,12 +253,12 @@ func (l *Log) ensureFile() error {
 	if l.reopen {
 		return l.reopenCurrent()
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := l.opts.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("segment: create %s: %w", path, err)
 	}
-	if l.opts.NoCache {
-		fadviseDontNeed(f)
+	if of, ok := f.(*os.File); ok && l.opts.NoCache {
+		fadviseDontNeed(of)
 	}
 	idx, err := os.OpenFile(l.indexPath(l.curID), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -409,7 +428,7 @@ func syncDir(dir string) error {
 
 func (l *Log) reopenCurrent() error {
 	path := l.Path(l.curID)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0o644)
+	f, err := l.opts.OpenFile(path, os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("segment: reopen %s: %w", path, err)
 	}
