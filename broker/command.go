@@ -49,6 +49,26 @@ func putCommand(c *command) {
 // size is the command's share of a group's byte budget.
 func (c *command) size() int { return len(c.records) + len(c.topic) + 64 }
 
+// metaSize estimates the bytes the command adds to the group's meta
+// transaction. Values of 64 KiB and more live in badger's value log and
+// cost only a pointer in the transaction.
+func (c *command) metaSize() int {
+	switch c.cmd {
+	case protocol.CmdDelay, protocol.CmdDelayApply:
+	case cmdReplicated:
+		if c.replCmd != binlog.CmdDelay && c.replCmd != binlog.CmdDelayApply {
+			return 0
+		}
+	default:
+		return 0
+	}
+	v := len(c.records) + len(c.raw)
+	if v >= 64<<10 {
+		v = 16
+	}
+	return v + len(c.topic) + 64
+}
+
 // exclusive commands change the topic map and run alone in their group, so
 // that no other command of a group can observe a half-applied create/delete.
 func (c *command) exclusive() bool {

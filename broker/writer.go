@@ -16,6 +16,11 @@ import (
 	"github.com/smssmq/smss/topicstore"
 )
 
+// maxGroupMetaBytes bounds the meta entries one group commits in its single
+// badger transaction, far below what a transaction can hold with the meta
+// store's small memtables (see meta.Store.Fits).
+const maxGroupMetaBytes = 256 << 10
+
 // idleFDAfter is how long a topic's file may stay open without appends.
 const idleFDAfter = 60 * time.Second
 
@@ -130,16 +135,17 @@ func (w *writer) collect(c *command) []*command {
 	if c.exclusive() {
 		return w.group
 	}
-	bytes := c.size()
+	bytes, metaBytes := c.size(), c.metaSize()
 	for len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
 		select {
 		case n := <-w.b.ch:
-			if n.exclusive() {
+			if n.exclusive() || metaBytes+n.metaSize() > maxGroupMetaBytes {
 				w.pending = n
 				return w.group
 			}
 			w.group = append(w.group, n)
 			bytes += n.size()
+			metaBytes += n.metaSize()
 		default:
 			return w.group
 		}

@@ -11,10 +11,11 @@ import (
 // badger transaction. Nothing of the batch is written.
 var ErrBatchTooBig = errors.New("meta batch too big for one transaction")
 
-// MaxBatchValueBytes caps the value bytes of one batch. Badger copies a
-// transaction's values into one buffer and one value-log request, so an
-// unbounded group of 8 MiB delays would cost as much memory; the writer
-// keeps its groups below this (see Store.Fits).
+// MaxBatchValueBytes caps the value bytes of one batch. A batch holds its
+// values in memory, and badger puts all value-log entries of a transaction
+// into one value-log file, which grows past its 64 MiB target to take them;
+// the cap bounds both for a group of 8 MiB delays. The writer keeps its
+// groups below it (see Store.Fits).
 const MaxBatchValueBytes = 256 << 20
 
 // batchOp is one set (del false) or delete of a key.

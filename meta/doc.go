@@ -36,7 +36,15 @@
 //     norm@, role or checkpoint value is an error wrapping ErrMalformed.
 //   - Every change goes through a Batch committed as one badger
 //     transaction, all or nothing. Batches are written by the single writer
-//     only; reads may run concurrently from any goroutine.
+//     only; reads may run concurrently from any goroutine. A transaction
+//     holds about 1.2 MiB of in-tree data (Store.Fits tells in advance);
+//     Commit fails with ErrBatchTooBig rather than split a batch.
+//   - A delay key is written once (event ids are unique) and later deleted,
+//     never overwritten.
+//   - Values of 64 KiB or more (large delay payloads only) live in badger's
+//     value log. Its GC in badger v4.9.6 can resurrect deleted keys, so
+//     RunGC wraps it: the delay keys at risk are deleted again after each
+//     rewrite, and delay reads and deletions wait for the round (gc.go).
 //   - Commit does not fsync (SyncWrites is off). Committed data survives a
 //     process crash (badger's WAL is in the page cache); Sync makes it
 //     survive a machine crash, and the writer calls it when its durability

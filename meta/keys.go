@@ -23,7 +23,10 @@ const (
 	DelayHeaderSize = 16
 	// CheckpointSize is the length of the smss@checkpoint value.
 	CheckpointSize = 24
-	// Roles stored under global@role.
+)
+
+// Roles stored under global@role.
+const (
 	RoleMaster byte = 0
 	RoleSlave  byte = 1
 )
