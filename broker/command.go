@@ -30,6 +30,7 @@ type command struct {
 	raw       []byte // replicated binlog block
 	replCmd   uint8  // command of raw
 	sync      *meta.Topic
+	prevLast  int64 // replicated: last eventId of the block that must precede, -1 = unchecked
 
 	eventID int64
 	err     error

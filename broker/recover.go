@@ -85,8 +85,13 @@ func (b *Broker) recover() (int64, error) {
 	}
 
 	next := max(ckpt.NextEventID, binLast+1, maxTopicLast+1, r.maxID+1, 1)
-	for _, t := range b.topics {
-		next = max(next, t.meta.CreateEventID+1)
+	if !b.opts.Slave {
+		// A master never reuses an id, even one whose binlog block was
+		// lost. A slave's position is what its binlog holds: topics
+		// copied by the start-up sync carry ids it has not replicated.
+		for _, t := range b.topics {
+			next = max(next, t.meta.CreateEventID+1)
+		}
 	}
 	end := b.binlog.Committed()
 	mb := b.meta.NewBatch()

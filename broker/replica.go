@@ -38,14 +38,91 @@ func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.raw, c.replCmd, c.topic = cmdReplicated, raw, blk.Cmd, string(blk.Topic)
+	c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), -1
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
 	return c.eventID, nil
 }
 
+// ApplyReplicatedBatch applies raws in order, queueing them back to back so
+// they share the writer's group commits. Each block after the first is
+// applied only if the one before it was (it names its predecessor's last
+// eventId), so the applied blocks are always a prefix of raws and a failure
+// can never leave a gap. It returns the last eventId applied, how many
+// blocks were applied and the first error.
+func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64, int, error) {
+	if !b.opts.Slave {
+		return 0, 0, errors.New("broker: replicated blocks are applied on a slave only")
+	}
+	cmds := make([]*command, 0, len(raws))
+	defer func() {
+		for _, c := range cmds {
+			putCommand(c)
+		}
+	}()
+	prev := int64(-1)
+	for i, raw := range raws {
+		blk, n, err := binlog.DecodeBlock(raw)
+		if err == nil && n != len(raw) {
+			err = fmt.Errorf("%d bytes after the block", len(raw)-n)
+		}
+		var last int64
+		if err == nil {
+			last, err = blk.LastEventID()
+		}
+		if err != nil {
+			return b.finishBatch(cmds, fmt.Errorf("invalid replicated block %d of %d: %w", i+1, len(raws), err))
+		}
+		c := getCommand()
+		c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), prev
+		prev = last
+		cmds = append(cmds, c)
+	}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return 0, 0, ErrClosed
+	}
+	sent := 0
+	for _, c := range cmds {
+		select {
+		case b.ch <- c:
+			sent++
+		case <-ctx.Done():
+		}
+		if sent < len(cmds) && ctx.Err() != nil {
+			break
+		}
+	}
+	b.mu.RUnlock()
+	for _, c := range cmds[:sent] {
+		<-c.done
+	}
+	if sent < len(cmds) {
+		cmds[sent].err = ctx.Err()
+		for _, c := range cmds[sent+1:] {
+			c.err = ctx.Err()
+		}
+	}
+	return b.finishBatch(cmds, nil)
+}
+
+func (b *Broker) finishBatch(cmds []*command, tail error) (int64, int, error) {
+	last := int64(0)
+	for i, c := range cmds {
+		if c.err != nil {
+			return last, i, c.err
+		}
+		last = c.eventID
+	}
+	return last, len(cmds), tail
+}
+
 func (w *writer) stageReplicated(c *command, now int64, binStart segment.Position) error {
+	if c.prevLast >= 0 && w.next-1 != c.prevLast {
+		return fmt.Errorf("%w: the block before this one (ending at %d) was not applied; the slave has up to %d", ErrReplicaOrder, c.prevLast, w.next-1)
+	}
 	blk, _, err := binlog.DecodeBlock(c.raw)
 	if err != nil {
 		return fmt.Errorf("invalid replicated block: %w", err)
@@ -175,8 +252,11 @@ func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
 			first, _, _ := b.binlog.FirstEventID()
 			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is older than the oldest retained binlog block (%d)", after, first))
 		}
-		if loc.PrevLast != after {
-			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d does not end a binlog block (the block before it ends at %d)", after, loc.PrevLast))
+		// The block must end with `after` (§11), or start with it: an
+		// original slave resumes with its last block's first eventId
+		// (spec §4.5), which names that block just as unambiguously.
+		if loc.PrevLast != after && loc.PrevFirst != after {
+			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is inside a binlog block (the block covers %d..%d); resume from its first or last eventId", after, loc.PrevFirst, loc.PrevLast))
 		}
 		pos = loc.Pos
 	}
@@ -218,10 +298,10 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		}
-		s.reader.Close()
 		select {
 		case <-changed:
 		case <-timer.C:
+			s.reader.Close() // hold no descriptor while idle
 			return 0, nil
 		case <-ctx.Done():
 			return 0, ctx.Err()

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,7 +20,7 @@ func TestReplicatedBinlogIsByteIdentical(t *testing.T) {
 	m.CreateTopic(ctx, []byte("gone"), 0)
 	m.Publish(ctx, []byte("order"), rec("one"), 1)
 	m.Publish(ctx, []byte("gone"), rec("x"), 1)
-	m.Publish(ctx, []byte("order"), append(rec("two"), rec("three")...), 2)
+	m.Publish(ctx, []byte("order"), append(append(rec("two"), rec("three")...), rec("four")...), 3)
 	if _, err := m.PublishDelay(ctx, []byte("order"), rec("later"), 1, 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +57,22 @@ func TestReplicatedBinlogIsByteIdentical(t *testing.T) {
 	if s.LastEventID() != m.LastEventID() {
 		t.Fatalf("slave last %d, master %d", s.LastEventID(), m.LastEventID())
 	}
-	// Resuming from a block's last id works; from inside a block it fails.
-	if _, err := m.ReplicaStream(5); err == nil {
-		t.Fatalf("resume inside a 2-message block accepted")
+	// Resuming from a block's last id (or, for original slaves, its
+	// first id) works; from strictly inside a block it fails.
+	if _, err := m.ReplicaStream(6); err == nil {
+		t.Fatalf("resume inside the 3-message block 5..7 accepted")
 	}
-	if st, err := m.ReplicaStream(6); err != nil {
-		t.Fatalf("resume after block ending at 6: %v", err)
-	} else {
+	for _, id := range []int64{5, 7} {
+		st, err := m.ReplicaStream(id)
+		if err != nil {
+			t.Fatalf("resume after block 5..7 named by %d: %v", id, err)
+		}
+		var first []byte
+		st.Next(ctx, 1, time.Millisecond, func(b []byte) error { first = append([]byte(nil), b...); return nil })
 		st.Close()
+		if !bytes.Contains(first, []byte("\t16\t8\t")) {
+			t.Fatalf("resume from %d starts at %q, want the delay block 8", id, first)
+		}
 	}
 	m.Close()
 	s.Close()
@@ -74,10 +83,43 @@ func TestReplicatedBinlogIsByteIdentical(t *testing.T) {
 	}
 	mi, _ := readTopic(t, mdir, "order")
 	si, _ := readTopic(t, sdir, "order")
-	if !equalIDs(mi, si) || len(mi) != 4 {
+	if !equalIDs(mi, si) || len(mi) != 5 {
 		t.Fatalf("topic ids master %v slave %v", mi, si)
 	}
 	if ids, _ := readTopic(t, sdir, "gone"); len(ids) != 0 {
 		t.Fatalf("deleted topic still on slave: %v", ids)
+	}
+}
+
+func TestApplyReplicatedBatchStopsAtFirstFailure(t *testing.T) {
+	ctx := context.Background()
+	m := openTest(t, t.TempDir(), nil)
+	defer m.Close()
+	m.CreateTopic(ctx, []byte("a"), 0)
+	for i := 0; i < 5; i++ {
+		m.Publish(ctx, []byte("a"), rec("x"), 1)
+	}
+	var raws [][]byte
+	st, _ := m.ReplicaStream(0)
+	st.Next(ctx, 100, time.Millisecond, func(b []byte) error { raws = append(raws, append([]byte(nil), b...)); return nil })
+	st.Close()
+	if len(raws) != 6 {
+		t.Fatalf("%d blocks", len(raws))
+	}
+	s := openTest(t, t.TempDir(), func(o *Options) { o.Slave = true })
+	defer s.Close()
+	// Block 3 is sent out of order (a duplicate of block 1): blocks 0..2
+	// apply, nothing after the failure does.
+	batch := [][]byte{raws[0], raws[1], raws[2], raws[1], raws[3], raws[4]}
+	last, n, err := s.ApplyReplicatedBatch(ctx, batch)
+	if !errors.Is(err, ErrReplicaOrder) || n != 3 || last != 3 {
+		t.Fatalf("batch: last %d applied %d err %v", last, n, err)
+	}
+	if s.LastEventID() != 3 {
+		t.Fatalf("slave at %d after a failed batch", s.LastEventID())
+	}
+	// The rest applies when resent in order.
+	if last, n, err := s.ApplyReplicatedBatch(ctx, raws[3:]); err != nil || n != 3 || last != 6 {
+		t.Fatalf("resend: last %d applied %d err %v", last, n, err)
 	}
 }

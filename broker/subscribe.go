@@ -136,12 +136,12 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		}
-		s.reader.Close() // hold no descriptor while idle
 		select {
 		case <-changed:
 		case <-s.t.deleted:
 			return dst, 0, protocol.ErrTopicDeleted
 		case <-timer.C:
+			s.reader.Close() // hold no descriptor while idle
 			return dst, 0, nil
 		case <-ctx.Done():
 			return dst, 0, ctx.Err()

@@ -163,6 +163,7 @@ func (w *writer) process(group []*command) {
 		return
 	}
 	binStart := w.b.binlog.Position()
+	nextBefore := w.next
 	w.reset()
 	for _, c := range group {
 		var err error
@@ -200,6 +201,11 @@ func (w *writer) process(group []*command) {
 		if err := w.apply(binStart); err != nil {
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
+			}
+			if w.b.opts.Slave {
+				// A slave's eventIds are the master's: the same blocks
+				// must be accepted again when they are resent.
+				w.next = nextBefore
 			}
 			if errors.Is(err, segment.ErrFatal) {
 				w.die(err)

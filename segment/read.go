@@ -158,9 +158,9 @@ type Located struct {
 	// Pos is where the first block whose first eventId is greater than the
 	// target starts (or the committed end when there is none).
 	Pos Position
-	// PrevLast is the last eventId of the block just before Pos, 0 when
-	// Pos is the start of the oldest file.
-	PrevLast int64
+	// PrevFirst and PrevLast are the first and last eventIds of the block
+	// just before Pos, 0 when Pos is the start of the oldest file.
+	PrevFirst, PrevLast int64
 	// BeforeOldest is set when the target is below the oldest retained
 	// block, i.e. everything retained is after it.
 	BeforeOldest bool
@@ -204,14 +204,14 @@ func (l *Log) Locate(target int64) (Located, error) {
 		return Located{}, err
 	}
 	start := l.indexStart(id, target, size, committed)
-	pos, prevLast, err := l.scanAfter(id, start, size, target)
+	pos, prevFirst, prevLast, err := l.scanAfter(id, start, size, target)
 	if err != nil {
 		return Located{}, err
 	}
 	if pos.Offset == size && lo < len(files) {
 		pos = Position{FileID: files[lo]}
 	}
-	return Located{Pos: pos, PrevLast: prevLast}, nil
+	return Located{Pos: pos, PrevFirst: prevFirst, PrevLast: prevLast}, nil
 }
 
 // indexStart returns an offset of a block boundary in file id whose block's
@@ -256,18 +256,18 @@ func (l *Log) verifyEntry(id int64, e entry, size int64) bool {
 
 // scanAfter scans file id from start and returns the position of the first
 // block whose first eventId > target and the last eventId before it.
-func (l *Log) scanAfter(id, start, size, target int64) (Position, int64, error) {
+func (l *Log) scanAfter(id, start, size, target int64) (Position, int64, int64, error) {
 	pos := Position{FileID: id, Offset: size}
-	prevLast := int64(0)
+	prevFirst, prevLast := int64(0), int64(0)
 	_, err := l.scan(id, start, size, func(off, first, last int64, _ []byte) error {
 		if first > target {
 			pos.Offset = off
 			return errStop
 		}
-		prevLast = last
+		prevFirst, prevLast = first, last
 		return nil
 	})
-	return pos, prevLast, err
+	return pos, prevFirst, prevLast, err
 }
 
 // ReadFrom reads whole blocks of file pos.FileID starting at pos.Offset, up
