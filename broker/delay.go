@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/smssmq/smss/binlog"
@@ -9,6 +10,10 @@ import (
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 )
+
+// maxDelayMs bounds delays so trigger times can never overflow; the server
+// applies the configured, much smaller, delay.maxDelay first.
+const maxDelayMs = 100 * 365 * 24 * 3600 * 1000
 
 // Hooks are called by the writer after a group commits, so background
 // schedulers can arm their timers without polling. They must not block.
@@ -41,6 +46,9 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if delayMs < protocol.MinDelayMs {
 		return 0, protocol.ErrDelayTooShort
 	}
+	if delayMs > maxDelayMs {
+		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms is too long (at most %d)", delayMs, int64(maxDelayMs)))
+	}
 	c := getCommand()
 	defer putCommand(c)
 	now := b.opts.Now()
@@ -58,6 +66,12 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 // gone only drops the key. It returns the first eventId, 0 when nothing was
 // published.
 func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte) (int64, error) {
+	if b.opts.Slave {
+		return 0, protocol.ErrSlavePub
+	}
+	if len(value) < binlog.DelayPrefixLen+protocol.RecordPrefixSize+1 {
+		return 0, fmt.Errorf("delay apply: stored value of %d bytes is too short", len(value))
+	}
 	c := getCommand()
 	defer putCommand(c)
 	c.cmd, c.topic, c.records, c.timestamp = protocol.CmdDelayApply, topicName, value, b.opts.Now()
@@ -121,11 +135,14 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 	if !ok {
 		return nil // already applied
 	}
-	w.applied[string(key)] = true
-	w.mb.DeleteDelay(key)
+	delayID := int64(binary.LittleEndian.Uint64(c.records[8:]))
 	t := w.b.topics[c.topic]
-	if t == nil || t.meta.Expired(now) {
-		w.b.log.Info("delayed message dropped: topic gone", "topic", c.topic)
+	if t == nil || t.meta.Expired(now) || t.meta.CreateEventID > delayID {
+		// The topic it was stored for is gone; a topic created later
+		// under the same name must not inherit it (spec §11).
+		w.b.log.Info("delayed message dropped: its topic is gone", "topic", c.topic, "delayEventId", delayID)
+		w.applied[string(key)] = true
+		w.mb.DeleteDelay(key)
 		return nil
 	}
 	records := c.records[binlog.DelayPrefixLen:]
@@ -137,6 +154,10 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 	if err != nil {
 		return fmt.Errorf("open topic %s: %w", c.topic, err)
 	}
+	// Nothing below can fail: the key's removal is staged together with
+	// the publication it stands for, never without it.
+	w.applied[string(key)] = true
+	w.mb.DeleteDelay(key)
 	c.eventID = w.next
 	w.next += int64(count)
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelayApply, EventID: c.eventID,

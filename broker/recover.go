@@ -293,7 +293,8 @@ func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) er
 		if err := b.meta.Commit(mb); err != nil {
 			return err
 		}
-		if current && len(blk.Payload) > binlog.DelayPrefixLen {
+		delayID := int64(binary.LittleEndian.Uint64(blk.Payload[8:]))
+		if current && t.meta.CreateEventID < delayID {
 			return r.ensureBlocks(t, &blk, pos, blk.Payload[binlog.DelayPrefixLen:])
 		}
 	case binlog.CmdDelay:

@@ -123,3 +123,33 @@ func TestApplyReplicatedBatchStopsAtFirstFailure(t *testing.T) {
 		t.Fatalf("resend: last %d applied %d err %v", last, n, err)
 	}
 }
+
+func TestDelayDoesNotLeakIntoRecreatedTopic(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), nil)
+	defer b.Close()
+	b.CreateTopic(ctx, []byte("a"), 0)
+	if _, err := b.PublishDelay(ctx, []byte("a"), rec("old"), 1, 1000); err != nil {
+		t.Fatal(err)
+	}
+	b.DeleteTopic(ctx, []byte("a"))
+	b.CreateTopic(ctx, []byte("a"), 0)
+	due, _ := b.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	if len(due) != 1 {
+		t.Fatalf("%d due", len(due))
+	}
+	if id, err := b.ApplyDelay(ctx, due[0].Topic, due[0].Value); err != nil || id != 0 {
+		t.Fatalf("apply into a recreated topic: id %d err %v", id, err)
+	}
+	if n, _ := b.Meta().PendingDelays(); n != 0 {
+		t.Fatalf("%d delays still pending", n)
+	}
+	s, err := b.Subscribe([]byte("a"), []byte("w"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, n, _ := s.Next(ctx, nil, 10, time.Millisecond); n != 0 {
+		t.Fatalf("recreated topic got %d messages", n)
+	}
+}

@@ -302,17 +302,14 @@ func (l *Log) ReadFrom(pos Position, maxBlocks int, fn func(off, first, last int
 
 // NextFile reports the file after id when id is complete (a later file
 // exists up to the committed end), for readers that reached the end of id.
+// Files are contiguous, so it is always id+1: if retention removed that
+// file meanwhile, opening it fails with ErrFileRemoved instead of the
+// reader silently skipping to a later file.
 func (l *Log) NextFile(id int64) (int64, bool) {
-	committed := l.Committed()
-	if id >= committed.FileID {
+	if id >= l.Committed().FileID {
 		return 0, false
 	}
-	for _, f := range l.Files() {
-		if f > id {
-			return f, true
-		}
-	}
-	return 0, false
+	return id + 1, true
 }
 
 // FileName is the base name of file id, for messages.
