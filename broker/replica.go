@@ -62,6 +62,7 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 		}
 	}()
 	prev := int64(-1)
+	var bad error
 	for i, raw := range raws {
 		blk, n, err := binlog.DecodeBlock(raw)
 		if err == nil && n != len(raw) {
@@ -72,12 +73,17 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 			last, err = blk.LastEventID()
 		}
 		if err != nil {
-			return b.finishBatch(cmds, fmt.Errorf("invalid replicated block %d of %d: %w", i+1, len(raws), err))
+			// Apply the valid prefix, then report the bad block.
+			bad = fmt.Errorf("invalid replicated block %d of %d: %w", i+1, len(raws), err)
+			break
 		}
 		c := getCommand()
 		c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), prev
 		prev = last
 		cmds = append(cmds, c)
+	}
+	if len(cmds) == 0 {
+		return 0, 0, bad
 	}
 	b.mu.RLock()
 	if b.closed {
@@ -105,7 +111,7 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 			c.err = ctx.Err()
 		}
 	}
-	return b.finishBatch(cmds, nil)
+	return b.finishBatch(cmds, bad)
 }
 
 func (b *Broker) finishBatch(cmds []*command, tail error) (int64, int, error) {

@@ -151,13 +151,14 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 
 func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 	lastAt := -1
-	n, endOfFile, err := s.reader.Next(max, func(_, _ int64, raw []byte, next segment.Position) error {
-		blk, _, derr := topicstore.DecodeBlock(raw)
-		if derr != nil {
-			return derr
+	n, endOfFile, err := s.reader.Next(max, func(eventID, _ int64, raw []byte, next segment.Position) error {
+		// The reader's decoder has validated the block already.
+		ts, record, ok := topicstore.Delivery(raw)
+		if !ok {
+			return fmt.Errorf("BUG: validated topic block has no record at %s", next)
 		}
 		lastAt = len(dst)
-		dst = protocol.AppendSubMessage(dst, blk.Ts, blk.EventID, next.FileID, next.Offset, blk.Record)
+		dst = protocol.AppendSubMessage(dst, ts, eventID, next.FileID, next.Offset, record)
 		return nil
 	})
 	if n > 0 && endOfFile {

@@ -65,6 +65,9 @@ type Store struct {
 	WaitDelLockTimeoutMs int64  `yaml:"waitDelLockTimeoutMs"`
 	NoCache              bool   `yaml:"noCache"`
 	FolderCount          int    `yaml:"folderCount"`
+	// MaxSlaveKeepFiles caps the binlog files past maxDays that retention
+	// keeps because a connected slave still reads them (new key).
+	MaxSlaveKeepFiles int `yaml:"maxSlaveKeepFiles"`
 }
 
 // Worker is the worker.* section (the single writer, spec §6.1).
@@ -143,6 +146,7 @@ func Default() *Config {
 			WaitDelLockTimeoutMs: 3000,
 			NoCache:              false,
 			FolderCount:          10,
+			MaxSlaveKeepFiles:    64,
 		},
 		Worker: Worker{
 			BuffSize:                1000,

@@ -60,21 +60,22 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		keys[attr.Key] = attr.Value.Any()
 	}
 	for key, want := range map[string]any{
-		"config.source":        "x.yaml",
-		"host":                 "127.0.0.1",
-		"port":                 int64(12301),
-		"log.rotate.maxAge":    int64(14),
-		"store.noCache":        false,
-		"timeout.server.alive": int64(30000),
-		"delay.maxDelay":       int64(2592000000),
-		"worker.maxGroupBytes": int64(4194304),
+		"config.source":           "x.yaml",
+		"host":                    "127.0.0.1",
+		"port":                    int64(12301),
+		"log.rotate.maxAge":       int64(14),
+		"store.noCache":           false,
+		"timeout.server.alive":    int64(30000),
+		"delay.maxDelay":          int64(2592000000),
+		"worker.maxGroupBytes":    int64(4194304),
+		"store.maxSlaveKeepFiles": int64(64),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 36 { // 35 keys + source
-		t.Errorf("summary has %d entries, want 36", len(s))
+	if len(s) != 37 { // 36 keys + source
+		t.Errorf("summary has %d entries, want 37", len(s))
 	}
 }
 

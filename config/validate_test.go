@@ -41,6 +41,8 @@ func TestValidate(t *testing.T) {
 		{"folderCount 0", func(c *Config) { c.Store.FolderCount = 0 }, "store.folderCount", "0"},
 		{"folderCount 10001", func(c *Config) { c.Store.FolderCount = 10001 }, "store.folderCount", "10001"},
 		{"folderCount 10000 ok", func(c *Config) { c.Store.FolderCount = 10000 }, "", ""},
+		{"maxSlaveKeepFiles 0 ok", func(c *Config) { c.Store.MaxSlaveKeepFiles = 0 }, "", ""},
+		{"maxSlaveKeepFiles negative", func(c *Config) { c.Store.MaxSlaveKeepFiles = -1 }, "store.maxSlaveKeepFiles", "-1"},
 		{"buffSize 0", func(c *Config) { c.Worker.BuffSize = 0 }, "worker.buffSize", "0"},
 		{"waitMsgTimeout 0", func(c *Config) { c.Worker.WaitMsgTimeout = 0 }, "worker.waitMsgTimeout", "0"},
 		{"idle log sample negative", func(c *Config) { c.Worker.WaitMsgTimeoutLogSample = -1 }, "worker.waitMsgTimeoutLogSample", "-1"},

@@ -9,6 +9,13 @@ type BizError struct{ Msg string }
 
 func (e *BizError) Error() string { return e.Msg }
 
+// Is makes a BizError decoded from a reply match the sentinel with the same
+// text, so errors.Is works on both sides of the wire.
+func (e *BizError) Is(target error) bool {
+	t, ok := target.(*BizError)
+	return ok && t.Msg == e.Msg
+}
+
 // NewBizError returns a BizError carrying msg.
 func NewBizError(msg string) *BizError { return &BizError{Msg: msg} }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -38,6 +39,7 @@ func runSteps(t *testing.T, ts *testServer, steps []step) {
 func TestMasterCommands(t *testing.T) {
 	ts := startServer(t, newFakeBackend(), func(o *Options) {
 		o.Limits = protocol.Limits{MaxPayload: 1024, MaxWho: 16, MaxRecords: 3}
+		o.MaxDelay = time.Hour
 	})
 	future := time.Now().UnixMilli() + 3600_000
 	rec := record("hello")
@@ -74,14 +76,22 @@ func TestMasterCommands(t *testing.T) {
 			errReply("invalid topic name: byte 0x09 not allowed (no space, '/', '\\\\' or control bytes)"), false},
 		{"list", enc(protocol.AppendList(nil, nil)), jsonReply("[" + topicJSON("life", 2, future) + "," + topicJSON("order", 1, 0) + "]"), false},
 		{"valid list from 1", enc(protocol.AppendValidList(nil, nil, 1)), jsonReply("[" + topicJSON("order", 1, 0) + "]"), false},
-		{"delay is not served here", enc(protocol.AppendDelay(nil, []byte("order"), nil, 2000, rec)), errReply("don't support action"), false},
+		{"delay", enc(protocol.AppendDelay(nil, []byte("order"), nil, 2000, rec)), okReply(), false},
+		{"delay unknown topic", enc(protocol.AppendDelay(nil, []byte("nope"), nil, 2000, rec)), errReply("topic not exist"), false},
+		{"delay bad name", enc(protocol.AppendDelay(nil, []byte("a b"), nil, 2000, rec)), errReply(badName), false},
+		{"delay at the max", enc(protocol.AppendDelay(nil, []byte("order"), nil, 3600_000, rec)), okReply(), false},
+		{"delay over the max", enc(protocol.AppendDelay(nil, []byte("order"), nil, 3600_001, rec)),
+			errReply("delay of 3600001 ms exceeds delay.maxDelay 3600000"), false},
+		{"delay too many records", enc(protocol.AppendDelay(nil, []byte("order"), nil, 2000, bytes.Repeat(rec, 4))),
+			errReply("more than 3 records in one request exceeds limit.maxRecords 3"), false},
 		{"delay invalid", enc(protocol.AppendDelay(nil, []byte("order"), nil, 2000, make([]byte, 8))), errReply("invalid delay request"), false},
 		{"delay too short", enc(protocol.AppendDelay(nil, []byte("order"), nil, 10, rec)), errReply("delay time must be more than 1 second"), false},
 		{"replica negative", enc(protocol.AppendReplica(nil, -1)), errReply("invalid replica eventId"), false},
 		{"delete", enc(protocol.AppendDelete(nil, []byte("life"), nil)), okReply(), false},
 		{"delete again", enc(protocol.AppendDelete(nil, []byte("life"), nil)), errReply("topic not exist"), false},
 		{"delete bad name", enc(protocol.AppendDelete(nil, []byte("."), nil)), errReply("invalid topic name: must not be . or .."), false},
-		{"sub closes", enc(protocol.AppendSub(nil, []byte("order"), nil, 0, 1, time.Second, []byte("w"))), errReply("don't support action"), true},
+		{"sub unknown topic", enc(protocol.AppendSub(nil, []byte("nope"), nil, 0, 1, time.Second, []byte("w"))), errReply("topic not exist"), false},
+		{"sub bad name", enc(protocol.AppendSub(nil, []byte("a b"), nil, 0, 1, time.Second, []byte("w"))), errReply(badName), false},
 		{"replica closes", enc(protocol.AppendReplica(nil, 0)), errReply("don't support action"), true},
 		{"unknown command closes", enc(protocol.AppendRequest(nil, 5, [16]byte{}, []byte("t"), nil, []byte("body bytes"))), errReply("don't support action"), true},
 		{"delay apply closes", enc(protocol.AppendRequest(nil, protocol.CmdDelayApply, [16]byte{}, []byte("t"), nil, make([]byte, 8))), errReply("don't support action"), true},
@@ -97,6 +107,10 @@ func TestMasterCommands(t *testing.T) {
 	defer be.mu.Unlock()
 	if be.counts["order"] != 4 || len(be.records["order"]) != 4*len(rec) {
 		t.Fatalf("backend got %d records, %d bytes", be.counts["order"], len(be.records["order"]))
+	}
+	if d := be.delays; len(d) != 2 || d[0].topic != "order" || !bytes.Equal(d[0].records, rec) || d[0].count != 1 ||
+		d[0].delayMs != 2000 || d[1].delayMs != 3600_000 {
+		t.Fatalf("backend got delays %+v", be.delays)
 	}
 }
 
@@ -114,6 +128,8 @@ func TestSlaveCommands(t *testing.T) {
 		{"create too soon", createReq("other", 1), errReply("just master can manage topic"), false},
 		{"delete", enc(protocol.AppendDelete(nil, []byte("order"), nil)), errReply("just master can manage topic"), false},
 		{"delay", enc(protocol.AppendDelay(nil, []byte("order"), nil, 5000, rec)), errReply("just master can pub message"), false},
+		{"delay too short still slave error", enc(protocol.AppendDelay(nil, []byte("order"), nil, 10, rec)), errReply("just master can pub message"), false},
+		{"delay over max still slave error", enc(protocol.AppendDelay(nil, []byte("order"), nil, 1<<60, rec)), errReply("just master can pub message"), false},
 		{"delay invalid still slave error", enc(protocol.AppendDelay(nil, []byte("order"), nil, 5000, make([]byte, 4))), errReply("just master can pub message"), false},
 		{"info", enc(protocol.AppendTopicInfo(nil, []byte("order"), nil)), jsonReply(topicJSON("order", 1, 0)), false},
 		{"list", enc(protocol.AppendList(nil, nil)), jsonReply("[" + topicJSON("order", 1, 0) + "]"), false},

@@ -19,6 +19,7 @@ const (
 	stateNew    connState = iota // accepted, not yet waiting
 	stateIdle                    // waiting for a request's first byte
 	stateActive                  // reading, serving or answering a request
+	stateStream                  // serving a subscription: closed at once by Shutdown
 )
 
 const (
@@ -32,14 +33,18 @@ const (
 
 // deadlineReader re-arms the read deadline before every read, so a timeout
 // means "no progress for that long" (spec §1.1), whatever the request size.
+// A zero timeout leaves the deadline to the caller (subscription streams use
+// absolute deadlines, and one set in the past to stop a blocked read).
 type deadlineReader struct {
 	nc      net.Conn
 	timeout time.Duration
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
-	if err := d.nc.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
-		return 0, err
+	if d.timeout > 0 {
+		if err := d.nc.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
+			return 0, err
+		}
 	}
 	return d.nc.Read(p)
 }
@@ -53,6 +58,7 @@ type conn struct {
 	rr    *protocol.RequestReader
 	req   protocol.Request
 	out   []byte
+	ack   [2]byte   // a subscriber's ack, kept here so reading it does not allocate
 	state connState // guarded by s.mu
 }
 

@@ -16,5 +16,16 @@
 //   - A panic while serving a connection is recovered and logged with its
 //     stack; only that connection is closed.
 //   - Shutdown stops accepting, closes connections that are between
-//     requests, and lets a request being served finish and be answered.
+//     requests or streaming a subscription, and lets a request being served
+//     finish and be answered.
+//   - A subscription (sub, §2.4–2.7) holds its (topic, who) slot exactly as
+//     long as its stream runs; the slot is released however the stream ends.
+//     While data flows, the connection's goroutine alone reads and writes the
+//     socket (frame, then a 2-byte ack with the ack timeout as an absolute
+//     deadline). Only while waiting for data does a watcher goroutine read
+//     it, through the same buffered reader, to notice a client that goes
+//     away; it is stopped and waited for before the stream touches the
+//     socket again, so after ack 1, a 255 or a 400 the next request is read
+//     intact. Bytes received while no frame awaits an ack close the
+//     connection.
 package server

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
@@ -16,20 +17,43 @@ const fakeNow = 1795950274737
 // fakeBackend is an in-memory Backend. Hooks let tests make a publish block,
 // fail or panic.
 type fakeBackend struct {
-	mu      sync.Mutex
-	topics  map[string]meta.Topic
-	records map[string][]byte
-	counts  map[string]int
-	nextID  int64
-	slave   atomic.Bool
+	mu       sync.Mutex
+	topics   map[string]meta.Topic
+	records  map[string][]byte
+	counts   map[string]int
+	msgs     map[string][]fakeMsg     // per topic, for subscribers
+	deleted  map[string]chan struct{} // per topic, closed on delete
+	changed  chan struct{}            // closed and replaced by every publish
+	subs     map[[2]string]*fakeSub   // active subscribers by (topic, who)
+	delays   []fakeDelay
+	nextID   int64
+	slave    atomic.Bool
+	subsMade atomic.Int64
 
 	// onPublish, when set, runs before a publish is applied; a non-nil
 	// error is returned to the server instead.
 	onPublish func(topic string) error
+	// nextErr, when set, is returned by a subscriber's Next once it has
+	// nothing more to deliver (mimics a removed file or corrupt data).
+	nextErr error
+}
+
+type fakeMsg struct {
+	id  int64
+	rec []byte
+}
+
+type fakeDelay struct {
+	topic   string
+	records []byte
+	count   int
+	delayMs int64
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{topics: map[string]meta.Topic{}, records: map[string][]byte{}, counts: map[string]int{}, nextID: 1}
+	return &fakeBackend{topics: map[string]meta.Topic{}, records: map[string][]byte{}, counts: map[string]int{},
+		msgs: map[string][]fakeMsg{}, deleted: map[string]chan struct{}{}, changed: make(chan struct{}),
+		subs: map[[2]string]*fakeSub{}, nextID: 1}
 }
 
 func (b *fakeBackend) Publish(_ context.Context, topic, records []byte, count int) (int64, error) {
@@ -47,6 +71,13 @@ func (b *fakeBackend) Publish(_ context.Context, topic, records []byte, count in
 	b.nextID += int64(count)
 	b.records[string(topic)] = append(b.records[string(topic)], records...)
 	b.counts[string(topic)] += count
+	for rest, next := records, id; len(rest) > 0; next++ {
+		var rec []byte
+		rec, rest = protocol.NextRecord(rest)
+		b.msgs[string(topic)] = append(b.msgs[string(topic)], fakeMsg{id: next, rec: rec})
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
 	return id, nil
 }
 
@@ -64,6 +95,8 @@ func (b *fakeBackend) CreateTopic(_ context.Context, topic []byte, expireAt int6
 	b.nextID++
 	b.topics[name] = meta.Topic{Name: name, CreateTime: fakeNow, ExpireAt: expireAt, CreateEventID: id,
 		StateChangeTime: fakeNow, StateChangeEventID: id, TopicRoot: "/3/3/" + name}
+	b.deleted[name] = make(chan struct{})
+	delete(b.msgs, name)
 	return id, nil
 }
 
@@ -74,6 +107,8 @@ func (b *fakeBackend) DeleteTopic(_ context.Context, topic []byte) (int64, error
 		return 0, protocol.ErrTopicNotExist
 	}
 	delete(b.topics, string(topic))
+	close(b.deleted[string(topic)])
+	delete(b.deleted, string(topic))
 	id := b.nextID
 	b.nextID++
 	return id, nil
@@ -112,3 +147,106 @@ func (b *fakeBackend) ValidTopics(eventID int64) ([]meta.Topic, error) {
 }
 
 func (b *fakeBackend) IsSlave() bool { return b.slave.Load() }
+
+func (b *fakeBackend) PublishDelay(_ context.Context, topic, records []byte, count int, delayMs int64) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.topics[string(topic)]; !ok {
+		return 0, protocol.ErrTopicNotExist
+	}
+	b.delays = append(b.delays, fakeDelay{topic: string(topic), records: records, count: count, delayMs: delayMs})
+	id := b.nextID
+	b.nextID++
+	return id, nil
+}
+
+func (b *fakeBackend) Subscribe(topic, who []byte, after int64) (Subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.topics[string(topic)]; !ok {
+		return nil, protocol.ErrTopicNotExist
+	}
+	if after >= b.nextID {
+		return nil, protocol.NewBizError("eventId beyond the last eventId")
+	}
+	key := [2]string{string(topic), string(who)}
+	if b.subs[key] != nil {
+		return nil, protocol.NewBizError(string(who) + " regiester exist")
+	}
+	s := &fakeSub{b: b, key: key, after: after, deleted: b.deleted[string(topic)]}
+	b.subs[key] = s
+	b.subsMade.Add(1)
+	return s, nil
+}
+
+// active reports whether (topic, who) holds a subscriber slot.
+func (b *fakeBackend) active(topic, who string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.subs[[2]string{topic, who}] != nil
+}
+
+// fakeSub delivers a topic's messages with next file id 0 and next position
+// the message's index + 1.
+type fakeSub struct {
+	b       *fakeBackend
+	key     [2]string
+	after   int64
+	deleted chan struct{}
+	closed  bool
+}
+
+func (s *fakeSub) Next(ctx context.Context, dst []byte, max int, wait time.Duration) ([]byte, int, error) {
+	var timer *time.Timer
+	for {
+		select {
+		case <-s.deleted:
+			return dst, 0, protocol.ErrTopicDeleted
+		default:
+		}
+		s.b.mu.Lock()
+		n := 0
+		for i, m := range s.b.msgs[s.key[0]] {
+			if m.id <= s.after {
+				continue
+			}
+			if n == max {
+				break
+			}
+			dst = protocol.AppendSubMessage(dst, fakeNow, m.id, 0, int64(i+1), m.rec)
+			s.after = m.id
+			n++
+		}
+		changed, nextErr := s.b.changed, s.b.nextErr
+		s.b.mu.Unlock()
+		if n > 0 {
+			return dst, n, nil
+		}
+		if nextErr != nil {
+			return dst, 0, nextErr
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-changed:
+		case <-s.deleted:
+			return dst, 0, protocol.ErrTopicDeleted
+		case <-timer.C:
+			return dst, 0, nil
+		case <-ctx.Done():
+			return dst, 0, ctx.Err()
+		}
+	}
+}
+
+func (s *fakeSub) Close() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.closed {
+		panic("fakeSub closed twice")
+	}
+	s.closed = true
+	delete(s.b.subs, s.key)
+}

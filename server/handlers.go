@@ -41,15 +41,19 @@ func (c *conn) dispatch(start time.Time) bool {
 	case protocol.CmdValidList:
 		err = c.list(c.s.opts.Backend.ValidTopics(req.EventID))
 	case protocol.CmdDelay:
-		// Delay pub is served elsewhere; its body was read in full, so the
-		// connection stays in sync.
-		err = protocol.ErrNotSupported
-		if c.s.opts.Backend.IsSlave() {
-			err = protocol.ErrSlavePub
+		eventID, err = c.delay()
+	case protocol.CmdSub:
+		// A stream writes its own frames and logs.
+		return c.sub(start)
+	case protocol.CmdReplica:
+		if c.s.opts.Replication != nil && !c.s.opts.Backend.IsSlave() {
+			return c.replica()
 		}
+		err = protocol.ErrNotSupported
+		closeAfter = true
 	default:
-		// sub and replica turn the connection into a stream; they are not
-		// served here, and the client would wait for frames: close.
+		// replica turns the connection into a stream that is not served
+		// here, and the client would wait for frames: close.
 		err = protocol.ErrNotSupported
 		closeAfter = true
 	}
@@ -90,6 +94,28 @@ func (c *conn) pub() (int64, error) {
 		return 0, protocol.ErrSlavePub
 	}
 	id, err := c.s.opts.Backend.Publish(c.s.ctx, req.Topic, req.Payload, req.RecordCount)
+	if err != nil {
+		return 0, err
+	}
+	c.out = protocol.AppendReplyOK(c.out)
+	return id, nil
+}
+
+// delay serves a delay pub (§1.5.5). The request reader already refused a
+// payload of 8 bytes or less, a delay under 1 s and invalid records, in that
+// order, after the role check (serveRequest).
+func (c *conn) delay() (int64, error) {
+	req := &c.req
+	if c.s.opts.Backend.IsSlave() {
+		return 0, protocol.ErrSlavePub
+	}
+	if max := c.s.opts.MaxDelay.Milliseconds(); req.DelayMs > max {
+		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", req.DelayMs, max))
+	}
+	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+		return 0, err
+	}
+	id, err := c.s.opts.Backend.PublishDelay(c.s.ctx, req.Topic, req.Payload, req.RecordCount, req.DelayMs)
 	if err != nil {
 		return 0, err
 	}

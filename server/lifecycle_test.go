@@ -194,6 +194,9 @@ func TestOptionsValidation(t *testing.T) {
 		{Backend: be, MaxConns: -1},
 		{Backend: be, ReadTimeout: -time.Second},
 		{Backend: be, IdleTimeout: -time.Second},
+		{Backend: be, AliveInterval: -time.Second},
+		{Backend: be, MaxDelay: -time.Second},
+		{Backend: be, DefaultAckTimeout: time.Minute, MaxAckTimeout: time.Second},
 	}
 	for i, o := range bad {
 		if _, err := New(o); err == nil {
@@ -208,6 +211,15 @@ func TestOptionsValidation(t *testing.T) {
 	if o.Host != "127.0.0.1" || o.ReadTimeout != 5*time.Second || o.WriteTimeout != 5*time.Second ||
 		o.IdleTimeout != 30*time.Minute || o.AliveWriteTimeout != time.Second || o.MaxConns != 10000 || o.Logger == nil {
 		t.Fatalf("defaults: %+v", o)
+	}
+	if o.AliveInterval != 30*time.Second || o.DefaultAckTimeout != 3*time.Second || o.MaxAckTimeout != 10*time.Minute ||
+		o.MaxDelay != 30*24*time.Hour {
+		t.Fatalf("stream defaults: %+v", o)
+	}
+	// A cap below the default ack timeout lowers the default.
+	s, err = New(Options{Backend: be, MaxAckTimeout: time.Second})
+	if err != nil || s.opts.DefaultAckTimeout != time.Second {
+		t.Fatalf("MaxAckTimeout 1s: default ack %v, err %v", s.opts.DefaultAckTimeout, err)
 	}
 	if err := s.Serve(); err == nil || errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve before Listen: %v", err)

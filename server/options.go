@@ -9,6 +9,7 @@ import (
 
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
 )
 
 // Backend is what the server needs from the broker. Errors that are a
@@ -28,6 +29,28 @@ type Backend interface {
 	// ValidTopics answers a valid list (§1.5.9, expired topics excluded §11).
 	ValidTopics(eventID int64) ([]meta.Topic, error)
 	IsSlave() bool
+	// Subscribe registers who on topic and positions it after eventId
+	// `after` (spec §3, §11). The (topic, who) slot is held until the
+	// Subscription is closed.
+	Subscribe(topic, who []byte, after int64) (Subscription, error)
+	// PublishDelay stores records (already validated, count of them) to be
+	// published on topic delayMs from now, and returns the delay command's
+	// eventId.
+	PublishDelay(ctx context.Context, topic, records []byte, count int, delayMs int64) (eventID int64, err error)
+}
+
+// Subscription is one registered subscriber of a topic.
+type Subscription interface {
+	// Next appends up to max §2.4 message units to dst and returns how many.
+	// With nothing to deliver it blocks until there is (never polling),
+	// until wait passes (0 messages, nil error), or until the topic is
+	// deleted (protocol.ErrTopicDeleted) or ctx ends (ctx.Err()). Other
+	// errors (a *protocol.BizError among them) end the subscription with a
+	// 400 carrying their text.
+	Next(ctx context.Context, dst []byte, max int, wait time.Duration) ([]byte, int, error)
+	// Close frees the (topic, who) slot; it must be called however the
+	// subscription ends.
+	Close()
 }
 
 // Options configures a Server. Zero durations and counts take the defaults
@@ -50,6 +73,13 @@ type Options struct {
 	IdleTimeout       time.Duration // waiting for a request's first byte (30 min)
 	AliveWriteTimeout time.Duration // reply to alive, timeout.net.write (1 s)
 	MaxConns          int           // open connections beyond this are closed at accept (10000)
+
+	AliveInterval     time.Duration // idle time before a 201 on a subscription, timeout.server.alive (30 s)
+	DefaultAckTimeout time.Duration // ack timeout of a sub that asks for none, timeout.sub.defaultAck (3 s, at most MaxAckTimeout)
+	MaxAckTimeout     time.Duration // cap on a sub's ack timeout, timeout.sub.maxAck (10 min)
+	MaxDelay          time.Duration // longest delay of a delay pub, delay.maxDelay (30 days)
+	// Replication serves replica requests (64) on a master; nil refuses them.
+	Replication replication.Source
 }
 
 // Defaults applied by New.
@@ -60,6 +90,10 @@ const (
 	DefaultIdleTimeout       = 30 * time.Minute
 	DefaultAliveWriteTimeout = time.Second
 	DefaultMaxConns          = 10000
+	DefaultAliveInterval     = 30 * time.Second
+	DefaultSubAckTimeout     = 3 * time.Second
+	DefaultMaxAckTimeout     = 10 * time.Minute
+	DefaultMaxDelay          = 30 * 24 * time.Hour
 )
 
 func (o *Options) normalize() error {
@@ -76,7 +110,8 @@ func (o *Options) normalize() error {
 		return fmt.Errorf("server options: MaxConns %d is negative", o.MaxConns)
 	}
 	for name, d := range map[string]time.Duration{"ReadTimeout": o.ReadTimeout, "WriteTimeout": o.WriteTimeout,
-		"IdleTimeout": o.IdleTimeout, "AliveWriteTimeout": o.AliveWriteTimeout} {
+		"IdleTimeout": o.IdleTimeout, "AliveWriteTimeout": o.AliveWriteTimeout, "AliveInterval": o.AliveInterval,
+		"DefaultAckTimeout": o.DefaultAckTimeout, "MaxAckTimeout": o.MaxAckTimeout, "MaxDelay": o.MaxDelay} {
 		if d < 0 {
 			return fmt.Errorf("server options: %s %v is negative", name, d)
 		}
@@ -94,6 +129,14 @@ func (o *Options) normalize() error {
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	setDefault(&o.AliveInterval, DefaultAliveInterval)
+	setDefault(&o.MaxAckTimeout, DefaultMaxAckTimeout)
+	// A cap below the default ack timeout lowers the default with it.
+	setDefault(&o.DefaultAckTimeout, min(DefaultSubAckTimeout, o.MaxAckTimeout))
+	if o.DefaultAckTimeout > o.MaxAckTimeout {
+		return fmt.Errorf("server options: DefaultAckTimeout %v exceeds MaxAckTimeout %v", o.DefaultAckTimeout, o.MaxAckTimeout)
+	}
+	setDefault(&o.MaxDelay, DefaultMaxDelay)
 	return nil
 }
 

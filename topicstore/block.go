@@ -157,3 +157,28 @@ func checkField(i int, v int64) error {
 	}
 	return nil
 }
+
+// Delivery extracts what a subscription frame needs from a block that
+// DecodeBlock has already accepted: the ts field and the record. It does
+// not validate again (the segment reader decoded the block to find it), so
+// the read path parses each block once. ok is false if the bytes do not
+// even have the block's shape, which can only mean a caller bug.
+func Delivery(block []byte) (ts int64, record []byte, ok bool) {
+	if len(block) < 4 {
+		return 0, nil, false
+	}
+	lineLen := int(binary.LittleEndian.Uint32(block))
+	if lineLen < 2 || 4+lineLen >= len(block) {
+		return 0, nil, false
+	}
+	for _, c := range block[4 : 4+lineLen] {
+		if c == '\t' {
+			break
+		}
+		if c < '0' || c > '9' {
+			return 0, nil, false
+		}
+		ts = ts*10 + int64(c-'0')
+	}
+	return ts, block[4+lineLen : len(block)-1], true
+}

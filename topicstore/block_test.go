@@ -290,3 +290,16 @@ func BenchmarkBuckets(b *testing.B) {
 		Buckets(name, 10)
 	}
 }
+
+func TestDelivery(t *testing.T) {
+	for name, b := range validBlocks() {
+		raw := AppendBlock(nil, &b)
+		ts, rec, ok := Delivery(raw)
+		if !ok || ts != b.Ts || !bytes.Equal(rec, b.Record) {
+			t.Errorf("%s: ts %d ok %v record %x, want %d %x", name, ts, ok, rec, b.Ts, b.Record)
+		}
+	}
+	if _, _, ok := Delivery([]byte{1, 0}); ok {
+		t.Error("short input accepted")
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/logging"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
 	"github.com/smssmq/smss/server"
 )
 
@@ -93,7 +94,14 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
 	}
+	bg, err := startBackground(cfg, b, logger)
+	if err != nil {
+		logger.Error("cannot start the background jobs", "err", err)
+		b.Close()
+		return exitFailure
+	}
 	code = serve(cfg, role, fl, b, logger, sig)
+	bg.stop() // background jobs write through the broker: stop them first
 	if err := b.Close(); err != nil {
 		logger.Error("closing the broker failed; the last writes may not be durable", "err", err)
 		code = exitFailure
@@ -108,7 +116,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
-		Backend:   b,
+		Backend:   backend{b},
 		Logger:    logger,
 		LogSample: cfg.Log.Sample,
 		Limits: protocol.Limits{
@@ -121,6 +129,11 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 		IdleTimeout:       cfg.IdleTimeout(),
 		AliveWriteTimeout: cfg.AliveWriteTimeout(),
 		MaxConns:          cfg.Limit.MaxConns,
+		AliveInterval:     cfg.AliveInterval(),
+		DefaultAckTimeout: cfg.DefaultAckTimeout(),
+		MaxAckTimeout:     cfg.MaxAckTimeout(),
+		MaxDelay:          cfg.MaxDelay(),
+		Replication:       replicationSource(role, b),
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -136,9 +149,13 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 	}
 	logger.Info("smss listening", "addr", addr.String(), "role", role, "data", cfg.Store.Path)
 	if role == roleSlave {
-		logger.Warn("replication is not available in this build: this slave does not connect to the master; "+
-			"it serves its local data read-only and refuses writes",
-			"master", net.JoinHostPort(fl.masterHost, fmt.Sprint(fl.masterPort)), "event", fl.event)
+		r, err := startReplication(cfg, fl.masterHost, fl.masterPort, fl.event, b, logger)
+		if err != nil {
+			logger.Error("cannot start replication", "err", err)
+			srv.Shutdown(context.Background())
+			return exitUsage
+		}
+		defer r.Stop()
 	}
 
 	serveErr := make(chan error, 1)
@@ -183,6 +200,18 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 	return code
 }
 
+// backend is the broker as the server sees it: only Subscribe's result
+// type differs.
+type backend struct{ *broker.Broker }
+
+func (b backend) Subscribe(topic, who []byte, after int64) (server.Subscription, error) {
+	s, err := b.Broker.Subscribe(topic, who, after)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return s, nil
+}
+
 // exposure returns a warning when the listener is reachable from other
 // hosts: there is no authentication (spec §10 item 24).
 func exposure(addr net.Addr) string {
@@ -198,4 +227,13 @@ func exposure(addr net.Addr) string {
 	default:
 		return "listening on a non-loopback address: remote clients can connect (no authentication)"
 	}
+}
+
+// replicationSource serves replica requests on a master only: a slave does
+// not chain (spec §4.1).
+func replicationSource(role string, b *broker.Broker) replication.Source {
+	if role == roleSlave {
+		return nil
+	}
+	return replication.BrokerSource(b)
 }

@@ -1,0 +1,192 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
+)
+
+// TopicView is one entry of /api/topics: the meta entry (spec §2.2 field
+// names) plus its state name, on-disk figures, live subscriber count and
+// what this process recorded for it.
+type TopicView struct {
+	meta.Topic
+	// Status is metrics.TopicStateNormal, TopicStateExpired or
+	// TopicStateDeleted.
+	Status      string                 `json:"status"`
+	Stats       *metrics.TopicStats    `json:"stats,omitempty"`
+	Subscribers int                    `json:"subscribers"`
+	Counters    *metrics.TopicCounters `json:"counters,omitempty"`
+}
+
+// Info is /api/info.
+type Info struct {
+	metrics.ServerInfo
+	Now           int64   `json:"now"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Ready         bool    `json:"ready"`
+	ReadyReason   string  `json:"readyReason,omitempty"`
+	AuthRequired  bool    `json:"authRequired"`
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg})
+}
+
+// source returns the Source or answers 503.
+func (s *Server) source(w http.ResponseWriter) metrics.Source {
+	if s.src == nil {
+		writeError(w, http.StatusServiceUnavailable, "server state not available (no source attached)")
+	}
+	return s.src
+}
+
+func (s *Server) ready() (bool, string) {
+	if s.opts.Ready == nil {
+		return true, ""
+	}
+	return s.opts.Ready()
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if ok, why := s.ready(); !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: " + why + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *Server) info() Info {
+	now := time.Now()
+	in := Info{Now: now.UnixMilli(), AuthRequired: s.opts.Token != ""}
+	if s.src != nil {
+		in.ServerInfo = s.src.ServerInfo()
+	}
+	start := s.started
+	if in.StartTime > 0 {
+		start = time.UnixMilli(in.StartTime)
+	}
+	in.UptimeSeconds = now.Sub(start).Seconds()
+	in.Ready, in.ReadyReason = s.ready()
+	return in
+}
+
+func (s *Server) apiInfo(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.info())
+}
+
+func (s *Server) apiTopics(w http.ResponseWriter, _ *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	topics, err := src.Topics()
+	if err != nil {
+		s.log.Warn("admin: list topics", "err", err)
+		writeError(w, http.StatusInternalServerError, "list topics: "+err.Error())
+		return
+	}
+	subs := map[string]int{}
+	for _, sub := range src.Subscribers() {
+		subs[sub.Topic]++
+	}
+	now := time.Now().UnixMilli()
+	out := make([]TopicView, 0, len(topics))
+	for i := range topics {
+		v := TopicView{Topic: topics[i], Status: metrics.TopicState(&topics[i], now), Subscribers: subs[topics[i].Name]}
+		if v.Status != metrics.TopicStateDeleted {
+			if st, ok := src.TopicStats(v.Name); ok {
+				v.Stats = &st
+			}
+		}
+		if c, ok := s.m.TopicCounters(v.Name); ok {
+			v.Counters = &c
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) apiSubscribers(w http.ResponseWriter, _ *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, sortedSubscribers(src.Subscribers()))
+}
+
+// sortedSubscribers orders by lag (largest first), then topic and who, so
+// the consumers that need attention come first.
+func sortedSubscribers(subs []metrics.SubscriberInfo) []metrics.SubscriberInfo {
+	if subs == nil {
+		subs = []metrics.SubscriberInfo{}
+	}
+	sort.SliceStable(subs, func(i, j int) bool {
+		a, b := subs[i], subs[j]
+		if a.Lag != b.Lag {
+			return a.Lag > b.Lag
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Who < b.Who
+	})
+	return subs
+}
+
+func (s *Server) apiReplication(w http.ResponseWriter, _ *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, normReplication(src.Replication()))
+}
+
+func normReplication(r metrics.ReplicationInfo) metrics.ReplicationInfo {
+	if r.Slaves == nil {
+		r.Slaves = []metrics.SlaveInfo{}
+	}
+	return r
+}
+
+func (s *Server) apiDelays(w http.ResponseWriter, _ *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	d := src.Delays()
+	if d.Buckets == nil {
+		d.Buckets = metrics.NewDelayStats().Buckets
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) apiSnapshot(w http.ResponseWriter, _ *http.Request) {
+	b := s.sampler.latest()
+	if b == nil {
+		writeError(w, http.StatusServiceUnavailable, "no snapshot yet")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}

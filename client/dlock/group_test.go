@@ -1,0 +1,189 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/client/internal/testserver"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// memStore is an in-process GroupStore whose leases the test can revoke
+// and whose saves it can make fail.
+type memStore struct {
+	mu       sync.Mutex
+	holder   *memLease
+	progress int64
+	has      bool
+	failSave int // saves to fail with a store error before the next success
+	acquired int
+}
+
+type memLease struct {
+	s    *memStore
+	once sync.Once
+	lost chan struct{}
+}
+
+func (l *memLease) Lost() <-chan struct{} { return l.lost }
+
+func (l *memLease) Release(context.Context) error {
+	l.s.mu.Lock()
+	if l.s.holder == l {
+		l.s.holder = nil
+	}
+	l.s.mu.Unlock()
+	l.once.Do(func() { close(l.lost) })
+	return nil
+}
+
+func (s *memStore) TryAcquire(context.Context) (Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder != nil {
+		return nil, ErrNotAcquired
+	}
+	s.holder = &memLease{s: s, lost: make(chan struct{})}
+	s.acquired++
+	return s.holder, nil
+}
+
+// revoke takes the lock away from its holder, as an expiry would.
+func (s *memStore) revoke() {
+	s.mu.Lock()
+	h := s.holder
+	s.holder = nil
+	s.mu.Unlock()
+	if h != nil {
+		h.once.Do(func() { close(h.lost) })
+	}
+}
+
+func (s *memStore) Progress(context.Context) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress, s.has, nil
+}
+
+func (s *memStore) SaveProgress(_ context.Context, l Lease, id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder != l {
+		return ErrLeaseLost
+	}
+	if s.failSave > 0 {
+		s.failSave--
+		return errors.New("store unavailable")
+	}
+	if !s.has || id > s.progress {
+		s.progress, s.has = id, true
+	}
+	return nil
+}
+
+func (s *memStore) get() (progress int64, acquired int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress, s.acquired
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
+	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, srv.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store := &memStore{failSave: 2}
+	var mu sync.Mutex
+	var seen, acked []int64
+	block := make(chan struct{})
+	g, err := NewGroupSubscriber(c, GroupConfig{Store: store, RetryInterval: 10 * time.Millisecond,
+		Sub: client.SubscriberConfig{Topic: "t", Who: "g", MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+			Handler: func(hctx context.Context, b []client.Delivery) client.AckAction {
+				mu.Lock()
+				seen = append(seen, b[0].EventID)
+				mu.Unlock()
+				if b[0].EventID == 5 {
+					// Held while the test revokes the lease: the batch
+					// must then be neither saved nor acknowledged.
+					<-block
+				}
+				return client.Ack
+			},
+			AfterAck: func(id int64) {
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+
+	publish(0, 3) // 2..4; two failing saves are retried before 2 is acked
+	waitFor(t, "2..4 saved", func() bool { p, _ := store.get(); return p == 4 })
+	publish(3, 6) // 5..7
+	waitFor(t, "5 in the handler", func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(seen, 5) })
+	store.revoke()
+	close(block)
+	waitFor(t, "re-acquired and 7 saved", func() bool { p, n := store.get(); return p == 7 && n == 2 })
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []int64{2, 3, 4, 5, 5, 6, 7}) {
+		t.Errorf("handled %v: 5, unsaved when the lease was lost, must come again and nothing else", seen)
+	}
+	if !slices.Equal(acked, []int64{2, 3, 4, 5, 6, 7}) {
+		t.Errorf("acknowledged %v", acked)
+	}
+}
+
+func TestGroupConfigValidation(t *testing.T) {
+	h := func(context.Context, []client.Delivery) client.AckAction { return client.Ack }
+	for _, cfg := range []GroupConfig{
+		{Sub: client.SubscriberConfig{Topic: "t", Handler: h}},
+		{Store: &memStore{}, Sub: client.SubscriberConfig{Handler: h}},
+		{Store: &memStore{}, Sub: client.SubscriberConfig{Topic: "t"}},
+		{Store: &memStore{}, Sub: client.SubscriberConfig{Topic: "t", Handler: h, From: -1}},
+	} {
+		if _, err := NewGroupSubscriber(nil, cfg); err == nil {
+			t.Errorf("accepted %+v", cfg)
+		}
+	}
+}

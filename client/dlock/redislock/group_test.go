@@ -1,0 +1,367 @@
+package redislock
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/client/dlock"
+	"github.com/smssmq/smss/client/internal/testserver"
+)
+
+const fastAlive = "timeout:\n  server:\n    alive: 200\n"
+
+// member is an in-process group subscriber that records what it handled.
+type member struct {
+	mu      sync.Mutex
+	ids     []int64
+	acked   int64
+	held    bool
+	changes []bool
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+func (m *member) handled() []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ids)
+}
+
+func (m *member) lastAcked() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.acked
+}
+
+func (m *member) isHeld() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held
+}
+
+func startMember(t *testing.T, c *client.Client, store dlock.GroupStore, topic string) *member {
+	t.Helper()
+	m := &member{done: make(chan error, 1)}
+	g, err := dlock.NewGroupSubscriber(c, dlock.GroupConfig{
+		Store:         store,
+		RetryInterval: 50 * time.Millisecond,
+		OnLockChange: func(held bool) {
+			m.mu.Lock()
+			m.held = held
+			m.changes = append(m.changes, held)
+			m.mu.Unlock()
+		},
+		Sub: client.SubscriberConfig{Topic: topic, Who: "group", BatchSize: 2,
+			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+			Handler: func(_ context.Context, batch []client.Delivery) client.AckAction {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				if !m.held {
+					t.Errorf("handler called while the member does not hold the lock")
+				}
+				for _, d := range batch {
+					m.ids = append(m.ids, d.EventID)
+				}
+				return client.Ack
+			},
+			AfterAck: func(id int64) {
+				m.mu.Lock()
+				m.acked = id
+				m.mu.Unlock()
+			}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() { m.done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-m.done
+	})
+	return m
+}
+
+func (m *member) stop(t *testing.T) {
+	t.Helper()
+	m.cancel()
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("member did not stop")
+	}
+	m.done <- nil // for the cleanup
+}
+
+func publish(t *testing.T, c *client.Client, topic string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if err := c.Publish(ctxT(t, 10*time.Second), topic, client.NewMessage([]byte("m"+strconv.Itoa(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ids(from, to int64) []int64 {
+	var out []int64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func setup(t *testing.T) (*testserver.Server, *testserver.Redis, *client.Client) {
+	t.Helper()
+	rs := testserver.StartRedis(t)
+	srv := testserver.Start(t, fastAlive)
+	c, err := client.Dial(ctxT(t, 10*time.Second), srv.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.CreateTopic(ctxT(t, 10*time.Second), "t"); err != nil {
+		t.Fatal(err)
+	}
+	return srv, rs, c
+}
+
+func TestGroupOneConsumerAtATime(t *testing.T) {
+	_, rs, c := setup(t)
+	rdb := redisClient(t, rs.Addr)
+	// Exclusivity is asserted over several TTLs: a generous TTL keeps a
+	// loaded machine's scheduling delays from costing the holder its lease.
+	const ttl = 2 * time.Second
+	a := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
+	b := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
+	publish(t, c, "t", 10) // ids 2..11
+	waitFor(t, "10 messages handled", 20*time.Second, func() bool { return len(a.handled())+len(b.handled()) >= 10 })
+	holder, standby := a, b
+	if len(b.handled()) > 0 {
+		holder, standby = b, a
+	}
+	// Keep publishing for several TTLs: the standby never receives.
+	for i := 0; i < 4; i++ {
+		publish(t, c, "t", 5)
+		time.Sleep(ttl / 2)
+	}
+	waitFor(t, "30 messages handled", 20*time.Second, func() bool { return len(holder.handled()) >= 30 })
+	if got := standby.handled(); len(got) != 0 || standby.isHeld() {
+		t.Fatalf("standby handled %v (held %v) while the holder runs", got, standby.isHeld())
+	}
+	if got := holder.handled(); !slices.Equal(got, ids(2, 31)) {
+		t.Fatalf("holder handled %v", got)
+	}
+
+	// A clean stop releases the lock: the standby takes over at once and
+	// continues right after the group's progress.
+	holder.stop(t)
+	start := time.Now()
+	waitFor(t, "standby takes over", 10*time.Second, standby.isHeld)
+	if d := time.Since(start); d > ttl {
+		t.Errorf("takeover after a release took %v", d)
+	}
+	publish(t, c, "t", 3)
+	waitFor(t, "standby handles new messages", 20*time.Second, func() bool { return len(standby.handled()) >= 3 })
+	if got := standby.handled(); !slices.Equal(got, ids(32, 34)) {
+		t.Errorf("standby handled %v, want 32..34", got)
+	}
+}
+
+// TestMain runs the group member of the kill test when asked to.
+func init() {
+	if os.Getenv("SMSS_GROUP_CHILD") == "1" {
+		os.Exit(groupChild())
+	}
+}
+
+// groupChild is a group member in its own process, killed by the test. It
+// prints "held", then "handled <id>" for each message and "acked <id>" after
+// each saved and acknowledged batch.
+func groupChild() int {
+	ttl, _ := time.ParseDuration(os.Getenv("SMSS_GROUP_TTL"))
+	c, err := client.Dial(context.Background(), os.Getenv("SMSS_GROUP_SERVER"), client.Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	rdb := newRedis(os.Getenv("SMSS_GROUP_REDIS"))
+	var mu sync.Mutex
+	g, err := dlock.NewGroupSubscriber(c, dlock.GroupConfig{
+		Store:         NewGroup(rdb, "t", "group", Options{TTL: ttl}),
+		RetryInterval: 50 * time.Millisecond,
+		OnLockChange: func(held bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Println("held", held)
+		},
+		Sub: client.SubscriberConfig{Topic: "t", Who: "group", BatchSize: 1,
+			Handler: func(_ context.Context, batch []client.Delivery) client.AckAction {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Println("handled", batch[0].EventID)
+				time.Sleep(20 * time.Millisecond) // a slow consumer, so the kill lands mid-stream
+				return client.Ack
+			},
+			AfterAck: func(id int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Println("acked", id)
+			}},
+	})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("error", g.Run(context.Background()))
+	return 1
+}
+
+// lines collects a child's output lines.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) read(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		l.mu.Lock()
+		l.all = append(l.all, s.Text())
+		l.mu.Unlock()
+	}
+}
+
+func (l *lines) lastAcked() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last int64
+	for _, ln := range l.all {
+		if v, ok := strings.CutPrefix(ln, "acked "); ok {
+			last, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return last
+}
+
+func (l *lines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.all, s)
+}
+
+func TestGroupTakeoverAfterHolderKilled(t *testing.T) {
+	srv, rs, c := setup(t)
+	rdb := redisClient(t, rs.Addr)
+	const ttl = time.Second
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(exe, "-test.run=^$")
+	child.Env = append(os.Environ(), "SMSS_GROUP_CHILD=1", "SMSS_GROUP_SERVER="+srv.Addr,
+		"SMSS_GROUP_REDIS="+rs.Addr, "SMSS_GROUP_TTL="+ttl.String())
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = io.Discard
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var l lines
+	go func() {
+		l.read(out)
+		child.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		child.Process.Kill()
+		<-exited
+	})
+	waitFor(t, "child holds the lock", 20*time.Second, func() bool { return l.has("held true") })
+
+	standby := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
+	publish(t, c, "t", 60) // ids 2..61
+	waitFor(t, "child acked 15 messages", 20*time.Second, func() bool { return l.lastAcked() >= 16 })
+	if got := standby.handled(); len(got) != 0 {
+		t.Fatalf("standby handled %v while the child holds the lock", got)
+	}
+	child.Process.Kill()
+	<-exited
+	killed := time.Now()
+	g := NewGroup(rdb, "t", "group", Options{})
+	progress, ok, err := g.Progress(ctxT(t, 5*time.Second))
+	if err != nil || !ok {
+		t.Fatalf("group progress after the kill: %d %v %v", progress, ok, err)
+	}
+	if acked := l.lastAcked(); progress < acked {
+		t.Fatalf("progress %d behind the child's last ack %d", progress, acked)
+	}
+
+	waitFor(t, "standby takes over", 20*time.Second, standby.isHeld)
+	// The child's last renewal was at most TTL/3 before the kill, so its key
+	// expires within a TTL; the standby polls every 50ms.
+	if d := time.Since(killed); d > ttl+300*time.Millisecond {
+		t.Errorf("takeover %v after the kill, TTL %v", d, ttl)
+	}
+	waitFor(t, "all messages handled", 30*time.Second, func() bool {
+		h := standby.handled()
+		return len(h) > 0 && h[len(h)-1] == 61
+	})
+	if got := standby.handled(); !slices.Equal(got, ids(progress+1, 61)) {
+		t.Errorf("standby handled %v, want %d..61 (resume after the group's progress)", got, progress+1)
+	}
+}
+
+func TestGroupPausesWhileRedisIsDown(t *testing.T) {
+	for _, mode := range []string{"paused", "killed"} {
+		t.Run(mode, func(t *testing.T) {
+			_, rs, c := setup(t)
+			rdb := redisClient(t, rs.Addr)
+			const ttl = time.Second
+			m := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
+			publish(t, c, "t", 5) // 2..6
+			// Saved and acknowledged: a batch handled but not yet saved when
+			// Redis goes away is delivered again, by design.
+			waitFor(t, "5 handled and saved", 20*time.Second, func() bool { return m.lastAcked() == 6 })
+
+			if mode == "paused" {
+				rs.Pause()
+			} else {
+				rs.Kill()
+			}
+			down := time.Now()
+			waitFor(t, "consumption stops", 10*time.Second, func() bool { return !m.isHeld() })
+			if d := time.Since(down); d >= ttl {
+				t.Errorf("consumer stopped %v after the outage began; TTL %v", d, ttl)
+			}
+			publish(t, c, "t", 5) // 7..11, published during the outage
+			time.Sleep(2 * ttl)   // an outage of two TTLs: nothing may be consumed
+			if got := m.handled(); len(got) != 5 {
+				t.Fatalf("consumed during the outage: %v", got)
+			}
+			if mode == "paused" {
+				rs.Resume()
+			} else {
+				rs.Start()
+			}
+			waitFor(t, "consumption resumes", 20*time.Second, func() bool { return len(m.handled()) >= 10 })
+			if got := m.handled(); !slices.Equal(got, ids(2, 11)) {
+				t.Errorf("handled %v, want 2..11 exactly once", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,251 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/smssmq/smss/client/dlock"
+	"github.com/smssmq/smss/client/internal/testserver"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+func redisClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestLockExclusiveRenewedReleased(t *testing.T) {
+	rs := testserver.StartRedis(t)
+	rdb := redisClient(t, rs.Addr)
+	ctx := ctxT(t, 30*time.Second)
+	// Generous for loaded CI machines: the lease is lost 2/3 TTL after a
+	// renewal that did not get through.
+	const ttl = time.Second
+	a := New(rdb, "k", Options{TTL: ttl})
+	b := New(rdb, "k", Options{TTL: ttl})
+
+	la, err := a.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second acquire: %v", err)
+	}
+	pttl := rdb.PTTL(ctx, "k").Val()
+	if pttl <= 0 || pttl > ttl {
+		t.Errorf("key TTL %v, want <= %v", pttl, ttl)
+	}
+	// Renewal keeps the lock well past its TTL.
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		if closed(la.Lost()) {
+			t.Fatal("lease lost while Redis is healthy")
+		}
+		if _, err := b.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("acquired a renewed lock: %v", err)
+		}
+		time.Sleep(ttl / 10)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(la.Lost()) {
+		t.Error("Lost not closed after Release")
+	}
+	if n := rdb.Exists(ctx, "k").Val(); n != 0 {
+		t.Error("key still present after Release")
+	}
+	lb, err := b.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	// Releasing a lease that no longer owns the key must not delete the
+	// new owner's key.
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.Get(ctx, "k").Val(); v != lb.(*lease).token {
+		t.Errorf("key holds %q after a stale release", v)
+	}
+	lb.Release(ctx)
+}
+
+func TestLeaseLostWhenTakenOver(t *testing.T) {
+	rs := testserver.StartRedis(t)
+	rdb := redisClient(t, rs.Addr)
+	ctx := ctxT(t, 30*time.Second)
+	const ttl = 600 * time.Millisecond
+	l := New(rdb, "k", Options{TTL: ttl})
+	le, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	rdb.Set(ctx, "k", "someone else", 0)
+	select {
+	case <-le.Lost():
+	case <-time.After(ttl):
+		t.Fatal("lease not lost within a TTL after the key was overwritten")
+	}
+	if v := rdb.Get(ctx, "k").Val(); v != "someone else" {
+		t.Errorf("the lost lease touched the new owner's key: %q", v)
+	}
+}
+
+// With Redis gone the holder must learn it has to stop before the key could
+// have expired, and never panic.
+func TestLeaseLostBeforeExpiryWhenRedisDies(t *testing.T) {
+	for _, mode := range []string{"killed", "paused"} {
+		t.Run(mode, func(t *testing.T) {
+			rs := testserver.StartRedis(t)
+			rdb := redisClient(t, rs.Addr)
+			ctx := ctxT(t, 30*time.Second)
+			const ttl = 600 * time.Millisecond
+			l := New(rdb, "k", Options{TTL: ttl})
+			le, err := l.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Wait for one renewal so the outage starts mid-lease.
+			waitFor(t, "a renewal", 5*time.Second, func() bool { return rdb.PTTL(ctx, "k").Val() > ttl*9/10 })
+			renewedAt := time.Now().Add(-ttl / 10)
+			if mode == "killed" {
+				rs.Kill()
+			} else {
+				rs.Pause()
+				defer rs.Resume()
+			}
+			select {
+			case <-le.Lost():
+			case <-time.After(2 * ttl):
+				t.Fatal("lease not lost with Redis down")
+			}
+			if since := time.Since(renewedAt); since >= ttl {
+				t.Errorf("lost signalled %v after the last renewal, TTL is %v", since, ttl)
+			}
+			if _, err := l.TryAcquire(ctx); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("acquire with Redis down: %v, want a store error", err)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			if err := le.Release(rctx); err == nil {
+				t.Error("release with Redis down reported success")
+			}
+			cancel()
+			if mode == "killed" {
+				rs.Start()
+			} else {
+				rs.Resume()
+			}
+			waitFor(t, "lock available again", 10*time.Second, func() bool {
+				le2, err := l.TryAcquire(ctx)
+				if err != nil {
+					return false
+				}
+				le2.Release(ctx)
+				return true
+			})
+		})
+	}
+}
+
+func TestProgressFencedAndMonotonic(t *testing.T) {
+	rs := testserver.StartRedis(t)
+	rdb := redisClient(t, rs.Addr)
+	ctx := ctxT(t, 30*time.Second)
+	g := NewGroup(rdb, "order", "billing", Options{TTL: time.Second})
+	if g.Key() != "smss:group:{5:order:billing}:lock" || g.ProgressKey() != "smss:group:{5:order:billing}:progress" {
+		t.Errorf("keys %q %q", g.Key(), g.ProgressKey())
+	}
+	if _, ok, err := g.Progress(ctx); ok || err != nil {
+		t.Fatalf("progress of a new group: %v %v", ok, err)
+	}
+	le, err := g.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ save, want int64 }{{5, 5}, {3, 5}, {10, 10}, {9, 10}, {100, 100}, {1 << 60, 1 << 60}, {1<<60 - 1, 1 << 60}} {
+		if err := g.SaveProgress(ctx, le, tc.save); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok, err := g.Progress(ctx); !ok || err != nil || p != tc.want {
+			t.Errorf("after saving %d: %d %v %v, want %d", tc.save, p, ok, err, tc.want)
+		}
+	}
+	other := NewGroup(rdb, "order", "billing", Options{TTL: time.Second})
+	if err := other.SaveProgress(ctx, le, 1<<61); err == nil {
+		t.Error("saved with a lease of another Group value")
+	}
+	le.Release(ctx)
+	if err := g.SaveProgress(ctx, le, 1<<61); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("save after release: %v", err)
+	}
+	// Names that would collide if joined naively stay apart.
+	a, b := NewGroup(rdb, "a:b", "c", Options{}), NewGroup(rdb, "a", "b:c", Options{})
+	if a.Key() == b.Key() {
+		t.Errorf("groups (a:b, c) and (a, b:c) share key %q", a.Key())
+	}
+}
+
+func TestConcurrentAcquireOneWinner(t *testing.T) {
+	rs := testserver.StartRedis(t)
+	rdb := redisClient(t, rs.Addr)
+	ctx := ctxT(t, 30*time.Second)
+	var mu sync.Mutex
+	var winners []dlock.Lease
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			le, err := New(rdb, "race", Options{TTL: time.Second}).TryAcquire(ctx)
+			if err == nil {
+				mu.Lock()
+				winners = append(winners, le)
+				mu.Unlock()
+			} else if !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d winners", len(winners))
+	}
+	winners[0].Release(ctx)
+}

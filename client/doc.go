@@ -1,0 +1,37 @@
+// Package client is the Go client of smss: a connection pool for request/
+// reply calls (publish, delayed publish, topic management, alive), a
+// reconnecting Subscriber, and a replication stream reader for tools.
+//
+// Every wire unit is encoded and decoded by package protocol; this package
+// adds connection management and the policies below.
+//
+// Connections and the pool:
+//
+//   - A Client holds at most Options.MaxConns open connections (borrowed plus
+//     idle). A call that finds none free waits up to Options.WaitTimeout (or
+//     its context deadline, if sooner) and then fails with ErrPoolTimeout.
+//   - Each request is written with one Write and its reply read completely
+//     before the connection is reused. A connection that saw any error other
+//     than a server 400 reply (timeout, cancellation, I/O error, malformed
+//     reply) is closed, never returned to the pool, because its stream may
+//     be out of step (spec §10.27).
+//   - Calls add no round trips of their own. Before an idle connection is
+//     handed out, a non-blocking peek at the socket (one syscall) discards
+//     connections the server has closed, e.g. after a restart. A background
+//     goroutine pings (alive, cmd 17) connections idle for
+//     Options.HealthCheckInterval and closes those older than
+//     Options.MaxLifetime.
+//   - Every call takes a context: its deadline bounds the whole call (pool
+//     wait, write and read) and cancellation interrupts the I/O. Without a
+//     deadline Options.RequestTimeout applies.
+//
+// Errors: a 400 reply becomes a *ServerError carrying the server's text
+// verbatim. errors.Is matches it against the sentinels of this package
+// (ErrTopicNotExist, ErrTopicExist, ErrSubscriberExists, ...) and against
+// the protocol package's *BizError sentinels by text. Network and protocol
+// errors are wrapped with the operation and address.
+//
+// Messages carry ordered headers and a body (spec §1.4). A message with no
+// header and an empty body cannot be sent (ErrEmptyMessage). The traceId of
+// a call is taken from the context (WithTraceID) or generated.
+package client

@@ -1,0 +1,163 @@
+package client
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// ServerError is a 400 reply: Msg is the server's text, verbatim.
+type ServerError struct {
+	Msg  string
+	kind errKind
+}
+
+type errKind uint8
+
+const (
+	kindOther errKind = iota
+	kindTopicNotExist
+	kindTopicExist
+	kindSubscriberExists
+	kindNotSupported
+	kindNotMaster
+	kindInvalidTopicName
+	kindExpireTooSoon
+	kindDelayTooShort
+	kindInvalidRequest
+	kindLimitExceeded
+	kindEventIDUnavailable
+)
+
+func (e *ServerError) Error() string { return "smss server: " + e.Msg }
+
+// Is matches the sentinels of this package by the kind of error they name,
+// and the protocol package's *BizError sentinels by their exact text.
+func (e *ServerError) Is(target error) bool {
+	switch t := target.(type) {
+	case *ServerError:
+		return t.kind != kindOther && t.kind == e.kind
+	case *protocol.BizError:
+		return t.Msg == e.Msg
+	}
+	return false
+}
+
+func sentinel(kind errKind, msg string) *ServerError { return &ServerError{Msg: msg, kind: kind} }
+
+// Sentinels for the server replies callers branch on; compare with errors.Is.
+var (
+	// ErrTopicNotExist: the topic is unknown, deleted or expired.
+	ErrTopicNotExist = sentinel(kindTopicNotExist, "topic not exist")
+	// ErrTopicExist: create of a name that already exists.
+	ErrTopicExist = sentinel(kindTopicExist, "topic exist")
+	// ErrSubscriberExists: another subscriber with the same who is active
+	// on the topic on that server ("<who> regiester exist").
+	ErrSubscriberExists = sentinel(kindSubscriberExists, "subscriber already registered")
+	// ErrNotSupported: the server does not serve this command (e.g. replica
+	// on a slave).
+	ErrNotSupported = sentinel(kindNotSupported, "don't support action")
+	// ErrNotMaster: a write or topic management sent to a slave.
+	ErrNotMaster = sentinel(kindNotMaster, "just master can write")
+	// ErrInvalidTopicName: the server refused the topic name.
+	ErrInvalidTopicName = sentinel(kindInvalidTopicName, "invalid topic name")
+	// ErrExpireTooSoon: a topic lifetime under 10 s.
+	ErrExpireTooSoon = sentinel(kindExpireTooSoon, "expire MUST more than 10s")
+	// ErrDelayTooShort: a delay under 1 s.
+	ErrDelayTooShort = sentinel(kindDelayTooShort, "delay time must be more than 1 second")
+	// ErrInvalidRequest: the server refused the request's payload.
+	ErrInvalidRequest = sentinel(kindInvalidRequest, "invalid request")
+	// ErrLimitExceeded: a request over one of the server's size limits.
+	ErrLimitExceeded = sentinel(kindLimitExceeded, "limit exceeded")
+	// ErrEventIDUnavailable: a subscription or replica start eventId the
+	// server cannot resume from (beyond its last id, removed by retention,
+	// not a block boundary, ...).
+	ErrEventIDUnavailable = sentinel(kindEventIDUnavailable, "eventId unavailable")
+)
+
+// Client-side errors.
+var (
+	// ErrPoolTimeout: no connection became free within the wait timeout.
+	ErrPoolTimeout = errors.New("smss client: timed out waiting for a free connection")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("smss client: closed")
+	// ErrEmptyMessage: a message with no header and an empty body (its
+	// record would be 8 bytes, which the protocol cannot carry, §1.4).
+	ErrEmptyMessage = errors.New("smss client: empty message")
+	// ErrNoMessages: a batch call without messages.
+	ErrNoMessages = errors.New("smss client: no messages")
+	// ErrTopicDeleted: the server ended a subscription (255) because the
+	// topic was deleted or expired.
+	ErrTopicDeleted = errors.New("smss client: subscription ended: topic deleted or expired")
+	// ErrProtocol: the server sent something this client cannot parse; the
+	// connection was dropped.
+	ErrProtocol = errors.New("smss client: protocol error")
+)
+
+// newServerError classifies a 400 text. topic is the topic of the request,
+// for the sub reply "<topic> not exist".
+func newServerError(msg, topic string) *ServerError {
+	return &ServerError{Msg: msg, kind: classify(msg, topic)}
+}
+
+func classify(msg, topic string) errKind {
+	switch msg {
+	case protocol.ErrTopicNotExist.Msg:
+		return kindTopicNotExist
+	case protocol.ErrTopicExist.Msg:
+		return kindTopicExist
+	case protocol.ErrNotSupported.Msg:
+		return kindNotSupported
+	case protocol.ErrSlavePub.Msg, protocol.ErrSlaveManage.Msg:
+		return kindNotMaster
+	case protocol.ErrExpireTooSoon.Msg:
+		return kindExpireTooSoon
+	case protocol.ErrDelayTooShort.Msg:
+		return kindDelayTooShort
+	case protocol.ErrTopicNameRequired.Msg,
+		"topic name MUST be less than 128 char and NOT contains space/enter/tab":
+		return kindInvalidTopicName
+	case protocol.ErrInvalidPubPayload.Msg, protocol.ErrPubSizeTooSmall.Msg, protocol.ErrInvalidDelay.Msg:
+		return kindInvalidRequest
+	case protocol.ErrInvalidReplicaID.Msg, "EOF", "invalid pos", "can't find event id",
+		"can't find event id,because file not exist", "found event id,but expired":
+		return kindEventIDUnavailable
+	}
+	switch {
+	case topic != "" && msg == topic+" not exist":
+		return kindTopicNotExist
+	case strings.HasSuffix(msg, " regiester exist"):
+		return kindSubscriberExists
+	case strings.HasPrefix(msg, "invalid topic name"):
+		return kindInvalidTopicName
+	case strings.Contains(msg, "exceeds limit."):
+		return kindLimitExceeded
+	case strings.HasPrefix(msg, "invalid eventId"),
+		strings.Contains(msg, "is beyond the last eventId"),
+		strings.Contains(msg, "removed by retention"),
+		strings.Contains(msg, "is older than the oldest retained"),
+		strings.Contains(msg, "is inside a binlog block"),
+		strings.HasPrefix(msg, "subscription position is gone"),
+		strings.HasPrefix(msg, "replication position is gone"):
+		return kindEventIDUnavailable
+	}
+	return kindOther
+}
+
+// toServerError converts a protocol *BizError (a 400 reply) into a
+// *ServerError; other errors are returned unchanged.
+func toServerError(err error, topic string) error {
+	var be *protocol.BizError
+	if errors.As(err, &be) {
+		return newServerError(be.Msg, topic)
+	}
+	return err
+}
+
+// IsServerError reports whether err is (or wraps) a 400 reply. A connection
+// stays usable after one.
+func IsServerError(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se)
+}

@@ -1,0 +1,77 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/smssmq/smss/client"
+)
+
+// Publishing: one message, a batch with consecutive eventIds, and a delayed
+// message. Needs a server on 127.0.0.1:12301.
+func ExampleClient_Publish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, "127.0.0.1:12301", client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	if err := c.CreateTopicTTL(ctx, "order", 24*time.Hour); err != nil && !errors.Is(err, client.ErrTopicExist) {
+		log.Fatal(err)
+	}
+	ctx = client.WithTraceID(ctx, "checkout-42")
+	msg := client.NewMessage([]byte(`{"id":42}`)).SetHeader("type", "created")
+	if err := c.Publish(ctx, "order", msg); err != nil {
+		log.Fatal(err)
+	}
+	batch := []*client.Message{client.NewMessage([]byte("a")), client.NewMessage([]byte("b"))}
+	if err := c.PublishBatch(ctx, "order", batch); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.PublishDelay(ctx, "order", 5*time.Second, client.NewMessage([]byte("reminder"))); err != nil {
+		log.Fatal(err)
+	}
+	info, err := c.TopicInfo(ctx, "order")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(info.Name, "expires", info.ExpireAt)
+}
+
+// Subscribing: the handler gets batches; AfterAck is the place to persist
+// progress, which is passed back as From after a restart. Needs a server on
+// 127.0.0.1:12301.
+func ExampleSubscriber() {
+	var progress int64 // load from durable storage in a real consumer
+	s, err := client.NewSubscriber("127.0.0.1:12301", client.SubscriberConfig{
+		Topic:     "order",
+		Who:       "billing",
+		From:      progress,
+		BatchSize: 16,
+		Handler: func(ctx context.Context, batch []client.Delivery) client.AckAction {
+			for _, d := range batch {
+				typ, _ := d.Header("type")
+				fmt.Println(d.EventID, typ, string(d.Body))
+			}
+			return client.Ack
+		},
+		AfterAck: func(lastEventID int64) { progress = lastEventID },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = s.Run(ctx) // reconnects with backoff until ctx ends
+	switch {
+	case errors.Is(err, client.ErrTopicDeleted):
+		fmt.Println("topic deleted; resume point was", s.LastAcked())
+	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,307 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// AckAction is a Handler's verdict on the batch it was given.
+type AckAction uint8
+
+const (
+	// Ack acknowledges the batch and asks for the next one.
+	Ack AckAction = iota
+	// AckAndStop acknowledges the batch and ends the subscription; Run
+	// returns nil.
+	AckAndStop
+	// StopWithoutAck ends the subscription without acknowledging: the
+	// connection is closed at once (the server does not wait for its ack
+	// timeout) and the batch is delivered again by the next subscription
+	// that resumes from LastAcked. Run returns nil.
+	StopWithoutAck
+)
+
+// Handler processes one batch (1..BatchSize messages in eventId order). ctx
+// is cancelled when the subscription is being stopped; a batch whose
+// handler returns after that is not acknowledged, whatever it returns.
+type Handler func(ctx context.Context, batch []Delivery) AckAction
+
+// SubscriberConfig configures a Subscriber. Topic, Who and Handler are
+// required; other zero fields take the defaults named below.
+type SubscriberConfig struct {
+	Topic string
+	// Who names the subscriber; a server allows one active subscription
+	// per (topic, who).
+	Who string
+	// From is the last eventId already consumed: delivery starts after it.
+	// 0 starts at the oldest retained message.
+	From int64
+	// BatchSize is the most messages per batch, 1..255. Default 1.
+	BatchSize uint8
+	// AckTimeout is how long the server waits for the ack of a batch
+	// before dropping the connection (the batch is then redelivered after
+	// the reconnect). 0 leaves the server's default (3 s).
+	AckTimeout time.Duration
+	Handler    Handler
+	// AfterAck is called after every acknowledged batch with the batch's
+	// last eventId, so the caller can persist progress and later pass it
+	// as From.
+	AfterAck func(lastEventID int64)
+	// MinBackoff and MaxBackoff bound the reconnect delay, which starts at
+	// MinBackoff, doubles after each failed attempt up to MaxBackoff, and
+	// is jittered to between half and all of that. Defaults 1 s and 30 s.
+	MinBackoff, MaxBackoff time.Duration
+	// IdleTimeout is how long a stream may be silent (the server sends an
+	// alive at least every 30 s by default) before it is considered dead
+	// and re-established. Default 35 s.
+	IdleTimeout time.Duration
+	// DialTimeout bounds a connect and the write of the request or an ack.
+	// Default 5 s.
+	DialTimeout time.Duration
+	// MaxFrameBytes caps one batch's size on the wire. Default 256 MiB.
+	MaxFrameBytes int
+	// DialContext opens connections; nil uses a net.Dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	Logger      *slog.Logger
+}
+
+// Subscriber consumes a topic from one server, reconnecting with backoff
+// and resuming after the last acknowledged eventId. Delivery is
+// at-least-once: a batch whose ack was not sent (handler stopped, connection
+// lost or ack timeout) is delivered again.
+type Subscriber struct {
+	addr      string
+	cfg       SubscriberConfig
+	lastAcked atomic.Int64
+	running   atomic.Bool
+}
+
+// NewSubscriber returns a Subscriber for the server at addr.
+func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
+	switch {
+	case cfg.Topic == "":
+		return nil, errors.New("smss subscriber: Topic is required")
+	case cfg.Handler == nil:
+		return nil, errors.New("smss subscriber: Handler is required")
+	case cfg.From < 0:
+		return nil, fmt.Errorf("smss subscriber: From %d is negative", cfg.From)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 1
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = defaultStreamIdle
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = 256 << 20
+	}
+	if cfg.DialContext == nil {
+		cfg.DialContext = (&net.Dialer{}).DialContext
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Subscriber{addr: addr, cfg: cfg}
+	s.lastAcked.Store(cfg.From)
+	return s, nil
+}
+
+// NewSubscriber returns a Subscriber to c's server using c's dialer and
+// logger (unless cfg sets its own). It does not use the pool: a
+// subscription holds its own connection.
+func (c *Client) NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.DialContext == nil {
+		cfg.DialContext = c.opts.DialContext
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = c.opts.Logger
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = c.opts.DialTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = c.opts.StreamIdleTimeout
+	}
+	return NewSubscriber(c.addr, cfg)
+}
+
+// LastAcked returns the last acknowledged eventId (From before any ack).
+func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
+
+// Run subscribes and blocks until the subscription ends. It returns nil when
+// the Handler stopped it, an error wrapping ErrTopicDeleted when the server
+// ended it because the topic is gone, ctx's error when ctx ends, and a
+// *ServerError the server gave for which reconnecting cannot help (unknown
+// topic, unavailable start eventId, ...). Network failures, malformed frames
+// and "subscriber already registered" are retried with backoff. Run must
+// not be called concurrently on one Subscriber.
+func (s *Subscriber) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("smss subscriber: Run already in progress")
+	}
+	defer s.running.Store(false)
+	attempt := 0
+	for {
+		progressed, err := s.session(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+		}
+		err = fmt.Errorf("smss subscribe %q who %q at %s: %w", s.cfg.Topic, s.cfg.Who, s.addr, err)
+		if !isRetryable(err) {
+			return err
+		}
+		if progressed {
+			attempt = 0
+		}
+		wait := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
+		attempt++
+		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
+			"from", s.lastAcked.Load(), "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is min·2^attempt capped at max, jittered into [d/2, d].
+func backoff(min, max time.Duration, attempt int) time.Duration {
+	d := min
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// session runs one connection. progressed reports whether the server
+// accepted the subscription (any frame arrived), which resets the backoff.
+func (s *Subscriber) session(ctx context.Context) (progressed bool, err error) {
+	nc, err := dial(ctx, s.cfg.DialContext, s.cfg.DialTimeout, s.addr)
+	if err != nil {
+		return false, err
+	}
+	var closeOnce sync.Once
+	closeConn := func() { closeOnce.Do(func() { nc.Close() }) }
+	defer closeConn()
+	stop := context.AfterFunc(ctx, closeConn)
+	defer stop()
+
+	req, err := protocol.AppendSub(nil, []byte(s.cfg.Topic), traceID(ctx), s.lastAcked.Load(),
+		s.cfg.BatchSize, s.cfg.AckTimeout, []byte(s.cfg.Who))
+	if err != nil {
+		return false, permanentError{fmt.Errorf("encode request: %w", err)}
+	}
+	nc.SetWriteDeadline(time.Now().Add(s.cfg.DialTimeout))
+	if _, err := nc.Write(req); err != nil {
+		return false, fmt.Errorf("send subscribe: %w", err)
+	}
+	r := bufio.NewReader(nc)
+	for {
+		nc.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		f, err := protocol.ReadSubFrame(r, s.cfg.MaxFrameBytes)
+		if err != nil {
+			if errors.Is(err, protocol.ErrUnexpectedStatus) {
+				err = fmt.Errorf("%w: %w", ErrProtocol, err)
+			}
+			return progressed, toServerError(err, s.cfg.Topic)
+		}
+		progressed = true
+		switch f.Code {
+		case protocol.StatusAlive:
+			continue
+		case protocol.StatusSubEnd:
+			return progressed, ErrTopicDeleted
+		}
+		done, err := s.batch(ctx, nc, f)
+		if err != nil || done {
+			return progressed, err
+		}
+	}
+}
+
+// batch hands one data frame to the handler and acknowledges it as told.
+// done means the subscription ended normally.
+func (s *Subscriber) batch(ctx context.Context, nc net.Conn, f protocol.Frame) (done bool, err error) {
+	msgs, err := protocol.ParseSubMessages(f.Body, f.Count)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	last := s.lastAcked.Load()
+	batch := make([]Delivery, 0, len(msgs))
+	for i := range msgs {
+		if msgs[i].EventID <= last {
+			// The server resumes strictly after the id we send; anything
+			// else is a server fault, never shown twice to the handler.
+			s.cfg.Logger.Warn("smss subscriber: dropped already acknowledged message",
+				"topic", s.cfg.Topic, "eventId", msgs[i].EventID, "lastAcked", last)
+			continue
+		}
+		batch = append(batch, deliveryFrom(&msgs[i]))
+		last = msgs[i].EventID
+	}
+	action := Ack
+	if len(batch) > 0 {
+		action = s.cfg.Handler(ctx, batch)
+	}
+	if ctx.Err() != nil {
+		// Stopping (for a group subscriber: the lease may be gone); the
+		// handler may have given up part-way, so nothing more is acked.
+		return false, ctx.Err()
+	}
+	var code uint16
+	switch action {
+	case Ack:
+		code = 0
+	case AckAndStop:
+		code = 1
+	default:
+		return true, nil
+	}
+	nc.SetWriteDeadline(time.Now().Add(s.cfg.DialTimeout))
+	if _, err := nc.Write([]byte{byte(code), byte(code >> 8)}); err != nil {
+		if action == AckAndStop {
+			// The handler asked to stop; only the final ack was lost, which
+			// LastAcked (not advanced) shows.
+			s.cfg.Logger.Warn("smss subscriber: final ack not sent", "topic", s.cfg.Topic, "err", err)
+			return true, nil
+		}
+		return false, fmt.Errorf("send ack: %w", err)
+	}
+	s.lastAcked.Store(last)
+	if s.cfg.AfterAck != nil {
+		s.cfg.AfterAck(last)
+	}
+	return action == AckAndStop, nil
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Workload names.
+const (
+	wPub     = "pub"
+	wSub     = "sub"
+	wE2E     = "e2e"
+	wRepl    = "repl"
+	wCompare = "compare"
+)
+
+// Targets.
+const (
+	targetSmss  = "smss"
+	targetRedis = "redis"
+)
+
+// options are the command line of one invocation.
+type options struct {
+	workload string // pub, sub, e2e, repl (compare: the compared workload)
+	compare  bool
+	target   string
+
+	addr     string // use a running server instead of starting one
+	pid      int    // its pid, for RSS
+	smssBin  string
+	redisBin string
+	flush    int
+
+	conns    int
+	size     int
+	records  int
+	rate     float64 // messages per second over all connections; 0 = as fast as possible
+	duration time.Duration
+	count    int64 // messages; > 0 overrides duration
+	batch    int
+	topic    string
+	// freshTopic: each run uses a new topic name (a running server may hold
+	// an old "bench").
+	freshTopic bool
+
+	backlog   int64         // repl: messages the slave catches up on
+	timeout   time.Duration // repl catch-up and live-delivery waits
+	withSlave bool          // pub: attach a slave during the run
+
+	runs  int
+	json  bool
+	quiet bool
+	keep  bool
+}
+
+const usageText = `usage: smss-bench <pub|sub|e2e|repl> [flags]
+       smss-bench compare --workload <pub|sub|e2e> [flags]
+
+Starts the server itself (smss built with go build, or redis-server) on a
+free loopback port with its data in a temp directory, unless --addr names a
+running one. Everything it starts is stopped and removed on exit or Ctrl-C.
+
+workloads:
+  pub      C connections publish messages of --size bytes, --records per
+           request, at --rate msgs/s or as fast as possible, for --duration
+           or --count messages; latency is per request.
+  sub      pre-fill --count messages (100 per request, not timed), then
+           consume them on one connection with --batch; latency per batch.
+  e2e      publish at --rate with one live subscriber; latency is
+           publish→delivery per message (timestamp inside the body).
+  repl     (smss only) slave catch-up of a --backlog, then publish→delivery
+           lag through the slave at --rate for --duration.
+  compare  run --workload against smss and Redis back to back (--runs
+           pairs) and print both side by side with their ratio.
+
+flags:
+`
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return nil, errors.New("missing workload")
+	}
+	o := &options{workload: args[0]}
+	fs := flag.NewFlagSet("smss-bench "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	var workload string
+	fs.StringVar(&workload, "workload", "", "compare: the workload to compare (pub, sub, e2e)")
+	fs.StringVar(&o.target, "target", targetSmss, "server to benchmark: smss or redis")
+	fs.StringVar(&o.addr, "addr", "", "host:port of a running server to use instead of starting one")
+	fs.IntVar(&o.pid, "pid", 0, "pid of the --addr server, to report its RSS")
+	fs.StringVar(&o.smssBin, "smss-bin", "", "smss binary (default: go build it into the temp dir)")
+	fs.StringVar(&o.redisBin, "redis-bin", "redis-server", "redis-server binary")
+	fs.IntVar(&o.flush, "flush", 1, "smss store.flushLevel 0/1/2; Redis appendfsync no/everysec/always")
+	fs.IntVar(&o.conns, "conns", 1, "publishing connections")
+	fs.IntVar(&o.size, "size", 200, "message body bytes (>= 8: the first 8 carry the send time)")
+	fs.IntVar(&o.records, "records", 1, "messages per publish request (Redis: pipelined XADDs)")
+	fs.Float64Var(&o.rate, "rate", -1, "messages per second over all connections, 0 = as fast as possible (default 0; e2e and repl 1000)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the timed phase")
+	fs.Int64Var(&o.count, "count", 0, "pub/e2e: messages to send instead of --duration; sub: messages to consume (default 1000000)")
+	fs.IntVar(&o.batch, "batch", 32, "sub/e2e/repl: subscription batch, 1..255 (Redis: XREAD COUNT)")
+	fs.StringVar(&o.topic, "topic", "", "topic or stream key (default bench, or a fresh name with --addr)")
+	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
+	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
+	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
+	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data, logs) and print its path")
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.workload == wCompare {
+		o.compare = true
+		o.workload = workload
+		if o.addr != "" {
+			return nil, errors.New("compare starts both servers itself; --addr is not allowed")
+		}
+	} else if workload != "" {
+		return nil, errors.New("--workload is for compare only")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := o.validate(set); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *options) validate(set map[string]bool) error {
+	switch o.workload {
+	case wPub, wSub, wE2E:
+	case wRepl:
+		if o.compare {
+			return errors.New("repl is smss only: compare supports pub, sub and e2e")
+		}
+		if o.target != targetSmss {
+			return errors.New("repl is smss only")
+		}
+	case "":
+		return errors.New("compare needs --workload pub, sub or e2e")
+	default:
+		return fmt.Errorf("unknown workload %q (want pub, sub, e2e, repl or compare)", o.workload)
+	}
+	if o.target != targetSmss && o.target != targetRedis {
+		return fmt.Errorf("--target %q: want smss or redis", o.target)
+	}
+	if o.rate < 0 {
+		o.rate = 0
+		if o.workload == wE2E || o.workload == wRepl {
+			o.rate = 1000
+		}
+	}
+	if o.workload == wSub && o.count == 0 {
+		o.count = 1_000_000
+	}
+	switch {
+	case o.flush < 0 || o.flush > 2:
+		return fmt.Errorf("--flush %d: want 0, 1 or 2", o.flush)
+	case o.conns < 1:
+		return fmt.Errorf("--conns %d: want >= 1", o.conns)
+	case o.size < stampSize:
+		return fmt.Errorf("--size %d: want >= %d (the body carries an 8-byte timestamp)", o.size, stampSize)
+	case o.records < 1 || o.records > 10000:
+		return fmt.Errorf("--records %d: want 1..10000 (the server's default limit.maxRecords)", o.records)
+	case o.records*(o.size+8) > 8<<20:
+		return fmt.Errorf("--size × --records exceeds the server's default 8 MiB limit.maxPayload")
+	case o.batch < 1 || o.batch > 255:
+		return fmt.Errorf("--batch %d: want 1..255", o.batch)
+	case o.duration <= 0 && o.count <= 0:
+		return errors.New("--duration must be > 0 unless --count is given")
+	case o.count < 0:
+		return fmt.Errorf("--count %d: want >= 0", o.count)
+	case o.runs < 1:
+		return fmt.Errorf("--runs %d: want >= 1", o.runs)
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout %s: want > 0", o.timeout)
+	case o.backlog < 1:
+		return fmt.Errorf("--backlog %d: want >= 1", o.backlog)
+	case o.pid != 0 && o.addr == "":
+		return errors.New("--pid goes with --addr (a started server's pid is known)")
+	case o.withSlave && (o.workload != wPub || o.target != targetSmss):
+		return errors.New("--with-slave applies to the smss pub workload")
+	case (o.workload == wE2E || o.workload == wRepl) && o.rate == 0:
+		return fmt.Errorf("%s needs a fixed --rate", o.workload)
+	case o.workload == wRepl && o.count > 0:
+		return errors.New("repl's lag phase runs for --duration; use --backlog for the catch-up size")
+	}
+	if o.workload == wSub && set["rate"] {
+		return errors.New("--rate does not apply to sub (it consumes as fast as possible)")
+	}
+	o.freshTopic = o.topic == "" && o.addr != ""
+	if o.topic == "" {
+		o.topic = "bench"
+	}
+	if strings.ContainsAny(o.topic, " /\\\t\n") {
+		return fmt.Errorf("--topic %q: not a valid topic name", o.topic)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// publisher sends one request of its configured number of messages and
+// waits for the reply. stamp (ns on the benchmark's clock) is written into
+// the first 8 bytes of every message body so consumers can measure
+// publish→delivery latency.
+type publisher interface {
+	publish(stamp int64) error
+	close() error
+}
+
+// consumer reads one batch of stored messages, calls fn with each message
+// body and returns how many it read. Keep-alive frames are skipped.
+type consumer interface {
+	next(fn func(body []byte)) (int, error)
+	close() error
+}
+
+// system is a server under test: smss or Redis.
+type system interface {
+	name() string
+	durability() string
+	// prepare creates the (empty) topic or stream the run uses.
+	prepare() error
+	dialPublisher(size, records int) (publisher, error)
+	dialConsumer(batch int) (consumer, error)
+}
+
+// dialTimeout bounds connecting to a server under test.
+const dialTimeout = 5 * time.Second
+
+// maxFrame caps what a benchmark client accepts in one frame: 255 messages
+// of the largest record the server accepts by default.
+const maxFrame = 64 << 20
+
+// stampSize is the prefix of each body that carries the publish time.
+const stampSize = 8
+
+// body returns a message body of size bytes (at least stampSize).
+func body(size int) []byte {
+	b := make([]byte, max(size, stampSize))
+	for i := stampSize; i < len(b); i++ {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+func readStamp(body []byte) (int64, bool) {
+	if len(body) < stampSize {
+		return 0, false
+	}
+	return int64(binary.LittleEndian.Uint64(body)), true
+}
+
+// smssSys talks the smss wire protocol over plain TCP connections: no client
+// library, no pool, one request in flight per connection, like the Go
+// client's PubClient.
+type smssSys struct {
+	addr  string
+	topic string
+	flush int
+	who   atomic.Int64
+}
+
+func (s *smssSys) name() string       { return "smss" }
+func (s *smssSys) durability() string { return fmt.Sprintf("flushLevel %d", s.flush) }
+
+type smssConn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	req []byte
+}
+
+func dialSmss(addr string) (*smssConn, error) {
+	c, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("dial smss %s: %w", addr, err)
+	}
+	return &smssConn{c: c, r: bufio.NewReaderSize(c, 64<<10)}, nil
+}
+
+func (c *smssConn) close() error { return c.c.Close() }
+
+// roundTrip sends req and reads a plain reply.
+func (c *smssConn) roundTrip(req []byte) error {
+	if _, err := c.c.Write(req); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	_, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 0)
+	return err
+}
+
+// createTopic creates a permanent topic; an existing one is accepted.
+func createTopic(addr, topic string) error {
+	c, err := dialSmss(addr)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	c.c.SetDeadline(time.Now().Add(30 * time.Second))
+	req, err := protocol.AppendCreate(nil, []byte(topic), nil, 0)
+	if err != nil {
+		return err
+	}
+	err = c.roundTrip(req)
+	// ReadReply returns a fresh BizError, so compare the text.
+	var be *protocol.BizError
+	if err != nil && !(errors.As(err, &be) && be.Msg == protocol.ErrTopicExist.Msg) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+func (s *smssSys) prepare() error { return createTopic(s.addr, s.topic) }
+
+// smssPub is one connection publishing a fixed request: records copies of a
+// record whose body is size bytes. stamps holds the offsets of the bodies.
+type smssPub struct {
+	*smssConn
+	stamps []int
+}
+
+func (s *smssSys) dialPublisher(size, records int) (publisher, error) {
+	return newSmssPub(s.addr, s.topic, size, records)
+}
+
+func newSmssPub(addr, topic string, size, records int) (*smssPub, error) {
+	one, err := protocol.AppendRecord(nil, protocol.Record{Body: body(size)})
+	if err != nil {
+		return nil, err
+	}
+	payload := make([]byte, 0, len(one)*records)
+	for i := 0; i < records; i++ {
+		payload = append(payload, one...)
+	}
+	req, err := protocol.AppendPub(nil, []byte(topic), nil, payload)
+	if err != nil {
+		return nil, err
+	}
+	// A record without headers is the 8-byte prefix then the body.
+	head := len(req) - len(payload)
+	p := &smssPub{}
+	for i := 0; i < records; i++ {
+		p.stamps = append(p.stamps, head+i*len(one)+protocol.RecordPrefixSize)
+	}
+	c, err := dialSmss(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.req = req
+	p.smssConn = c
+	return p, nil
+}
+
+func (p *smssPub) publish(stamp int64) error {
+	for _, off := range p.stamps {
+		binary.LittleEndian.PutUint64(p.req[off:], uint64(stamp))
+	}
+	return p.roundTrip(p.req)
+}
+
+// smssSub is a subscription stream; it acks each frame after handing its
+// messages to the caller, as a consumer that acks processed work does.
+type smssSub struct {
+	*smssConn
+	ack [2]byte
+}
+
+func (s *smssSys) dialConsumer(batch int) (consumer, error) {
+	who := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), s.who.Add(1))
+	return subscribeSmss(s.addr, s.topic, who, 0, batch)
+}
+
+func subscribeSmss(addr, topic, who string, from int64, batch int) (*smssSub, error) {
+	if batch < 1 || batch > 255 {
+		return nil, fmt.Errorf("batch %d out of 1..255", batch)
+	}
+	req, err := protocol.AppendSub(nil, []byte(topic), nil, from, uint8(batch), 30*time.Second, []byte(who))
+	if err != nil {
+		return nil, err
+	}
+	c, err := dialSmss(addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.c.Write(req); err != nil {
+		c.close()
+		return nil, fmt.Errorf("write sub request: %w", err)
+	}
+	return &smssSub{smssConn: c}, nil
+}
+
+// errStreamEnded reports a 255 (topic deleted) on a subscription.
+var errStreamEnded = errors.New("subscription ended by the server")
+
+func (s *smssSub) next(fn func(body []byte)) (int, error) {
+	for {
+		f, err := protocol.ReadSubFrame(s.r, maxFrame)
+		if err != nil {
+			return 0, err
+		}
+		switch f.Code {
+		case protocol.StatusAlive:
+			continue
+		case protocol.StatusSubEnd:
+			return 0, errStreamEnded
+		}
+		msgs, err := protocol.ParseSubMessages(f.Body, f.Count)
+		if err != nil {
+			return 0, err
+		}
+		for i := range msgs {
+			fn(msgs[i].Body)
+		}
+		if _, err := s.c.Write(s.ack[:]); err != nil { // ack code 0: continue
+			return 0, fmt.Errorf("write ack: %w", err)
+		}
+		return len(msgs), nil
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/smssmq/smss/client"
+)
+
+const defaultAddr = "127.0.0.1:12301"
+
+// globals are the flags every command accepts.
+type globals struct {
+	e       env
+	addr    string
+	json    bool
+	timeout time.Duration
+	trace   string
+}
+
+func newGlobals(e env) *globals {
+	g := &globals{e: e, addr: defaultAddr, timeout: 10 * time.Second}
+	if a := e.getenv("SMSS_ADDR"); a != "" {
+		g.addr = a
+	}
+	return g
+}
+
+// flagSet returns a flag set with the global flags bound to g; usage is
+// printed for --help.
+func (g *globals) flagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&g.addr, "addr", g.addr, "server `host:port` (default $SMSS_ADDR, else "+defaultAddr+")")
+	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "timeout of each request")
+	fs.StringVar(&g.trace, "trace", g.trace, "traceId sent with requests (default: random per request)")
+	fs.Usage = func() {
+		w := g.e.stdout
+		fmt.Fprint(w, usage)
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses flags and positional arguments in any order ("--" ends the
+// flags). With stopAtCommand the first positional argument and everything
+// after it are returned unparsed (global flags before a command). done
+// reports that the caller must exit with code (help printed, or a usage
+// error).
+func parse(fs *flag.FlagSet, args []string, e env, stopAtCommand bool) (pos []string, code int, done bool) {
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return nil, exitOK, true
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "smssctl: %v\nRun with --help for usage.\n", err)
+			return nil, exitUsage, true
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), 0, false
+		}
+		if len(rest) == 0 {
+			return pos, 0, false
+		}
+		if stopAtCommand {
+			return rest, 0, false
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseDuration accepts Go durations plus a "d" (24h) unit: 7d, 1d12h.
+func parseDuration(s string) (time.Duration, error) {
+	if days, rest, ok := strings.Cut(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		d := time.Duration(n) * 24 * time.Hour
+		if rest == "" {
+			return d, nil
+		}
+		r, err := time.ParseDuration(rest)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return d + r, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	return d, nil
+}
+
+// durationFlag is a flag.Value using parseDuration.
+type durationFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// headerFlag collects repeated --header k=v in order.
+type headerFlag []client.Header
+
+func (h *headerFlag) String() string { return "" }
+
+func (h *headerFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("header %q is not key=value", s)
+	}
+	*h = append(*h, client.Header{Key: k, Value: v})
+	return nil
+}
+
+// ctx returns the context of one request.
+func (g *globals) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, g.timeout)
+	if g.trace != "" {
+		ctx = client.WithTraceID(ctx, g.trace)
+	}
+	return ctx, cancel
+}
+
+// dial connects to the server with a pool of one connection.
+func (g *globals) dial(parent context.Context) (*client.Client, error) {
+	ctx, cancel := g.ctx(parent)
+	defer cancel()
+	return client.Dial(ctx, g.addr, client.Options{MaxConns: 1, DialTimeout: g.timeout, HealthCheckInterval: -1})
+}
+
+// needArgs checks the number of positional arguments.
+func needArgs(pos []string, min, max int, what string) error {
+	switch {
+	case len(pos) < min:
+		return usagef("missing %s", what)
+	case len(pos) > max:
+		return usagef("unexpected argument %q", pos[max])
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/smssmq/smss/client"
+)
+
+const pubUsage = `usage: smssctl pub TOPIC [--header k=v]... [--delay 5s] [MESSAGE | -]
+
+Publishes one message. The body is MESSAGE, or standard input when MESSAGE
+is "-" or absent. Headers keep the order given. --delay (at least 1s)
+publishes it that long from now.
+`
+
+// maxStdinBody bounds a body read from standard input; the server's default
+// limit is 8 MiB per request.
+const maxStdinBody = 64 << 20
+
+func runPub(ctx context.Context, g *globals, args []string) int {
+	fs := g.flagSet("pub", pubUsage)
+	var headers headerFlag
+	var delay durationFlag
+	fs.Var(&headers, "header", "message header `key=value` (repeatable)")
+	fs.Var(&delay, "delay", "publish after this delay, e.g. 5s")
+	pos, code, done := parse(fs, args, g.e, false)
+	if done {
+		return code
+	}
+	if err := needArgs(pos, 1, 2, "topic"); err != nil {
+		return fail(g, err)
+	}
+	if delay.set && delay.d <= 0 {
+		return fail(g, usagef("--delay must be positive"))
+	}
+	topic := pos[0]
+	var body []byte
+	if len(pos) == 2 && pos[1] != "-" {
+		body = []byte(pos[1])
+	} else {
+		b, err := io.ReadAll(io.LimitReader(g.e.stdin, maxStdinBody+1))
+		if err != nil {
+			return fail(g, fmt.Errorf("read message from stdin: %w", err))
+		}
+		if len(b) > maxStdinBody {
+			return fail(g, usagef("message on stdin exceeds %d bytes", maxStdinBody))
+		}
+		body = b
+	}
+	msg := &client.Message{Headers: headers, Body: body}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer c.Close()
+	rctx, cancel := g.ctx(ctx)
+	defer cancel()
+	if delay.set {
+		err = c.PublishDelay(rctx, topic, delay.d, msg)
+	} else {
+		err = c.Publish(rctx, topic, msg)
+	}
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json {
+		writeJSON(g.e.stdout, map[string]any{"topic": topic, "published": 1, "bytes": len(body), "delayMs": delay.d.Milliseconds()})
+		return exitOK
+	}
+	if delay.set {
+		fmt.Fprintf(g.e.stdout, "published 1 message (%d bytes) to %s, delayed %v\n", len(body), topic, delay.d)
+	} else {
+		fmt.Fprintf(g.e.stdout, "published 1 message (%d bytes) to %s\n", len(body), topic)
+	}
+	return exitOK
+}

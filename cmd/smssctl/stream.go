@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/client"
+)
+
+const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N] [--batch N] [--count N]
+
+Subscribes as NAME and prints every message as it arrives, one per line,
+reconnecting (with backoff) if the connection drops. --from is the last
+eventId already consumed (0: from the oldest message). Stops on Ctrl-C,
+after --count messages, or when the topic is deleted (exit code 3). The last
+acknowledged eventId is printed to stderr at the end, to resume with --from;
+when --count ends inside a batch, that batch is not acknowledged, so
+resuming prints its first messages again rather than skip any.
+`
+
+func runSub(ctx context.Context, g *globals, args []string) int {
+	fs := g.flagSet("sub", subUsage)
+	who := fs.String("who", "", "subscriber name (required)")
+	from := fs.Int64("from", 0, "last eventId already consumed")
+	batch := fs.Int("batch", 16, "messages per batch, 1..255")
+	count := fs.Int("count", 0, "exit after this many messages (0: run until stopped)")
+	var ackTimeout durationFlag
+	fs.Var(&ackTimeout, "ack-timeout", "how long the server waits for each ack (default: the server's)")
+	pos, code, done := parse(fs, args, g.e, false)
+	if done {
+		return code
+	}
+	switch err := needArgs(pos, 1, 1, "topic"); {
+	case err != nil:
+		return fail(g, err)
+	case *who == "":
+		return fail(g, usagef("--who is required"))
+	case *batch < 1 || *batch > 255:
+		return fail(g, usagef("--batch must be 1..255"))
+	case *from < 0:
+		return fail(g, usagef("--from must be >= 0"))
+	case *count < 0:
+		return fail(g, usagef("--count must be >= 0"))
+	}
+	printed := 0
+	sub, err := client.NewSubscriber(g.addr, client.SubscriberConfig{
+		Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
+		DialTimeout: g.timeout,
+		Logger:      slog.New(slog.NewTextHandler(g.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {
+			for i := range msgs {
+				printDelivery(g, &msgs[i])
+				printed++
+				if *count > 0 && printed >= *count {
+					if i == len(msgs)-1 {
+						return client.AckAndStop
+					}
+					// Never acknowledge messages that were not printed.
+					return client.StopWithoutAck
+				}
+			}
+			return client.Ack
+		},
+	})
+	if err != nil {
+		return fail(g, err)
+	}
+	err = sub.Run(ctx)
+	fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d)\n", sub.LastAcked(), sub.LastAcked())
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return exitOK
+	case errors.Is(err, client.ErrTopicDeleted):
+		fmt.Fprintf(g.e.stderr, "smssctl: subscription ended: topic %s was deleted\n", pos[0])
+		return exitTopicDeleted
+	}
+	return fail(g, err)
+}
+
+// jsonMessage is the --json form of a delivered message.
+type jsonMessage struct {
+	EventID    int64           `json:"eventId"`
+	Time       string          `json:"time"`
+	Ts         int64           `json:"ts"`
+	Headers    []client.Header `json:"headers"`
+	Body       *string         `json:"body,omitempty"`
+	BodyBase64 *string         `json:"bodyBase64,omitempty"`
+}
+
+func printDelivery(g *globals, d *client.Delivery) {
+	if g.json {
+		m := jsonMessage{EventID: d.EventID, Time: d.Time.UTC().Format(time.RFC3339Nano), Ts: d.Time.UnixMilli(), Headers: d.Headers}
+		if m.Headers == nil {
+			m.Headers = []client.Header{}
+		}
+		if utf8.Valid(d.Body) {
+			s := string(d.Body)
+			m.Body = &s
+		} else {
+			s := base64.StdEncoding.EncodeToString(d.Body)
+			m.BodyBase64 = &s
+		}
+		b, _ := json.Marshal(m)
+		fmt.Fprintf(g.e.stdout, "%s\n", b)
+		return
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d\t%s\t", d.EventID, d.Time.Local().Format("2006-01-02 15:04:05.000"))
+	for i, h := range d.Headers {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(printable(h.Key) + "=" + printable(h.Value))
+	}
+	sb.WriteByte('\t')
+	sb.WriteString(printable(string(d.Body)))
+	fmt.Fprintln(g.e.stdout, sb.String())
+}
+
+// printable keeps one message on one line: text with control bytes or
+// invalid UTF-8 is shown Go-quoted.
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+const replicaUsage = `usage: smssctl replica [--from N] [--count N]
+
+Reads the master's replication stream and prints each binlog block's
+command line (writeTime, cmd, eventId, timestamp, topic, payloadLen, tab
+separated). --from is the last eventId already seen (0: from the oldest
+block). Stops on Ctrl-C or after --count blocks.
+`
+
+func runReplica(ctx context.Context, g *globals, args []string) int {
+	fs := g.flagSet("replica", replicaUsage)
+	from := fs.Int64("from", 0, "last eventId already seen")
+	count := fs.Int("count", 0, "exit after this many blocks (0: run until stopped)")
+	pos, code, done := parse(fs, args, g.e, false)
+	if done {
+		return code
+	}
+	if err := needArgs(pos, 0, 0, ""); err != nil {
+		return fail(g, err)
+	}
+	if *from < 0 || *count < 0 {
+		return fail(g, usagef("--from and --count must be >= 0"))
+	}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer c.Close()
+	octx, cancel := g.ctx(ctx)
+	rs, err := c.OpenReplica(octx, *from)
+	cancel()
+	if err != nil {
+		return fail(g, err)
+	}
+	defer rs.Close()
+	for n := 0; *count == 0 || n < *count; n++ {
+		b, err := rs.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return exitOK
+			}
+			return fail(g, err)
+		}
+		printBlock(g, &b)
+	}
+	return exitOK
+}
+
+var cmdNames = map[uint8]string{binlog.CmdPub: "pub", binlog.CmdCreate: "create", binlog.CmdDelete: "delete",
+	binlog.CmdDelay: "delay", binlog.CmdDelayApply: "delayApply"}
+
+func printBlock(g *globals, b *client.ReplicaBlock) {
+	if g.json {
+		n, _ := b.MessageCount()
+		payloadLen := 0
+		if len(b.Payload) > 0 {
+			payloadLen = len(b.Payload) + 1
+		}
+		out, _ := json.Marshal(map[string]any{"writeTime": b.WriteTime, "cmd": b.Cmd, "cmdName": cmdNames[b.Cmd],
+			"eventId": b.EventID, "timestamp": b.Timestamp, "topic": string(b.Topic), "payloadLen": payloadLen,
+			"messages": n})
+		fmt.Fprintf(g.e.stdout, "%s\n", out)
+		return
+	}
+	// The command line as stored, without its '\n' (§5.3).
+	ll := int(binary.LittleEndian.Uint32(b.Raw))
+	line := b.Raw[4 : 4+ll]
+	fmt.Fprintf(g.e.stdout, "%s\n", bytes.TrimSuffix(line, []byte("\n")))
+}

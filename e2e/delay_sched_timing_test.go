@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// TestDelayFiresOnTime: delayed messages sent over TCP reach a subscriber
+// no earlier than their delay and shortly after it, in trigger order
+// (delays of 1.5 s, 1.7 s and 1.6 s arrive as 1.5, 1.6, 1.7), each once.
+func TestDelayFiresOnTime(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("dly", 0); err != nil {
+		t.Fatal(err)
+	}
+	s := dial(t, p.addr)
+	if err := s.sub("dly", "w", 0, 10, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	type sentDelay struct {
+		body  string
+		delay time.Duration
+		at    time.Time
+	}
+	var sent []sentDelay
+	for _, d := range []struct {
+		body string
+		ms   int64
+	}{{"a", 1500}, {"c", 1700}, {"b", 1600}} {
+		at := time.Now()
+		if err := c.delay("dly", d.ms, record(nil, d.body)); err != nil {
+			t.Fatalf("delay %s: %v", d.body, err)
+		}
+		sent = append(sent, sentDelay{d.body, time.Duration(d.ms) * time.Millisecond, at})
+	}
+	byBody := map[string]sentDelay{}
+	for _, d := range sent {
+		byBody[d.body] = d
+	}
+	var got []string
+	for len(got) < 3 {
+		u, err := s.nextData(5 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for delayed messages (got %v): %v\n%s", got, err, p.out.String())
+		}
+		arrived := time.Now()
+		if u.code != protocol.StatusOK {
+			t.Fatalf("unexpected %v", u)
+		}
+		for _, m := range u.msgs {
+			body := string(m.Body)
+			d, ok := byBody[body]
+			if !ok {
+				t.Fatalf("unexpected message %q", body)
+			}
+			got = append(got, body)
+			// The server's trigger is its receive time (>= at, in whole
+			// ms) plus the delay: never before at+delay-1ms.
+			wait := arrived.Sub(d.at)
+			if wait < d.delay-time.Millisecond {
+				t.Errorf("%s: arrived %v after the request, before its %v delay", body, wait, d.delay)
+			}
+			if wait > d.delay+500*time.Millisecond {
+				t.Errorf("%s: arrived %v after the request, long after its %v delay", body, wait, d.delay)
+			}
+			if m.Ts < d.at.UnixMilli()+d.delay.Milliseconds() {
+				t.Errorf("%s: stored at %d, before its trigger time %d", body, m.Ts, d.at.UnixMilli()+d.delay.Milliseconds())
+			}
+			t.Logf("%s: delay %v, arrived after %v (%v late)", body, d.delay, wait.Round(time.Millisecond), (wait - d.delay).Round(time.Millisecond))
+		}
+		if err := s.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"a", "b", "c"}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("arrival order %v, want %v", got, want)
+	}
+	// Nothing more arrives (each delayed message is published once).
+	if u, err := s.next(300 * time.Millisecond); err == nil {
+		t.Fatalf("unexpected %v after the three messages", u)
+	}
+}

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// TestTopicLifetime (about 11 s: a create refuses lifetimes under 10 s)
+// creates a topic that lives 10.3 s with two subscribers on it: at its
+// expiry both get 255 within 1 s, publishing to it fails, and a topic
+// re-created under the same name starts empty.
+func TestTopicLifetime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 10 s for a topic to expire")
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, "timeout:\n  server:\n    alive: 500\n")
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	expireAt := time.Now().UnixMilli() + 10_300
+	if err := c.create("life", expireAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pub("life", record(nil, "before")); err != nil {
+		t.Fatal(err)
+	}
+	subs := []*client{dial(t, p.addr), dial(t, p.addr)}
+	for i, s := range subs {
+		if err := s.sub("life", []string{"w1", "w2"}[i], 0, 10, 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		u, err := s.nextData(5 * time.Second)
+		if err != nil || len(u.msgs) != 1 || string(u.msgs[0].Body) != "before" {
+			t.Fatalf("subscriber %d: %v %v", i, u, err)
+		}
+		if err := s.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range subs {
+		var u unit
+		var err error
+		for {
+			// Alives every 500 ms until the end.
+			u, err = s.next(time.Until(time.UnixMilli(expireAt).Add(5 * time.Second)))
+			if err != nil || u.code != protocol.StatusAlive {
+				break
+			}
+		}
+		ended := time.Now().UnixMilli()
+		if err != nil || u.code != protocol.StatusSubEnd {
+			t.Fatalf("subscriber %d at expiry: %v %v, want 255\n%s", i, u, err, p.out.String())
+		}
+		if ended < expireAt || ended > expireAt+1000 {
+			t.Errorf("subscriber %d got 255 %d ms from expireAt, want within 0..1000", i, ended-expireAt)
+		}
+		t.Logf("subscriber %d got 255 %d ms after expireAt", i, ended-expireAt)
+	}
+	if got := bizText(c.pub("life", record(nil, "after"))); got != "topic not exist" {
+		t.Errorf("pub to the expired topic: %q", got)
+	}
+	if !waitUntil(2*time.Second, func() bool { return strings.Contains(p.out.String(), "expired topic deleted") }) {
+		t.Errorf("no log line for the reap")
+	}
+	if err := c.create("life", 0); err != nil {
+		t.Fatalf("re-create: %v", err)
+	}
+	s := dial(t, p.addr)
+	if err := s.sub("life", "w3", 0, 10, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s.next(3 * time.Second); err != nil || u.code != protocol.StatusAlive {
+		t.Fatalf("re-created topic: first unit %v %v, want an alive (no old messages)", u, err)
+	}
+}

@@ -1,0 +1,573 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+const unitWait = 5 * time.Second
+
+// TestSubStoredData reads a stored topic whose messages span several files,
+// from 0 and from the middle, with batch 1, 10 and 255, and checks every
+// frame byte for byte against what was published and how it is stored.
+func TestSubStoredData(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(32<<10, 200))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("a")
+	pub.create("b")
+	// Small messages first (over 255 per file, so batch 255 fills frames),
+	// then large ones (many file ends); topic b interleaves ids that are
+	// not messages of a.
+	var bIDs []int64
+	for i := 0; i < 900; i += 1 + i%6 {
+		var recs [][]byte
+		for j := 0; j <= i%6 && i+j < 900; j++ {
+			size := 6
+			if i+j >= 700 {
+				size = 1500
+			}
+			recs = append(recs, testRecord(i+j, size))
+		}
+		pub.pub("a", recs...)
+		if i%4 == 0 {
+			bIDs = append(bIDs, pub.nextID)
+			pub.pub("b", testRecord(i, 40))
+		}
+	}
+	all := pub.topics["a"]
+	layout := topicLayout(t, filepath.Join(dir, "data"), "a")
+	files := map[int64]bool{}
+	var fileEnds []int64 // ids of messages that end a file that has a successor
+	for id, pl := range layout {
+		files[pl.fileID] = true
+		if pl.atFileEnd && pl.laterFiles {
+			fileEnds = append(fileEnds, id)
+		}
+	}
+	slices.Sort(fileEnds)
+	if len(layout) != len(all) || len(files) < 4 {
+		t.Fatalf("layout: %d blocks in %d files for %d messages", len(layout), len(files), len(all))
+	}
+	// from returns the messages after id.
+	from := func(after int64) []sent {
+		for i, s := range all {
+			if s.id > after {
+				return all[i:]
+			}
+		}
+		return nil
+	}
+	middle := all[len(all)/2].id
+	starts := map[string]int64{
+		"from 0":                    0,
+		"from the middle":           middle,
+		"from a b message":          bIDs[len(bIDs)/3],
+		"from a file's last block":  fileEnds[0],
+		"from the create of a":      1,
+		"from the second last file": fileEnds[len(fileEnds)-1],
+	}
+	who := 0
+	for name, after := range starts {
+		for _, batch := range []uint8{1, 10, 255} {
+			t.Run(fmt.Sprintf("%s batch %d", name, batch), func(t *testing.T) {
+				who++
+				want := from(after)
+				c := dial(t, p.addr)
+				if err := c.sub("a", fmt.Sprint("w", who), after, batch, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				last, got := after, 0
+				rolled, full := 0, false // frames ending a rolled file; any full frame
+				for frames := 0; got < len(want); frames++ {
+					u, err := c.next(unitWait)
+					if err != nil {
+						t.Fatalf("after %d of %d messages: %v", got, len(want), err)
+					}
+					if err := checkFrame(u, want, layout, int(batch), &last, &got); err != nil {
+						t.Fatalf("frame %d: %v", frames, err)
+					}
+					if u.msgs[len(u.msgs)-1].NextPos == 0 {
+						rolled++
+					}
+					full = full || len(u.msgs) == int(batch)
+					code := uint16(0)
+					if got == len(want) {
+						code = 1
+					}
+					if err := c.ack(code); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := c.inSync(); err != nil {
+					t.Fatalf("after ack 1: %v", err)
+				}
+				// Every file end after the start closes a frame with
+				// (next file, 0); every message was checked above.
+				wantRolled := 0
+				for _, id := range fileEnds {
+					if id > after {
+						wantRolled++
+					}
+				}
+				if rolled != wantRolled {
+					t.Fatalf("%d frames ended a rolled file, want %d", rolled, wantRolled)
+				}
+				if after == 0 && !full {
+					t.Fatalf("no full frame of %d", batch)
+				}
+			})
+		}
+	}
+
+	t.Run("resume after ack 1 on the same connection", func(t *testing.T) {
+		c := dial(t, p.addr)
+		last, got, want := int64(0), 0, all
+		for round := 0; got < len(want); round++ {
+			// Each round takes three frames, ends with ack 1, and
+			// resubscribes from the last eventId it consumed.
+			if err := c.sub("a", "resumer", last, 50, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			for f := 0; f < 3 && got < len(want); f++ {
+				u, err := c.next(unitWait)
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if err := checkFrame(u, want, layout, 50, &last, &got); err != nil {
+					t.Fatalf("round %d frame %d: %v", round, f, err)
+				}
+				code := uint16(0)
+				if f == 2 || got == len(want) {
+					code = 1
+				}
+				if err := c.ack(code); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := c.inSync(); err != nil {
+			t.Fatalf("after the last ack 1: %v", err)
+		}
+	})
+}
+
+// TestSubLiveAndAlive: a caught-up subscriber gets alives at the configured
+// interval, and a publish reaches it promptly.
+func TestSubLiveAndAlive(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(1<<20, 200))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("live")
+	c := dial(t, p.addr)
+	if err := c.sub("live", "w", 0, 10, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		u, err := c.next(unitWait)
+		if err != nil || u.code != protocol.StatusAlive {
+			t.Fatalf("alive %d: %v %v", i, u, err)
+		}
+	}
+	if d := time.Since(start); d < 500*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("3 alives took %v with timeout.server.alive 200ms", d)
+	}
+	last, got := int64(0), 0
+	for i := 0; i < 20; i++ {
+		sentAt := time.Now()
+		pub.pub("live", testRecord(i, 100))
+		u, err := c.nextData(2 * time.Second)
+		if err != nil {
+			t.Fatalf("message %d not delivered: %v", i, err)
+		}
+		if d := time.Since(sentAt); d > time.Second {
+			t.Fatalf("message %d delivered after %v", i, d)
+		}
+		if err := checkFrame(u, pub.topics["live"], topicLayout(t, filepath.Join(dir, "data"), "live"), 10, &last, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A live frame acked with 1 and the next request in one write: the
+	// watcher that was reading while the subscriber waited must leave both
+	// intact.
+	pub.pub("live", testRecord(99, 100))
+	if u, err := c.nextData(2 * time.Second); err != nil || len(u.msgs) != 1 {
+		t.Fatalf("last live frame: %v %v", u, err)
+	}
+	if _, err := c.c.Write(append([]byte{1, 0}, must(protocol.AppendTopicInfo(nil, []byte("live"), nil))...)); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := protocol.ReadReply(c.r, protocol.ReplyJSON, 1<<20); err != nil || !strings.Contains(string(body), `"name":"live"`) {
+		t.Fatalf("info after ack 1: %q %v", body, err)
+	}
+}
+
+// TestSubAckRules: ack timeout and invalid acks close the connection and
+// free the who slot; ack 1 keeps it.
+func TestSubAckRules(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(1<<20, 200))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("ack")
+	pub.pub("ack", testRecord(1, 50), testRecord(2, 50))
+
+	for _, tc := range []struct {
+		name    string
+		ack     []byte
+		minWait time.Duration
+	}{
+		{"ack timeout 1s", nil, 900 * time.Millisecond},
+		{"invalid ack 2", []byte{2, 0}, 0},
+		{"invalid ack 0x0100", []byte{0, 1}, 0},
+		{"client sends a request instead of an ack", must(protocol.AppendAlive(nil, nil)), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, p.addr)
+			if err := c.sub("ack", "w", 0, 1, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if u, err := c.next(unitWait); err != nil || len(u.msgs) != 1 {
+				t.Fatalf("first frame: %v %v", u, err)
+			}
+			start := time.Now()
+			if tc.ack != nil {
+				if _, err := c.c.Write(tc.ack); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.expectEOF(unitWait); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d < tc.minWait || d > tc.minWait+2*time.Second {
+				t.Fatalf("closed after %v, want about %v", d, tc.minWait)
+			}
+			// The slot is free once the server noticed: poll, never sleep.
+			other := dial(t, p.addr)
+			var last string
+			if !waitUntil(2*time.Second, func() bool {
+				if err := other.sub("ack", "w", 2, 1, time.Second); err != nil {
+					t.Fatal(err)
+				}
+				u, err := other.next(unitWait)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = u.String()
+				return u.code != protocol.StatusError
+			}) {
+				t.Fatalf("who slot not freed: %s", last)
+			}
+			other.ack(1)
+			if err := other.inSync(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSubExclusivityAndTakeover: one active subscriber per (topic, who);
+// the slot is free as soon as the holder's connection ends, whether it was
+// waiting for data or holding an unacknowledged frame.
+func TestSubExclusivityAndTakeover(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(1<<20, 30000))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("x")
+	pub.pub("x", testRecord(1, 50), testRecord(2, 50)) // eventIds 2 and 3
+
+	for _, tc := range []struct {
+		name  string
+		after int64 // the holder's start
+		ack   bool  // the holder acks its frame and waits for more
+	}{
+		{"holder waiting for data", 2, true},
+		{"holder with an unacknowledged frame", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder := dial(t, p.addr)
+			if err := holder.sub("x", "w1", tc.after, 1, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if u, err := holder.next(unitWait); err != nil || len(u.msgs) != 1 {
+				t.Fatalf("holder's frame: %v %v", u, err)
+			}
+			if tc.ack {
+				holder.ack(0)
+			}
+			second := dial(t, p.addr)
+			try := func() unit {
+				if err := second.sub("x", "w1", 0, 1, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				u, err := second.next(unitWait)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return u
+			}
+			if u := try(); u.code != protocol.StatusError || u.text != "w1 regiester exist" {
+				t.Fatalf("second subscriber got %v while the first holds w1", u)
+			}
+			if err := second.inSync(); err != nil {
+				t.Fatalf("connection unusable after the refusal: %v", err)
+			}
+			// Another who is independent.
+			other := dial(t, p.addr)
+			if err := other.sub("x", "w2", 0, 2, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if u, err := other.next(unitWait); err != nil || len(u.msgs) != 2 {
+				t.Fatalf("w2: %v %v", u, err)
+			}
+			other.ack(1)
+
+			holder.c.Close()
+			closed := time.Now()
+			var u unit
+			if !waitUntil(2*time.Second, func() bool {
+				u = try()
+				return u.code != protocol.StatusError
+			}) {
+				t.Fatalf("w1 not taken over within 2s of the holder closing: %v", u)
+			}
+			t.Logf("takeover %v after the holder closed", time.Since(closed))
+			if len(u.msgs) != 1 || u.msgs[0].EventID != 2 {
+				t.Fatalf("takeover got %v", u)
+			}
+			// Release w1 for the next case: the 201 comes after the
+			// subscription ended.
+			second.ack(1)
+			if err := second.inSync(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestSubRefusals(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("r")
+	pub.pub("r", testRecord(1, 10))
+	c := dial(t, p.addr)
+	for _, tc := range []struct {
+		topic string
+		after int64
+		want  string
+	}{
+		{"r", 3, "eventId 3 is beyond the last eventId 2 of this server"},
+		{"r", 1 << 40, "eventId 1099511627776 is beyond the last eventId 2 of this server"},
+		{"r", -1, "invalid eventId -1: must be >= 0"},
+		{"nope", 0, "topic not exist"},
+		{"a/b", 0, "invalid topic name"},
+	} {
+		if err := c.sub(tc.topic, "w", tc.after, 1, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		u, err := c.next(unitWait)
+		if err != nil || u.code != protocol.StatusError || !strings.HasPrefix(u.text, tc.want) {
+			t.Fatalf("sub %s after %d: %v %v, want 400 %q", tc.topic, tc.after, u, err, tc.want)
+		}
+	}
+	if err := c.inSync(); err != nil {
+		t.Fatal(err)
+	}
+	// The last eventId itself is accepted: nothing to deliver yet.
+	if err := c.sub("r", "w", 2, 1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pub.pub("r", testRecord(2, 10))
+	if u, err := c.nextData(unitWait); err != nil || len(u.msgs) != 1 || u.msgs[0].EventID != 3 {
+		t.Fatalf("sub from the last eventId: %v %v", u, err)
+	}
+}
+
+// TestSubDeleteWithTenSubscribers: every subscriber of a deleted topic gets
+// 255 within 1 s and its connection stays usable, while publishes to
+// another topic keep being accepted.
+func TestSubDeleteWithTenSubscribers(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(1<<20, 30000))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("doomed")
+	pub.create("other")
+	pub.pub("doomed", testRecord(1, 30), testRecord(2, 30))
+
+	subs := make([]*client, 10)
+	for i := range subs {
+		subs[i] = dial(t, p.addr)
+		if err := subs[i].sub("doomed", fmt.Sprint("w", i), 0, uint8(1+i%3), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < 2; {
+			u, err := subs[i].next(unitWait)
+			if err != nil || u.code != protocol.StatusOK {
+				t.Fatalf("subscriber %d: %v %v", i, u, err)
+			}
+			got += len(u.msgs)
+			subs[i].ack(0)
+		}
+	}
+
+	// A publisher on the other topic runs throughout.
+	stop := make(chan struct{})
+	var (
+		wg         sync.WaitGroup
+		pubs       atomic.Int64
+		slowest    time.Duration // read after wg.Wait
+		pubErr     error         // read after wg.Wait
+		other      = dial(t, p.addr)
+		otherReady = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			if err := other.pub("other", testRecord(i, 30)); err != nil {
+				pubErr = err
+				return
+			}
+			slowest = max(slowest, time.Since(t0))
+			if pubs.Add(1) == 5 {
+				close(otherReady)
+			}
+		}
+	}()
+	<-otherReady
+
+	deleter := dial(t, p.addr)
+	t0 := time.Now()
+	if err := deleter.del("doomed"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	t.Logf("delete replied after %v", time.Since(t0))
+	var ends sync.WaitGroup
+	errs := make(chan error, len(subs))
+	for i, c := range subs {
+		ends.Add(1)
+		go func() {
+			defer ends.Done()
+			u, err := c.next(time.Second - time.Since(t0))
+			if err != nil || u.code != protocol.StatusSubEnd {
+				errs <- fmt.Errorf("subscriber %d: %v %v, want 255 within 1s of the delete", i, u, err)
+				return
+			}
+			if err := c.inSync(); err != nil {
+				errs <- fmt.Errorf("subscriber %d after 255: %v", i, err)
+			}
+		}()
+	}
+	ends.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("all 255s within %v", time.Since(t0))
+	before := pubs.Load()
+	stalled := !waitUntil(2*time.Second, func() bool { return pubs.Load() > before+5 })
+	close(stop)
+	wg.Wait()
+	if pubErr != nil {
+		t.Fatalf("publish to the other topic: %v", pubErr)
+	}
+	if stalled {
+		t.Fatal("publishes to another topic stalled after the delete")
+	}
+	if slowest > time.Second {
+		t.Fatalf("a publish to the other topic took %v", slowest)
+	}
+}
+
+// TestSubHundredSubscribers: 100 subscribers of one topic, started while
+// messages are being published, each receive every message in order.
+func TestSubHundredSubscribers(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, streamConfig(64<<10, 200))
+	p := start(t, dir)
+	pub := newPublisher(t, p.addr)
+	pub.create("many")
+	for i := 0; i < 100; i++ {
+		pub.pub("many", testRecord(i, 200), testRecord(i+1000, 200))
+	}
+	const subscribers, total = 100, 500
+	// Ids are predicted before publishing, so subscribers can check them
+	// while the publisher runs.
+	var want []sent
+	for i := range total {
+		if i < 200 {
+			want = append(want, pub.topics["many"][i])
+			continue
+		}
+		want = append(want, sent{id: pub.nextID + int64(i-200), rec: testRecord(i, 200)})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, subscribers)
+	for s := 0; s < subscribers; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- func() error {
+				c := dial(t, p.addr)
+				if err := c.sub("many", fmt.Sprint("w", s), 0, uint8(1+s%32), 5*time.Second); err != nil {
+					return err
+				}
+				got := 0
+				for got < total {
+					u, err := c.nextData(unitWait)
+					if err != nil {
+						return fmt.Errorf("subscriber %d after %d messages: %v", s, got, err)
+					}
+					for _, m := range u.msgs {
+						if got >= total || m.EventID != want[got].id || string(m.Raw) != string(want[got].rec) {
+							return fmt.Errorf("subscriber %d message %d: eventId %d", s, got, m.EventID)
+						}
+						got++
+					}
+					code := uint16(0)
+					if got == total {
+						code = 1
+					}
+					if err := c.ack(code); err != nil {
+						return err
+					}
+				}
+				return c.inSync()
+			}()
+		}()
+	}
+	for i := 200; i < total; i++ {
+		pub.pub("many", testRecord(i, 200))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package alarm
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func stop(t *testing.T, a *Alarm) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunsAtRequestedTimes(t *testing.T) {
+	var times []int64
+	var n atomic.Int64
+	start := nowMs()
+	a := New(Options{Name: "t", Job: func(_ context.Context, now int64) (int64, error) {
+		times = append(times, now)
+		n.Add(1)
+		if len(times) < 3 {
+			return now + 60, nil
+		}
+		return Never, nil
+	}})
+	a.Start()
+	defer stop(t, a)
+	waitFor(t, 5*time.Second, "3 runs", func() bool { return n.Load() >= 3 })
+	stop(t, a)
+	if times[0]-start > 50 {
+		t.Errorf("first run %d ms after start, want at once", times[0]-start)
+	}
+	for i := 1; i < 3; i++ {
+		gap := times[i] - times[i-1]
+		// The upper bound only allows for a loaded machine; the bug it
+		// catches is sleeping until MaxSleep (2 h).
+		if gap < 60 || gap > 400 {
+			t.Errorf("run %d came %d ms after the previous one, want 60..400", i, gap)
+		}
+	}
+}
+
+func TestSetWakesEarlyAndIsKeptDuringARun(t *testing.T) {
+	inRun := make(chan struct{})
+	release := make(chan struct{})
+	var runs atomic.Int64
+	a := New(Options{Name: "t", Job: func(_ context.Context, now int64) (int64, error) {
+		if runs.Add(1) == 1 {
+			close(inRun)
+			<-release
+		}
+		return Never, nil
+	}})
+	a.Start()
+	defer stop(t, a)
+	<-inRun
+	// A due time reported while the job runs must not be lost, although
+	// the job itself returns Never.
+	a.Set(nowMs())
+	close(release)
+	waitFor(t, 2*time.Second, "second run", func() bool { return runs.Load() >= 2 })
+
+	// A later Set wakes the sleeping alarm at that time, not earlier.
+	at := nowMs() + 80
+	a.Set(at)
+	a.Set(at + 1000) // a later time does not postpone it
+	waitFor(t, 2*time.Second, "third run", func() bool { return runs.Load() >= 3 })
+	if d := nowMs() - at; d < 0 || d > 400 { // +1000 if the later Set won
+		t.Errorf("third run %d ms from the requested time", d)
+	}
+}
+
+func TestBackoffDoesNotSpin(t *testing.T) {
+	var runs atomic.Int64
+	var setCalls atomic.Bool
+	a := New(Options{Name: "t", Job: func(_ context.Context, now int64) (int64, error) {
+		runs.Add(1)
+		return 0, errors.New("disk on fire")
+	}})
+	a.Start()
+	defer stop(t, a)
+	// Hooks keep reporting due work; they must not cut the backoff short.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 1000; i++ {
+			a.Set(nowMs())
+			setCalls.Store(true)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	<-done
+	// About 1 s passed: runs at 0, 100, 300, 700 ms (the next at 1500).
+	got := runs.Load()
+	if got < 2 || got > 5 {
+		t.Errorf("%d runs in about 1 s with a failing job, want 2..5 (100 ms doubling backoff)", got)
+	}
+	if a.Failures() != got {
+		t.Errorf("failures %d, runs %d", a.Failures(), got)
+	}
+}
+
+func TestBackoffResetsAfterSuccessAndCapsAtMax(t *testing.T) {
+	var runs atomic.Int64
+	var stamps [20]int64
+	a := New(Options{Name: "t", MinBackoff: 100 * time.Millisecond, MaxBackoff: 800 * time.Millisecond,
+		Job: func(_ context.Context, now int64) (int64, error) {
+			i := runs.Add(1) - 1
+			if i < int64(len(stamps)) {
+				stamps[i] = now
+			}
+			if i == 5 {
+				return now, nil // success: the next failure starts from MinBackoff again
+			}
+			if i >= 9 {
+				return Never, nil
+			}
+			return 0, errors.New("fail")
+		}})
+	a.Start()
+	defer stop(t, a)
+	waitFor(t, 5*time.Second, "10 runs", func() bool { return runs.Load() >= 10 })
+	stop(t, a)
+	// Failures at runs 0..4: gaps 100, 200, 400, 800, 800 (capped). Run 5
+	// succeeds and asks for an immediate re-run; failures 6..8 again 100,
+	// 200. Each window allows 250 ms of scheduling delay on a loaded
+	// machine, less than the steps it tells apart.
+	want := map[int]int64{1: 100, 2: 200, 3: 400, 4: 800, 5: 800, 6: 0, 7: 100, 8: 200}
+	for i, w := range want {
+		if g := stamps[i] - stamps[i-1]; g < w || g > w+250 {
+			t.Errorf("gap before run %d: %d ms, want %d..%d", i, g, w, w+250)
+		}
+	}
+}
+
+func TestPanicIsAFailure(t *testing.T) {
+	var runs atomic.Int64
+	a := New(Options{Name: "t", MinBackoff: 5 * time.Millisecond, Job: func(_ context.Context, now int64) (int64, error) {
+		if runs.Add(1) == 1 {
+			panic("boom")
+		}
+		return Never, nil
+	}})
+	a.Start()
+	defer stop(t, a)
+	waitFor(t, 2*time.Second, "run after the panic", func() bool { return runs.Load() >= 2 })
+	if a.Failures() != 1 {
+		t.Errorf("failures %d, want 1", a.Failures())
+	}
+}
+
+func TestMaxSleepRescans(t *testing.T) {
+	var runs atomic.Int64
+	a := New(Options{Name: "t", MaxSleep: 30 * time.Millisecond, Job: func(_ context.Context, now int64) (int64, error) {
+		runs.Add(1)
+		return Never, nil
+	}})
+	a.Start()
+	defer stop(t, a)
+	waitFor(t, 2*time.Second, "rescans", func() bool { return runs.Load() >= 4 })
+}
+
+func TestFirstRunAndFakeClock(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(1_000_000)
+	var ranAt atomic.Int64
+	a := New(Options{Name: "t", Now: clock.Load, FirstDelay: 500 * time.Millisecond, Job: func(_ context.Context, now int64) (int64, error) {
+		ranAt.Store(now)
+		return Never, nil
+	}})
+	a.Start()
+	defer stop(t, a)
+	// The fake clock stands still: nothing runs although real time passes
+	// (the alarm sleeps up to 500 real ms, then looks again).
+	time.Sleep(20 * time.Millisecond)
+	if ranAt.Load() != 0 {
+		t.Fatal("ran before its first due time")
+	}
+	clock.Store(1_000_500)
+	a.Set(1_000_500) // a test moving the clock tells the alarm to look
+	waitFor(t, 2*time.Second, "run at the fake due time", func() bool { return ranAt.Load() == 1_000_500 })
+}
+
+func TestStop(t *testing.T) {
+	t.Run("before start", func(t *testing.T) {
+		a := New(Options{Name: "t", Job: func(context.Context, int64) (int64, error) { return Never, nil }})
+		stop(t, a)
+		a.Start() // no effect after Stop
+		stop(t, a)
+	})
+	t.Run("cancels a running job", func(t *testing.T) {
+		inRun := make(chan struct{})
+		var sawCancel atomic.Bool
+		a := New(Options{Name: "t", Job: func(ctx context.Context, _ int64) (int64, error) {
+			close(inRun)
+			<-ctx.Done()
+			sawCancel.Store(true)
+			return 0, ctx.Err()
+		}})
+		a.Start()
+		<-inRun
+		stop(t, a)
+		if !sawCancel.Load() {
+			t.Fatal("job context not cancelled")
+		}
+		if a.Failures() != 0 {
+			t.Errorf("a run cancelled by Stop counted as failure")
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		inRun := make(chan struct{})
+		release := make(chan struct{})
+		a := New(Options{Name: "t", Job: func(ctx context.Context, _ int64) (int64, error) {
+			close(inRun)
+			<-release // ignores ctx
+			return Never, nil
+		}})
+		a.Start()
+		<-inRun
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop with a stuck job: %v, want deadline exceeded", err)
+		}
+		close(release)
+		stop(t, a)
+	})
+}

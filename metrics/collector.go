@@ -1,0 +1,178 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/smssmq/smss/meta"
+)
+
+// Topic states as exported in smss_topics{state}.
+const (
+	TopicStateNormal  = "normal"
+	TopicStateExpired = "expired" // past expireAt, not reaped yet
+	TopicStateDeleted = "deleted"
+)
+
+// TopicState names t's state at nowMs.
+func TopicState(t *meta.Topic, nowMs int64) string {
+	switch {
+	case t.State == meta.StateDeleted:
+		return TopicStateDeleted
+	case t.Expired(nowMs):
+		return TopicStateExpired
+	}
+	return TopicStateNormal
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+}
+
+var (
+	descInfo        = desc("info", "Always 1; labels describe the server.", "version", "role")
+	descStart       = desc("start_time_seconds", "Process start, Unix seconds.")
+	descLastID      = desc("last_event_id", "Last eventId assigned (master) or applied (slave).")
+	descBinlogBytes = desc("binlog_disk_bytes", "Size of all binlog files.")
+	descBinlogFiles = desc("binlog_files", "Number of binlog files.")
+
+	descTopics       = desc("topics", "Topics by state.", "state")
+	descTopicBytes   = desc("topic_disk_bytes", "Size of a topic's log files.", "topic")
+	descTopicMsgs    = desc("topic_messages", "Messages a topic holds on disk.", "topic")
+	descTopicLast    = desc("topic_last_event_id", "EventId of a topic's newest message.", "topic")
+	descSubscribers  = desc("subscribers", "Live subscriptions.")
+	descSubLag       = desc("subscriber_lag_events", "Topic's last eventId minus the subscriber's last acknowledged eventId.", "topic", "who")
+	descSubPos       = desc("subscriber_position", "Last eventId the subscriber acknowledged.", "topic", "who")
+	descSlaves       = desc("replication_slaves", "Slaves streaming from this master.")
+	descSlaveLag     = desc("replication_slave_lag_events", "Master's last eventId minus the last eventId sent to the slave.", "slave")
+	descReplConn     = desc("replication_connected", "1 when this slave's replica stream is open.")
+	descReplLag      = desc("replication_lag_events", "Master's last eventId minus this slave's (when known).")
+	descReplLagSec   = desc("replication_lag_seconds", "Age of the last applied block while catching up; 0 when caught up.")
+	descDelayed      = desc("delayed_pending", "Delayed messages not yet applied.")
+	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
+	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
+	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles,
+		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
+		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs}
+)
+
+// sourceCollector turns the Source into gauges at scrape time.
+type sourceCollector struct{ m *Metrics }
+
+func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allSourceMetrics {
+		ch <- d
+	}
+}
+
+func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	// Emitted last, after this scrape's own failures were counted: a
+	// CounterFunc would race with this collector within one Gather.
+	defer func() {
+		ch <- prometheus.MustNewConstMetric(descSourceErrs, prometheus.CounterValue, float64(c.m.sourceErr.Load()))
+	}()
+	src := c.m.Source()
+	if src == nil {
+		return
+	}
+	e := emitter{ch: ch}
+	info := src.ServerInfo()
+	e.gauge(descInfo, 1, labelValue(info.Version), labelValue(info.Role))
+	e.gauge(descStart, float64(info.StartTime)/1000)
+	e.gauge(descLastID, float64(info.LastEventID))
+	e.gauge(descBinlogBytes, float64(info.BinlogBytes))
+	e.gauge(descBinlogFiles, float64(info.BinlogFiles))
+
+	if topics, err := src.Topics(); err != nil {
+		c.m.sourceErr.Add(1)
+	} else {
+		c.collectTopics(&e, src, topics)
+	}
+
+	subs := src.Subscribers()
+	e.gauge(descSubscribers, float64(len(subs)))
+	seen := map[[2]string]bool{}
+	for _, s := range subs {
+		k := [2]string{labelValue(s.Topic), labelValue(s.Who)}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		e.gauge(descSubLag, float64(s.Lag), k[0], k[1])
+		e.gauge(descSubPos, float64(s.Position), k[0], k[1])
+	}
+
+	c.collectReplication(&e, src.Replication())
+
+	d := src.Delays()
+	e.gauge(descDelayed, float64(d.Pending))
+	for _, b := range d.Buckets {
+		e.gauge(descDelayedDue, float64(b.Count), labelValue(b.Label))
+	}
+}
+
+func (c *sourceCollector) collectTopics(e *emitter, src Source, topics []meta.Topic) {
+	now := time.Now().UnixMilli()
+	byState := map[string]int{TopicStateNormal: 0, TopicStateExpired: 0, TopicStateDeleted: 0}
+	seen := make(map[string]bool, len(topics))
+	for i := range topics {
+		t := &topics[i]
+		st := TopicState(t, now)
+		byState[st]++
+		if st == TopicStateDeleted {
+			continue
+		}
+		label := labelValue(t.Name)
+		if seen[label] {
+			continue
+		}
+		stats, ok := src.TopicStats(t.Name)
+		if !ok {
+			continue
+		}
+		seen[label] = true
+		e.gauge(descTopicBytes, float64(stats.Bytes), label)
+		if stats.Messages >= 0 {
+			e.gauge(descTopicMsgs, float64(stats.Messages), label)
+		}
+		e.gauge(descTopicLast, float64(stats.LastEventID), label)
+	}
+	for st, n := range byState {
+		e.gauge(descTopics, float64(n), st)
+	}
+}
+
+func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
+	if r.Role == RoleSlave {
+		connected, lagEvents, lagSec := 0.0, -1.0, 0.0
+		if l := r.Master; l != nil {
+			if l.State == LinkStreaming {
+				connected = 1
+			}
+			lagEvents, lagSec = float64(l.LagEvents), l.LagSeconds
+		}
+		e.gauge(descReplConn, connected)
+		if lagEvents >= 0 {
+			e.gauge(descReplLag, lagEvents)
+		}
+		e.gauge(descReplLagSec, lagSec)
+		return
+	}
+	e.gauge(descSlaves, float64(len(r.Slaves)))
+	seen := map[string]bool{}
+	for _, s := range r.Slaves {
+		label := labelValue(s.RemoteAddr)
+		if seen[label] {
+			continue
+		}
+		seen[label] = true
+		e.gauge(descSlaveLag, float64(s.LagEvents), label)
+	}
+}
+
+type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e *emitter) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}

@@ -1,0 +1,211 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/smssmq/smss/meta"
+)
+
+// Source is the server-side state that is read when someone asks for it
+// (a scrape, an admin API call, the dashboard's once-a-second snapshot)
+// rather than counted on the hot path. The broker/server implements it.
+// Every method must be safe for concurrent use and cheap enough to run once
+// a second; none may block on the writer.
+type Source interface {
+	// Topics returns every topic meta entry, deleted-but-not-reaped and
+	// expired ones included (*broker.Broker already has it).
+	Topics() ([]meta.Topic, error)
+	// TopicStats returns the on-disk figures of one topic; false when the
+	// topic is unknown.
+	TopicStats(name string) (TopicStats, bool)
+	// Subscribers lists the live subscriptions of this instance.
+	Subscribers() []SubscriberInfo
+	// Replication describes the replication link(s) of this instance.
+	Replication() ReplicationInfo
+	// Delays summarises the delayed messages not yet applied.
+	Delays() DelayStats
+	// ServerInfo describes the process.
+	ServerInfo() ServerInfo
+}
+
+// TopicStats are the on-disk figures of one topic. Fields that are unknown
+// are -1.
+type TopicStats struct {
+	// Bytes is the size of all of the topic's log files (index files
+	// excluded).
+	Bytes int64 `json:"bytes"`
+	// Files is the number of log files.
+	Files int `json:"files"`
+	// Messages is the number of messages still on disk.
+	Messages int64 `json:"messages"`
+	// FirstEventID and LastEventID are the oldest retained and the newest
+	// message's eventIds; 0 when the topic holds no message.
+	FirstEventID int64 `json:"firstEventId"`
+	LastEventID  int64 `json:"lastEventId"`
+	// LastWriteTime is the ms timestamp of the newest message; 0 if none.
+	LastWriteTime int64 `json:"lastWriteTime"`
+}
+
+// SubscriberInfo is one live subscription.
+type SubscriberInfo struct {
+	Topic      string `json:"topic"`
+	Who        string `json:"who"`
+	RemoteAddr string `json:"remoteAddr"`
+	// Since is when the subscription started (ms).
+	Since int64 `json:"since"`
+	// StartEventID is the eventId the subscriber asked to start after.
+	StartEventID int64 `json:"startEventId"`
+	// Delivered is the eventId of the last message sent to it, Position the
+	// last one it acknowledged (smss keeps no offsets: both are of this
+	// session, starting at StartEventID).
+	Delivered int64 `json:"delivered"`
+	Position  int64 `json:"position"`
+	// Lag is the topic's last message eventId minus Position, 0 when caught
+	// up. It counts eventIds, not messages: ids are not dense.
+	Lag int64 `json:"lag"`
+}
+
+// Roles of ServerInfo.Role and ReplicationInfo.Role.
+const (
+	RoleMaster = "master"
+	RoleSlave  = "slave"
+)
+
+// ReplicationInfo describes replication from this instance's point of view:
+// on a master the connected slaves (Slaves), on a slave the link to its
+// master (Master).
+type ReplicationInfo struct {
+	Role        string      `json:"role"`
+	LastEventID int64       `json:"lastEventId"`
+	Slaves      []SlaveInfo `json:"slaves"`
+	Master      *MasterLink `json:"master,omitempty"`
+}
+
+// SlaveInfo is one replica stream served by a master.
+type SlaveInfo struct {
+	RemoteAddr string `json:"remoteAddr"`
+	// Since is when the stream started (ms).
+	Since int64 `json:"since"`
+	// Position is the last eventId sent to the slave.
+	Position int64 `json:"position"`
+	// LagEvents is the master's last eventId minus Position.
+	LagEvents int64 `json:"lagEvents"`
+}
+
+// Slave link states of MasterLink.State.
+const (
+	LinkConnecting = "connecting" // dialling or syncing topics
+	LinkStreaming  = "streaming"  // replica stream open
+	LinkRetrying   = "retrying"   // session ended, waiting to reconnect
+	LinkStopped    = "stopped"    // replication ended for good
+)
+
+// MasterLink is a slave's view of its master.
+type MasterLink struct {
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+	// Position is the last eventId applied locally.
+	Position int64 `json:"position"`
+	// LagEvents is the master's last eventId minus Position when known
+	// (for instance from the master's admin API), else -1: the replica
+	// stream itself does not carry the master's position.
+	LagEvents int64 `json:"lagEvents"`
+	// LagSeconds is 0 when the last frame was an alive (the master had
+	// nothing newer), else now minus the write time of the last applied
+	// block.
+	LagSeconds float64 `json:"lagSeconds"`
+	// LastContact is the ms time of the last frame received; 0 if none.
+	LastContact int64 `json:"lastContact"`
+	// LastError is the error that ended the previous session, if any.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// DelayStats summarises the delay queue.
+type DelayStats struct {
+	Pending int64 `json:"pending"`
+	// NextDue is the ms trigger time of the earliest pending message; 0 if
+	// none is pending.
+	NextDue int64 `json:"nextDue"`
+	// Buckets count the pending messages by due time, in the order of
+	// DelayBucketBounds plus a final open bucket (WithinMs -1).
+	Buckets []DelayBucket `json:"buckets"`
+}
+
+// DelayBucket counts the pending delayed messages due after the previous
+// bucket's bound and within WithinMs of now (-1: later than every bound).
+// Overdue messages fall in the first bucket.
+type DelayBucket struct {
+	Label    string `json:"label"`
+	WithinMs int64  `json:"withinMs"`
+	Count    int64  `json:"count"`
+}
+
+// DelayBucketBounds are the due-time bucket bounds of DelayStats.
+var DelayBucketBounds = []struct {
+	Label    string
+	WithinMs int64
+}{
+	{"1m", int64(time.Minute / time.Millisecond)},
+	{"10m", int64(10 * time.Minute / time.Millisecond)},
+	{"1h", int64(time.Hour / time.Millisecond)},
+	{"1d", int64(24 * time.Hour / time.Millisecond)},
+	{"7d", int64(7 * 24 * time.Hour / time.Millisecond)},
+}
+
+// DelayLaterLabel labels the open last bucket.
+const DelayLaterLabel = "later"
+
+// NewDelayStats returns empty DelayStats with every bucket present, to be
+// filled with Add while walking the delay queue.
+func NewDelayStats() DelayStats {
+	b := make([]DelayBucket, 0, len(DelayBucketBounds)+1)
+	for _, d := range DelayBucketBounds {
+		b = append(b, DelayBucket{Label: d.Label, WithinMs: d.WithinMs})
+	}
+	b = append(b, DelayBucket{Label: DelayLaterLabel, WithinMs: -1})
+	return DelayStats{Buckets: b}
+}
+
+// Add counts one pending message due at dueMs, seen at nowMs.
+func (s *DelayStats) Add(nowMs, dueMs int64) {
+	s.Pending++
+	if s.NextDue == 0 || dueMs < s.NextDue {
+		s.NextDue = dueMs
+	}
+	if len(s.Buckets) == 0 {
+		*s = mergeFresh(*s)
+	}
+	in := dueMs - nowMs
+	for i := range s.Buckets {
+		if w := s.Buckets[i].WithinMs; w < 0 || in <= w {
+			s.Buckets[i].Count++
+			return
+		}
+	}
+}
+
+// mergeFresh gives a zero DelayStats its buckets while keeping the counts
+// already taken (Add on a zero value works).
+func mergeFresh(s DelayStats) DelayStats {
+	f := NewDelayStats()
+	f.Pending, f.NextDue = s.Pending, s.NextDue
+	return f
+}
+
+// ServerInfo describes the running process.
+type ServerInfo struct {
+	Version string `json:"version"`
+	Role    string `json:"role"`
+	// ListenAddr is the client (TCP protocol) address.
+	ListenAddr string `json:"listenAddr"`
+	DataDir    string `json:"dataDir"`
+	// StartTime is the process start (ms).
+	StartTime   int64 `json:"startTime"`
+	LastEventID int64 `json:"lastEventId"`
+	// BinlogBytes is the size of all binlog files; BinlogFiles their count.
+	BinlogBytes int64 `json:"binlogBytes"`
+	BinlogFiles int   `json:"binlogFiles"`
+	// Config is the configuration in effect as dotted key → value, with
+	// secrets removed (config.Config.Summary does both).
+	Config map[string]any `json:"config"`
+}

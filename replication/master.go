@@ -1,0 +1,320 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/protocol"
+)
+
+// Stream is a master's reader of committed binlog blocks for one slave
+// (implemented by *broker.BinlogStream).
+type Stream interface {
+	// Next calls fn with up to max whole committed blocks (bytes valid only
+	// during fn). With nothing to send it waits for the next commit up to
+	// wait and returns 0, or returns ctx.Err() when ctx ends.
+	Next(ctx context.Context, max int, wait time.Duration, fn func(block []byte) error) (int, error)
+	Close()
+}
+
+// Source opens replica streams (a master's broker).
+type Source interface {
+	// ReplicaStream positions a stream right after the binlog block whose
+	// last eventId is after; 0 means the oldest retained block. Errors that
+	// are a *protocol.BizError are sent to the slave verbatim.
+	ReplicaStream(after int64) (Stream, error)
+}
+
+// BrokerSource adapts a master's broker to Source.
+func BrokerSource(b *broker.Broker) Source { return brokerSource{b} }
+
+type brokerSource struct{ b *broker.Broker }
+
+func (s brokerSource) ReplicaStream(after int64) (Stream, error) {
+	st, err := s.b.ReplicaStream(after)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// MasterOptions configure ServeMaster. Zero values take the defaults.
+type MasterOptions struct {
+	// AliveInterval is timeout.server.alive: idle time before a 201 frame
+	// (default 30 s; keep it below the Go client's 35 s dead-server timer).
+	AliveInterval time.Duration
+	// WriteTimeout fails the stream when a frame write makes no progress
+	// for this long (default 120 s, spec §4.3: 1 s deadlines retried for
+	// 120 s). A slave that stopped reading costs only its own stream.
+	WriteTimeout time.Duration
+	// MaxBlocks is the most blocks read per stream call (default 512).
+	MaxBlocks int
+	// FlushBytes is the size at which buffered frames are written even in
+	// the middle of a batch (default 256 KiB); it bounds the memory of one
+	// stream apart from a single larger block.
+	FlushBytes int
+	// Logger receives the stream's start and end (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults of MasterOptions.
+const (
+	DefaultAliveInterval      = 30 * time.Second
+	DefaultMasterWriteTimeout = 120 * time.Second
+	DefaultMaxBlocks          = 512
+	DefaultFlushBytes         = 256 << 10
+)
+
+func (o *MasterOptions) setDefaults() {
+	if o.AliveInterval <= 0 {
+		o.AliveInterval = DefaultAliveInterval
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultMasterWriteTimeout
+	}
+	if o.MaxBlocks <= 0 {
+		o.MaxBlocks = DefaultMaxBlocks
+	}
+	if o.FlushBytes <= 0 {
+		o.FlushBytes = DefaultFlushBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// frameHeaderLen is the 10-byte 200 header plus the uint32 block length.
+const frameHeaderLen = 14
+
+// ErrSlaveGone ends a stream whose slave closed the connection.
+var ErrSlaveGone = errors.New("slave closed the connection")
+
+// errConnClosed ends a stream whose connection this process closed.
+var errConnClosed = errors.New("connection closed by this server")
+
+// ServeMaster serves a replica request (command 64, eventId after) already
+// read from conn. r is the server's buffered reader of conn: bytes it holds
+// beyond the request are the slave's and are discarded. ServeMaster returns
+// when the stream ends: the slave went away (ErrSlaveGone), a write failed
+// or stalled, the binlog could not be read (the slave then got one 400
+// frame), or ctx ended.
+//
+// reuse is true only when the start could not be resolved, the 400 frame
+// was written, and nothing else was read from conn: the caller may then
+// read the next request. Otherwise the caller must close conn.
+func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source, after int64, opts MasterOptions) (reuse bool, err error) {
+	opts.setDefaults()
+	log := opts.Logger.With("replicaFrom", after)
+	m := &masterConn{conn: conn, opts: &opts}
+	st, err := src.ReplicaStream(after)
+	if err != nil {
+		log.Warn("replica request refused", "err", err)
+		m.out = protocol.AppendReplyError(m.out[:0], err.Error())
+		if werr := m.flush(); werr != nil {
+			return false, fmt.Errorf("replica refused (%v), and the 400 could not be sent: %w", err, werr)
+		}
+		return true, fmt.Errorf("replica refused: %w", err)
+	}
+	defer st.Close()
+	start := time.Now()
+	log.Info("replica stream started")
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.ctx = sctx
+	stopReader, err := m.discardInput(r, cancel)
+	if err != nil {
+		return false, err
+	}
+	err = m.stream(sctx, st)
+	readerErr := stopReader()
+	if readerErr != nil && (errors.Is(err, context.Canceled) || isNetErr(err)) && ctx.Err() == nil {
+		err = readerErr
+	}
+	attrs := []any{"blocks", m.blocks, "bytes", m.bytes, "took", time.Since(start), "err", err}
+	switch {
+	case errors.Is(err, ErrSlaveGone), errors.Is(err, errConnClosed), ctx.Err() != nil:
+		log.Info("replica stream ended", attrs...)
+	default:
+		log.Warn("replica stream failed", attrs...)
+	}
+	return false, err
+}
+
+type masterConn struct {
+	ctx    context.Context // ends when the slave went away
+	conn   net.Conn
+	opts   *MasterOptions
+	out    []byte
+	blocks int64
+	bytes  int64
+}
+
+// stream sends frames until an error; it never returns nil.
+func (m *masterConn) stream(ctx context.Context, st Stream) error {
+	send := func(block []byte) error {
+		if len(block) > m.opts.FlushBytes {
+			// A large block is written from the stream's buffer, not copied.
+			if err := m.flush(); err != nil {
+				return err
+			}
+			m.out = appendFrameHeader(m.out[:0], len(block))
+			bufs := net.Buffers{m.out, block}
+			if err := m.write(&bufs); err != nil {
+				return err
+			}
+			m.out = m.out[:0]
+		} else {
+			out, err := protocol.AppendReplicaFrame(m.out, block)
+			if err != nil {
+				return err
+			}
+			m.out = out
+			if len(m.out) >= m.opts.FlushBytes {
+				if err := m.flush(); err != nil {
+					return err
+				}
+			}
+		}
+		m.blocks++
+		m.bytes += int64(len(block))
+		return nil
+	}
+	for {
+		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
+		if ferr := m.flush(); ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			if ctx.Err() != nil || isNetErr(err) {
+				return err
+			}
+			// A reader error: the slave gets its text and the stream ends.
+			m.out = protocol.AppendReplyError(m.out[:0], err.Error())
+			if ferr := m.flush(); ferr != nil {
+				return fmt.Errorf("%w (and the 400 could not be sent: %v)", err, ferr)
+			}
+			return fmt.Errorf("read binlog: %w", err)
+		}
+		if n == 0 {
+			m.out = protocol.AppendReplyAlive(m.out[:0])
+			if err := m.flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func appendFrameHeader(dst []byte, blockLen int) []byte {
+	dst = protocol.AppendReplyOK(dst)
+	return append(dst, byte(blockLen), byte(blockLen>>8), byte(blockLen>>16), byte(blockLen>>24))
+}
+
+// flush writes the buffered frames.
+func (m *masterConn) flush() error {
+	if len(m.out) == 0 {
+		return nil
+	}
+	bufs := net.Buffers{m.out}
+	err := m.write(&bufs)
+	m.out = m.out[:0]
+	return err
+}
+
+// write writes bufs, failing only when no byte could be written for
+// WriteTimeout: a slow slave that keeps reading is never cut off.
+func (m *masterConn) write(bufs *net.Buffers) error {
+	for {
+		if err := m.conn.SetWriteDeadline(time.Now().Add(m.opts.WriteTimeout)); err != nil {
+			return &netError{fmt.Errorf("set write deadline: %w", err)}
+		}
+		remaining := 0
+		for _, b := range *bufs {
+			remaining += len(b)
+		}
+		n, err := bufs.WriteTo(m.conn)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && n > 0 && n < int64(remaining) && (m.ctx == nil || m.ctx.Err() == nil) {
+			continue
+		}
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			return &netError{fmt.Errorf("%w: write: %v", ErrSlaveGone, err)}
+		}
+		return &netError{fmt.Errorf("write to slave: %w", err)}
+	}
+}
+
+// discardInput starts the goroutine that reads and drops what the slave
+// sends, noticing when it goes away (then it calls gone). The returned
+// stop function ends the goroutine and waits for it; it returns
+// ErrSlaveGone or the read error if the slave went away first.
+func (m *masterConn) discardInput(r *bufio.Reader, gone context.CancelFunc) (func() error, error) {
+	if r != nil {
+		if _, err := r.Discard(r.Buffered()); err != nil {
+			return nil, err
+		}
+	}
+	// The server's per-request deadline must not end the stream.
+	if err := m.conn.SetReadDeadline(time.Time{}); err != nil {
+		return nil, &netError{fmt.Errorf("clear read deadline: %w", err)}
+	}
+	done := make(chan error, 1)
+	stopping := make(chan struct{})
+	go func() {
+		var buf [512]byte
+		for {
+			_, err := m.conn.Read(buf[:])
+			if err == nil {
+				continue
+			}
+			select {
+			case <-stopping:
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					done <- nil // our own stop
+					return
+				}
+			default:
+			}
+			switch {
+			case errors.Is(err, io.EOF):
+				err = ErrSlaveGone
+			case errors.Is(err, net.ErrClosed):
+				err = errConnClosed // by the server (shutdown), not by the slave
+			default:
+				err = fmt.Errorf("%w: %v", ErrSlaveGone, err)
+			}
+			gone()
+			// Unblock a frame write stuck on a dead peer.
+			_ = m.conn.SetWriteDeadline(time.Now())
+			done <- err
+			return
+		}
+	}()
+	return func() error {
+		close(stopping)
+		_ = m.conn.SetReadDeadline(time.Now())
+		return <-done
+	}, nil
+}
+
+// netError marks failures of the connection (as opposed to the binlog).
+type netError struct{ err error }
+
+func (e *netError) Error() string { return e.err.Error() }
+func (e *netError) Unwrap() error { return e.err }
+
+func isNetErr(err error) bool {
+	var ne *netError
+	return errors.As(err, &ne)
+}

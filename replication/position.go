@@ -1,0 +1,67 @@
+package replication
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/segment"
+)
+
+// lastBlockIDs returns the first and last eventId of the last block in l,
+// (0, 0) for an empty binlog. It reads one block per file from the newest
+// file back, using the files' indexes, never whole files.
+func lastBlockIDs(l *segment.Log) (first, last int64, err error) {
+	files := l.Files()
+	for i := len(files) - 1; i >= 0; i-- {
+		raw, err := l.LastBlock(files[i])
+		if err != nil {
+			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
+		}
+		if raw == nil {
+			continue
+		}
+		blk, _, err := binlog.DecodeBlock(raw)
+		if err != nil {
+			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
+		}
+		last, err := blk.LastEventID()
+		if err != nil {
+			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
+		}
+		return blk.EventID, last, nil
+	}
+	return 0, 0, nil
+}
+
+// blockFirstID returns field 3 (eventId) of a block's command line, or 0
+// when the bytes do not hold one. The broker validates blocks; this is only
+// a cheap look at a block that was already applied.
+func blockFirstID(raw []byte) int64 {
+	if len(raw) < 4 {
+		return 0
+	}
+	n := int(binary.LittleEndian.Uint32(raw))
+	if n > len(raw)-4 || n > binlog.MaxLineLen {
+		return 0
+	}
+	line := raw[4 : 4+n]
+	field := 0
+	var v int64
+	for _, c := range line {
+		if c == '\t' {
+			field++
+			if field == 3 {
+				return v
+			}
+			continue
+		}
+		if field == 2 {
+			if c < '0' || c > '9' || v > (1<<62)/10 {
+				return 0
+			}
+			v = v*10 + int64(c-'0')
+		}
+	}
+	return 0
+}

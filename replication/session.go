@@ -1,0 +1,363 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
+)
+
+const (
+	readBufferSize = 256 << 10
+	// A batch is what the network goroutine hands to the apply loop at
+	// once; batchPool of them bound the read-ahead.
+	maxBatchBlocks = 1024
+	maxBatchBytes  = 1 << 20
+	batchPool      = 4
+	// legacyNotFound is the original master's text for an eventId that
+	// does not start a block (spec §4.3, §10 item 11).
+	legacyNotFound = "EOF"
+)
+
+// deadlineConn re-arms the read deadline before every read, so a timeout
+// means "nothing arrived for that long", whatever the frame sizes.
+type deadlineConn struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (d *deadlineConn) Read(p []byte) (int, error) {
+	if err := d.c.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
+		return 0, err
+	}
+	return d.c.Read(p)
+}
+
+// session runs one connection to the master. progressed reports whether
+// the master sent at least one frame (then the backoff starts over).
+func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
+	s.setState(StateConnecting)
+	d := net.Dialer{Timeout: s.opts.ConnectTimeout}
+	conn, err := d.DialContext(ctx, "tcp", s.opts.MasterAddr)
+	if err != nil {
+		return false, fmt.Errorf("connect to master: %w", err)
+	}
+	defer conn.Close()
+	// Blocked reads and writes end with ctx.
+	defer context.AfterFunc(ctx, func() { conn.Close() })()
+	dc := &deadlineConn{c: conn, timeout: s.opts.RequestTimeout}
+	br := bufio.NewReaderSize(dc, readBufferSize)
+
+	if s.needSync {
+		if err := s.topicSync(ctx, conn, br); err != nil {
+			return false, err
+		}
+		s.needSync = false
+	}
+	from := s.pos
+	if s.legacyPos {
+		from = s.posFirst
+	}
+	req, err := protocol.AppendReplica(nil, from)
+	if err != nil {
+		return false, err
+	}
+	if err := writeAll(conn, req, s.opts.RequestTimeout); err != nil {
+		return false, fmt.Errorf("send replica request: %w", err)
+	}
+	s.setState(StateStreaming, "after", from)
+	now := time.Now()
+	s.update(func(st *Status) { st.ConnectedSince, st.NextRetry = now, time.Time{} })
+	dc.timeout = s.opts.SilenceTimeout
+	return s.stream(ctx, conn, br, from)
+}
+
+func writeAll(conn net.Conn, b []byte, timeout time.Duration) error {
+	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	_, err := conn.Write(b)
+	return err
+}
+
+// topicSync is the first-start topic sync of spec §4.2.
+func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) error {
+	s.setState(StateSyncing, "eventId", s.opts.StartEvent)
+	req, err := protocol.AppendValidList(nil, nil, s.opts.StartEvent)
+	if err != nil {
+		return err
+	}
+	if err := writeAll(conn, req, s.opts.RequestTimeout); err != nil {
+		return fmt.Errorf("send valid list: %w", err)
+	}
+	body, err := protocol.ReadReply(br, protocol.ReplyJSON, s.opts.MaxValidList)
+	if err != nil {
+		var be *protocol.BizError
+		if errors.As(err, &be) || errors.Is(err, protocol.ErrReplyTooLarge) || errors.Is(err, protocol.ErrUnexpectedStatus) {
+			return stopped("the master refused the topic sync (valid list %d): %v", s.opts.StartEvent, err)
+		}
+		return fmt.Errorf("topic sync: %w", err)
+	}
+	var topics []meta.Topic
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &topics); err != nil {
+			return stopped("the master's valid list is not a JSON topic array: %v", err)
+		}
+	}
+	inserted := 0
+	for _, t := range topics {
+		if err := protocol.ValidateTopicName([]byte(t.Name)); err != nil {
+			s.log.Error("topic sync: the master lists a topic name this server refuses; not created", "topic", t.Name, "err", err)
+			continue
+		}
+		ok, err := s.t.SyncTopic(ctx, t)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return stopped("topic sync of %q: %v", t.Name, err)
+		}
+		if ok {
+			inserted++
+		}
+	}
+	s.log.Info("topic sync done", "eventId", s.opts.StartEvent, "listed", len(topics), "inserted", inserted)
+	return nil
+}
+
+// batch is a run of received blocks handed to the apply loop, or the end
+// of the stream (err set, after the blocks it holds).
+type batch struct {
+	buf  []byte
+	ends []int
+	err  error
+}
+
+// stream reads frames on a helper goroutine and applies them here, so the
+// network and the writer overlap. The helper is joined before returning.
+func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, from int64) (progressed bool, err error) {
+	items := make(chan *batch, batchPool)
+	free := make(chan *batch, batchPool)
+	for range batchPool {
+		free <- &batch{}
+	}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.readFrames(br, free, items, quit)
+	}()
+	defer func() {
+		close(quit)
+		conn.Close()
+		<-done
+	}()
+
+	for {
+		var b *batch
+		select {
+		case b = <-items:
+		case <-ctx.Done():
+			return progressed, ctx.Err()
+		}
+		if len(b.ends) > 0 || b.err == nil {
+			progressed = true
+		}
+		if err := s.apply(ctx, b); err != nil {
+			return progressed, err
+		}
+		if b.err != nil {
+			return progressed, s.classify(b.err, from)
+		}
+		free <- b
+	}
+}
+
+// classify turns the end of the frame stream into the session's error.
+func (s *Slave) classify(err error, from int64) error {
+	var be *protocol.BizError
+	if errors.As(err, &be) {
+		if be.Msg == legacyNotFound && !s.legacyPos && s.posFirst != s.pos && from == s.pos {
+			// An original master matches only a block's first eventId.
+			s.legacyPos = true
+			s.log.Warn("the master does not resume after a block's last eventId (original smss); asking with the block's first eventId",
+				"last", s.pos, "first", s.posFirst)
+			return fmt.Errorf("%w: master answered %q for %d", errRetryNow, be.Msg, from)
+		}
+		return stopped("the master refused replication from eventId %d: %s", from, be.Msg)
+	}
+	return err
+}
+
+// apply applies the blocks of b in order.
+func (s *Slave) apply(ctx context.Context, b *batch) error {
+	if len(b.ends) == 0 {
+		return nil
+	}
+	s.raws = s.raws[:0]
+	start := 0
+	for _, end := range b.ends {
+		s.raws = append(s.raws, b.buf[start:end])
+		start = end
+	}
+	var (
+		applied int
+		err     error
+	)
+	if ba, ok := s.t.(BatchApplier); ok {
+		var last int64
+		last, applied, err = ba.ApplyReplicatedBatch(ctx, s.raws)
+		if applied > 0 {
+			s.applied(last, s.raws[applied-1])
+		}
+	} else {
+		for _, raw := range s.raws {
+			var last int64
+			if last, err = s.t.ApplyReplicated(ctx, raw); err != nil {
+				break
+			}
+			s.applied(last, raw)
+			applied++
+		}
+	}
+	if applied > 0 {
+		s.publishPos(int64(applied))
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	raw := s.raws[min(applied, len(s.raws)-1)]
+	if errors.Is(err, broker.ErrReplicaOrder) {
+		return stopped("block with eventId %d does not follow the slave's last eventId %d: %v", blockFirstID(raw), s.pos, err)
+	}
+	return stopped("apply the block with eventId %d (after %d): %v", blockFirstID(raw), s.pos, err)
+}
+
+func (s *Slave) applied(last int64, raw []byte) {
+	s.pos, s.posFirst = last, blockFirstID(raw)
+	if s.opts.OnApply != nil {
+		s.opts.OnApply(last)
+	}
+}
+
+func (s *Slave) publishPos(n int64) {
+	now := time.Now()
+	pos := s.pos
+	s.update(func(st *Status) {
+		st.LastEventID = pos
+		st.Blocks += n
+		st.LastFrameAt = now
+	})
+}
+
+// readFrames parses frames from br into batches until the stream ends or
+// quit is closed. The last batch sent carries the error that ended it.
+func (s *Slave) readFrames(br *bufio.Reader, free <-chan *batch, items chan<- *batch, quit <-chan struct{}) {
+	for {
+		var b *batch
+		select {
+		case b = <-free:
+		case <-quit:
+			return
+		}
+		if cap(b.buf) > 4*maxBatchBytes {
+			b.buf = nil // do not keep a huge block's buffer
+		}
+		b.buf, b.ends, b.err = b.buf[:0], b.ends[:0], nil
+		for b.err == nil {
+			b.err = s.readFrame(br, b)
+			if len(b.ends) >= maxBatchBlocks || len(b.buf) >= maxBatchBytes || br.Buffered() == 0 {
+				break
+			}
+		}
+		select {
+		case items <- b:
+		case <-quit:
+			return
+		}
+		if b.err != nil {
+			return
+		}
+	}
+}
+
+// readFrame reads one frame; a block is appended to b.
+func (s *Slave) readFrame(br *bufio.Reader, b *batch) error {
+	var h protocol.RespHeader
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return s.readErr("frame header", err)
+	}
+	switch code := h.Code(); code {
+	case protocol.StatusOK:
+		var lb [4]byte
+		if _, err := io.ReadFull(br, lb[:]); err != nil {
+			return s.readErr("block length", unexpectedEOF(err))
+		}
+		n := binary.LittleEndian.Uint32(lb[:])
+		if uint64(n) > uint64(s.opts.MaxBlock) {
+			return stopped("the master sent a block of %d bytes, over the cap of %d", n, s.opts.MaxBlock)
+		}
+		off := len(b.buf)
+		b.buf = grow(b.buf, int(n))
+		if _, err := io.ReadFull(br, b.buf[off:]); err != nil {
+			b.buf = b.buf[:off]
+			return s.readErr("block", unexpectedEOF(err))
+		}
+		b.ends = append(b.ends, len(b.buf))
+		return nil
+	case protocol.StatusAlive:
+		now := time.Now()
+		s.update(func(st *Status) { st.LastFrameAt = now })
+		return nil
+	case protocol.StatusError:
+		n := int(h.ErrLen())
+		msg := make([]byte, n)
+		if _, err := io.ReadFull(br, msg); err != nil {
+			return s.readErr("error text", unexpectedEOF(err))
+		}
+		if n == 0 {
+			msg = []byte("unknown err")
+		}
+		return protocol.NewBizError(string(msg))
+	default:
+		return stopped("the master sent a frame with status %d (header % x): not a replication stream", code, h[:])
+	}
+}
+
+func (s *Slave) readErr(what string, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("the master sent nothing for %v (silence timeout, about twice its alive interval): %w",
+			s.opts.SilenceTimeout, err)
+	}
+	return fmt.Errorf("read %s from master: %w", what, err)
+}
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// grow extends b by n bytes.
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), max(2*cap(b), len(b)+n, 64<<10))
+		copy(nb, b)
+		b = nb
+	}
+	return b[:len(b)+n]
+}

@@ -1,0 +1,276 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/segment"
+)
+
+// Target is the slave's broker (*broker.Broker opened with Slave set).
+type Target interface {
+	// ApplyReplicated appends one block through the writer, byte for byte,
+	// and returns its last eventId.
+	ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
+	// SyncTopic inserts a topic listed by the master's valid list unless
+	// one of that name exists.
+	SyncTopic(ctx context.Context, m meta.Topic) (bool, error)
+	// Binlog is the slave's own binlog: its last block is the position.
+	Binlog() *segment.Log
+	// LastEventID is the broker's last assigned eventId.
+	LastEventID() int64
+}
+
+// BatchApplier is implemented by a Target that can queue several blocks
+// back to back so that they share the writer's group commits (catch-up is
+// then bounded by the disk, not by one writer round trip per block). It
+// applies raws in order and stops at the first failure: the applied blocks
+// are always a prefix of raws, and last is the last eventId of that prefix.
+type BatchApplier interface {
+	ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (last int64, applied int, err error)
+}
+
+// SlaveOptions configure a Slave. Zero values take the defaults.
+type SlaveOptions struct {
+	MasterAddr string // host:port of the master; required
+	// StartEvent is the -event flag: the last eventId already replicated
+	// (spec §4.2). It matters only while the local binlog is not past it.
+	StartEvent int64
+	// AliveInterval is the master's timeout.server.alive (default 30 s).
+	AliveInterval time.Duration
+	// SilenceTimeout reconnects when nothing arrives from the master for
+	// this long (default 2 × AliveInterval).
+	SilenceTimeout time.Duration
+	ConnectTimeout time.Duration // default 3 s (spec §4.2)
+	// RequestTimeout bounds the write of a request and the wait for the
+	// valid-list reply (default 10 s).
+	RequestTimeout time.Duration
+	MinBackoff     time.Duration // first reconnect delay (default 1 s)
+	MaxBackoff     time.Duration // the delay doubles up to this (default 30 s)
+	// MaxBlock caps the length of a received block; a longer one is a
+	// protocol violation that stops replication (default 64 MiB; use the
+	// master's limit.maxPayload plus DelayPrefixLen and 2 KiB).
+	MaxBlock int
+	// MaxValidList caps the valid-list reply (default 256 MiB).
+	MaxValidList int
+	Logger       *slog.Logger
+	// OnApply, if set, is called on the replication goroutine after each
+	// apply step (one block, or a run of blocks with a BatchApplier) with
+	// the last eventId applied so far (metrics, tests).
+	OnApply func(lastEventID int64)
+}
+
+// Defaults of SlaveOptions.
+const (
+	DefaultConnectTimeout = 3 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultMinBackoff     = time.Second
+	DefaultMaxBackoff     = 30 * time.Second
+	DefaultMaxBlock       = 64 << 20
+	DefaultMaxValidList   = 256 << 20
+)
+
+func (o *SlaveOptions) setDefaults() error {
+	if o.MasterAddr == "" {
+		return errors.New("replication: SlaveOptions.MasterAddr is required")
+	}
+	if o.StartEvent < 0 {
+		return fmt.Errorf("replication: start eventId %d is negative", o.StartEvent)
+	}
+	if o.AliveInterval <= 0 {
+		o.AliveInterval = DefaultAliveInterval
+	}
+	if o.SilenceTimeout <= 0 {
+		o.SilenceTimeout = 2 * o.AliveInterval
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
+	}
+	if o.MaxBlock <= 0 {
+		o.MaxBlock = DefaultMaxBlock
+	}
+	if o.MaxValidList <= 0 {
+		o.MaxValidList = DefaultMaxValidList
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// State is where a slave's replication is.
+type State string
+
+// States of Status.State.
+const (
+	StateConnecting State = "connecting" // dialling, or waiting to retry
+	StateSyncing    State = "syncing"    // first-start topic sync (valid list)
+	StateStreaming  State = "streaming"  // replica stream open, applying
+	StateStopped    State = "stopped"    // for good: see LastError
+)
+
+// Status is a snapshot for operators.
+type Status struct {
+	State      State
+	MasterAddr string
+	// LastEventID is the last eventId of the last block in the slave's
+	// binlog (applied by this process or found at start).
+	LastEventID int64
+	// LastError is the error that ended the last session (or stopped
+	// replication), "" if none yet.
+	LastError  string
+	Reconnects int // sessions that ended and were retried
+	// ConnectedSince is when the current stream was opened; zero when not
+	// streaming.
+	ConnectedSince time.Time
+	LastFrameAt    time.Time // last frame (data or alive) from the master
+	NextRetry      time.Time // when connecting after a failure: next attempt
+	Blocks         int64     // blocks applied by this process
+}
+
+// ErrStopped is wrapped by the error Run returns when replication stopped
+// for good (an apply error, a 400 from the master, a protocol violation).
+var ErrStopped = errors.New("replication stopped")
+
+// Slave replicates from a master into a slave broker.
+type Slave struct {
+	t    Target
+	opts SlaveOptions
+	log  *slog.Logger
+
+	mu sync.Mutex
+	st Status
+
+	// Position, owned by Run's goroutine.
+	pos       int64 // last eventId the slave has
+	posFirst  int64 // first eventId of that block (for an original master)
+	needSync  bool  // §4.2 topic sync still to do
+	legacyPos bool  // the master matches block-first ids (original smss)
+	raws      [][]byte
+}
+
+// NewSlave prepares replication into t. It reads the position from t's
+// binlog; nothing is sent before Run.
+func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Slave{t: t, opts: opts, log: opts.Logger.With("master", opts.MasterAddr)}
+	first, last, err := lastBlockIDs(t.Binlog())
+	if err != nil {
+		return nil, fmt.Errorf("replication: read the slave's position from its binlog: %w", err)
+	}
+	if bl := t.LastEventID(); bl > last {
+		// eventIds above the binlog's last block are reserved locally
+		// (the broker counts synced topics' createEventIds): the master's
+		// blocks in between would be refused as out of order. Resuming from
+		// the binlog makes that a loud stop rather than a silent gap.
+		s.log.Warn("the broker's last eventId is ahead of its binlog; resuming from the binlog",
+			"brokerLastEventId", bl, "binlogLastEventId", last)
+	}
+	// §4.2: a slave that already has data past -event resumes from its own
+	// position and skips the topic sync.
+	if last > opts.StartEvent {
+		s.pos, s.posFirst = last, first
+	} else {
+		s.pos, s.posFirst, s.needSync = opts.StartEvent, opts.StartEvent, true
+	}
+	s.st = Status{State: StateConnecting, MasterAddr: opts.MasterAddr, LastEventID: last}
+	return s, nil
+}
+
+// Status returns a snapshot of the replication state.
+func (s *Slave) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+func (s *Slave) update(f func(st *Status)) {
+	s.mu.Lock()
+	f(&s.st)
+	s.mu.Unlock()
+}
+
+func (s *Slave) setState(state State, attrs ...any) {
+	s.mu.Lock()
+	old := s.st.State
+	s.st.State = state
+	if state != StateStreaming {
+		s.st.ConnectedSince = time.Time{}
+	}
+	s.mu.Unlock()
+	if old != state {
+		s.log.Info("replication state", append([]any{"state", string(state), "previous", string(old)}, attrs...)...)
+	}
+}
+
+// Run replicates until ctx ends (it returns nil) or replication stops for
+// good (it returns an error wrapping ErrStopped; the slave keeps serving
+// reads). An unreachable or failing master is retried forever with capped
+// exponential backoff.
+func (s *Slave) Run(ctx context.Context) error {
+	s.log.Info("replication starting", "from", s.pos, "topicSync", s.needSync, "startEvent", s.opts.StartEvent)
+	delay := time.Duration(0)
+	for {
+		progressed, err := s.session(ctx)
+		if ctx.Err() != nil {
+			s.setState(StateStopped, "reason", "shutdown")
+			return nil
+		}
+		if errors.Is(err, ErrStopped) {
+			s.update(func(st *Status) { st.LastError = err.Error() })
+			s.setState(StateStopped)
+			s.log.Error("REPLICATION STOPPED: the slave no longer follows the master; fix the cause and restart",
+				"err", err, "lastEventId", s.pos)
+			return err
+		}
+		switch {
+		case errors.Is(err, errRetryNow):
+			delay = 0
+		case progressed:
+			delay = s.opts.MinBackoff
+		default:
+			delay = min(max(2*delay, s.opts.MinBackoff), s.opts.MaxBackoff)
+		}
+		next := time.Now().Add(delay)
+		s.update(func(st *Status) {
+			st.LastError, st.NextRetry = err.Error(), next
+			st.Reconnects++
+		})
+		s.setState(StateConnecting)
+		s.log.Warn("replication interrupted; retrying", "err", err, "retryIn", delay, "lastEventId", s.pos)
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				s.setState(StateStopped, "reason", "shutdown")
+				return nil
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// errRetryNow ends a session that should be retried at once (the master
+// turned out to be an original smss that wants a block-first eventId).
+var errRetryNow = errors.New("retry at once")
+
+func stopped(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrStopped, fmt.Sprintf(format, args...))
+}
