@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicstore"
@@ -40,6 +41,9 @@ type Options struct {
 	// OpenFile opens the binlog and topic files appends go to; tests
 	// inject disk faults through it. Default os.OpenFile.
 	OpenFile func(path string, flag int, perm os.FileMode) (segment.File, error)
+	// Metrics receives the writer's recordings (group commits, fsyncs,
+	// publishes, storage errors); nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 func (o *Options) setDefaults() {
@@ -102,6 +106,7 @@ type Broker struct {
 	w        *writer
 	hooks    atomic.Pointer[Hooks]
 	replicas replicaSet
+	stats    statsState // operator views (stats.go)
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are

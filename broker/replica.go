@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -153,6 +154,9 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 	switch blk.Cmd {
 	case binlog.CmdPub:
 		if t != nil {
+			// count and records describe the publication for metrics
+			// after the commit (records aliases raw: no copy).
+			c.count, c.records = int(last-blk.EventID+1), blk.Payload
 			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload)
 		}
 	case binlog.CmdDelayApply:
@@ -162,6 +166,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		}
 		w.mb.DeleteDelay(key)
 		if t != nil {
+			c.count, c.records = int(last-blk.EventID+1), blk.Payload[binlog.DelayPrefixLen:]
 			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload[binlog.DelayPrefixLen:])
 		}
 	case binlog.CmdDelay:
@@ -224,12 +229,17 @@ type BinlogStream struct {
 	b      *Broker
 	reader *segment.Reader
 	id     uint64
+
+	since  int64                  // ms the stream started
+	sent   atomic.Int64           // last eventId handed to the sender
+	remote atomic.Pointer[string] // SetRemoteAddr
 }
 
 type replicaSet struct {
-	mu   sync.Mutex
-	next uint64
-	pos  map[uint64]int64 // stream id → binlog file it reads
+	mu      sync.Mutex
+	next    uint64
+	pos     map[uint64]int64 // stream id → binlog file it reads
+	streams map[uint64]*BinlogStream
 }
 
 // ReplicaStream positions a reader right after the binlog block whose last
@@ -266,17 +276,23 @@ func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
 		}
 		pos = loc.Pos
 	}
-	s := &BinlogStream{b: b, reader: b.binlog.NewReader(pos)}
+	s := &BinlogStream{b: b, reader: b.binlog.NewReader(pos), since: b.opts.Now()}
+	s.sent.Store(after)
 	b.replicas.mu.Lock()
 	if b.replicas.pos == nil {
 		b.replicas.pos = map[uint64]int64{}
+		b.replicas.streams = map[uint64]*BinlogStream{}
 	}
 	b.replicas.next++
 	s.id = b.replicas.next
 	b.replicas.pos[s.id] = pos.FileID
+	b.replicas.streams[s.id] = s
 	b.replicas.mu.Unlock()
 	return s, nil
 }
+
+// SetRemoteAddr names the slave's network address for Broker.Replication.
+func (s *BinlogStream) SetRemoteAddr(addr string) { s.remote.Store(&addr) }
 
 // Next calls fn with up to max whole committed binlog blocks. With nothing
 // to send it waits for the writer's next commit, up to wait (then it
@@ -285,7 +301,13 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 	var timer *time.Timer
 	for {
 		changed := s.b.binlog.Changed()
-		n, _, err := s.reader.Next(max, func(_, _ int64, raw []byte, _ segment.Position) error { return fn(raw) })
+		n, _, err := s.reader.Next(max, func(_, last int64, raw []byte, _ segment.Position) error {
+			if err := fn(raw); err != nil {
+				return err
+			}
+			s.sent.Store(last)
+			return nil
+		})
 		if n > 0 {
 			s.b.replicas.mu.Lock()
 			s.b.replicas.pos[s.id] = s.reader.Pos().FileID
@@ -320,6 +342,7 @@ func (s *BinlogStream) Close() {
 	s.reader.Close()
 	s.b.replicas.mu.Lock()
 	delete(s.b.replicas.pos, s.id)
+	delete(s.b.replicas.streams, s.id)
 	s.b.replicas.mu.Unlock()
 }
 

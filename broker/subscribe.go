@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -12,13 +13,19 @@ import (
 )
 
 // Subscription reads one topic for one subscriber (who). It holds the
-// (topic, who) slot until Close. Not safe for concurrent use.
+// (topic, who) slot until Close. Not safe for concurrent use, except that
+// its position fields below are read by Broker.Subscribers at any time.
 type Subscription struct {
 	b      *Broker
 	t      *topic
 	who    string
 	reader *segment.Reader
 	closed bool
+
+	since, start int64                  // ms the subscription began; the eventId asked to start after
+	delivered    atomic.Int64           // last eventId handed out by Next
+	acked        atomic.Int64           // last eventId the subscriber acknowledged (Acked)
+	remote       atomic.Pointer[string] // SetRemoteAddr
 }
 
 // Subscribe registers who on topic and positions a reader after eventID
@@ -58,7 +65,11 @@ func (b *Broker) Subscribe(topicName, who []byte, after int64) (*Subscription, e
 	}
 	t.subs[string(who)] = struct{}{}
 	t.subMu.Unlock()
-	return &Subscription{b: b, t: t, who: string(who), reader: l.NewReader(pos)}, nil
+	s := &Subscription{b: b, t: t, who: string(who), reader: l.NewReader(pos), since: b.opts.Now(), start: after}
+	s.delivered.Store(after)
+	s.acked.Store(after)
+	b.stats.addSub(s)
+	return s, nil
 }
 
 // readLog returns t's log for a reader. The writer opens logs lazily, so a
@@ -150,17 +161,20 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 }
 
 func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
-	lastAt := -1
+	lastAt, lastID := -1, int64(0)
 	n, endOfFile, err := s.reader.Next(max, func(eventID, _ int64, raw []byte, next segment.Position) error {
 		// The reader's decoder has validated the block already.
 		ts, record, ok := topicstore.Delivery(raw)
 		if !ok {
 			return fmt.Errorf("BUG: validated topic block has no record at %s", next)
 		}
-		lastAt = len(dst)
+		lastAt, lastID = len(dst), eventID
 		dst = protocol.AppendSubMessage(dst, ts, eventID, next.FileID, next.Offset, record)
 		return nil
 	})
+	if n > 0 {
+		s.delivered.Store(lastID)
+	}
 	if n > 0 && endOfFile {
 		// The frame ends exactly at the end of a rolled file: point at
 		// the start of the next one (spec §2.4).
@@ -198,4 +212,18 @@ func (s *Subscription) Close() {
 	s.t.subMu.Lock()
 	delete(s.t.subs, s.who)
 	s.t.subMu.Unlock()
+	s.b.stats.removeSub(s)
 }
+
+// Acked records that the subscriber acknowledged every message up to
+// eventID (the server calls it after each ack 0 or 1). It only feeds the
+// position and lag that Broker.Subscribers reports; smss keeps no offsets.
+func (s *Subscription) Acked(eventID int64) {
+	if eventID > s.acked.Load() {
+		s.acked.Store(eventID)
+	}
+}
+
+// SetRemoteAddr names the subscriber's network address for
+// Broker.Subscribers.
+func (s *Subscription) SetRemoteAddr(addr string) { s.remote.Store(&addr) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicstore"
@@ -197,8 +198,10 @@ func (w *writer) process(group []*command) {
 		}
 		w.ok = append(w.ok, c)
 	}
+	m := w.b.opts.Metrics
 	if len(w.ok) > 0 && (len(w.binBuf) > 0 || !w.mb.Empty()) {
 		if err := w.apply(binStart); err != nil {
+			m.Error(metrics.KindStorage)
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
 			}
@@ -213,14 +216,49 @@ func (w *writer) process(group []*command) {
 		} else if err := w.commit(now); err != nil {
 			// The data is in the files but its durability is unknown:
 			// nobody may be told it was stored.
+			m.Error(metrics.KindFsync)
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
 			}
 			w.die(err)
+		} else if m != nil {
+			w.record(m)
 		}
 	}
 	for _, c := range group {
+		if c.err != nil && c.cmd == protocol.CmdDelayApply {
+			m.Error(metrics.KindDelay)
+		}
 		c.done <- struct{}{}
+	}
+}
+
+// record counts a committed group in m. It reads only what the commands
+// already hold (eventIds, counts, record slices), so it allocates nothing.
+func (w *writer) record(m *metrics.Metrics) {
+	m.ObserveGroup(len(w.ok), len(w.binBuf))
+	for _, c := range w.ok {
+		switch c.cmd {
+		case protocol.CmdPub:
+			m.Published(c.topic, c.count, len(c.records))
+		case protocol.CmdDelayApply:
+			if c.eventID != 0 { // 0: the key was gone or its topic was
+				recs := c.records[binlog.DelayPrefixLen:]
+				n, _ := protocol.CountRecords(recs, 0) // validated when staged
+				m.Published(c.topic, n, len(recs))
+			}
+		case protocol.CmdDelete:
+			if c.eventID != 0 {
+				m.TopicDeleted(c.topic)
+			}
+		case cmdReplicated:
+			switch {
+			case c.count > 0: // a pub or delay apply into a local topic
+				m.Published(c.topic, c.count, len(c.records))
+			case c.replCmd == binlog.CmdDelete:
+				m.TopicDeleted(c.topic)
+			}
+		}
 	}
 }
 
@@ -480,6 +518,7 @@ func (w *writer) syncAll() error {
 		errs = append(errs, nil)
 	}
 	w.syncErrs = errs
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {
 		wg.Add(1)
@@ -495,6 +534,7 @@ func (w *writer) syncAll() error {
 			return err
 		}
 	}
+	w.b.opts.Metrics.ObserveFsync(time.Since(start))
 	w.binDirty, w.metaDirty, w.firstDirty = false, false, 0
 	clear(w.dirty)
 	return nil
@@ -518,6 +558,7 @@ func (w *writer) flush() {
 		return
 	}
 	if err := w.syncAll(); err != nil {
+		w.b.opts.Metrics.Error(metrics.KindFsync)
 		w.die(err)
 		return
 	}
@@ -576,6 +617,7 @@ func (w *writer) die(err error) {
 		return
 	}
 	w.stopped = err
+	w.b.stats.fatal.Store(&err)
 	w.b.log.Error("writer stopped: fatal storage error", "err", err)
 	select {
 	case w.b.fatal <- err:

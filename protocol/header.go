@@ -54,6 +54,10 @@ func (c Command) String() string {
 		return "list"
 	case CmdDelayApply:
 		return "delayApply"
+	case CmdAuthStart:
+		return "authStart"
+	case CmdAuthContinue:
+		return "authContinue"
 	}
 	return "cmd(" + strconv.Itoa(int(c)) + ")"
 }
@@ -63,7 +67,7 @@ func (c Command) String() string {
 func (c Command) Acceptable() bool {
 	switch c {
 	case CmdSub, CmdPub, CmdCreate, CmdDelete, CmdDelay, CmdAlive,
-		CmdReplica, CmdTopicInfo, CmdValidList, CmdList:
+		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue:
 		return true
 	}
 	return false

@@ -58,7 +58,7 @@ type Request struct {
 	Who         []byte // sub
 	ExpireAt    int64  // create: absolute ms, 0 = permanent
 	DelayMs     int64  // delay: relative ms
-	Payload     []byte // pub, delay: the message records
+	Payload     []byte // pub, delay: the message records; auth start/continue: the SCRAM message
 	RecordCount int    // pub, delay: number of records in Payload
 }
 
@@ -169,6 +169,9 @@ func (rr *RequestReader) Read(req *Request) error {
 
 	case CmdSub:
 		return rr.readSub(req, tt)
+
+	case CmdAuthStart, CmdAuthContinue:
+		return rr.readAuth(req, tt)
 
 	case CmdCreate, CmdReplica, CmdValidList:
 		buf := make([]byte, tt+8)

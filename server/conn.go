@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -76,6 +77,7 @@ func (c *conn) serve() {
 	defer c.nc.Close()
 	defer func() {
 		if r := recover(); r != nil {
+			c.s.opts.Metrics.Error(metrics.KindPanic)
 			c.log.Error("panic while serving connection; closing it",
 				"panic", r, "cmd", c.req.Header.Cmd.String(), "topic", string(c.req.Topic),
 				"traceId", string(c.req.TraceID), "stack", string(debug.Stack()))
@@ -124,8 +126,15 @@ func (c *conn) serveRequest() bool {
 	var re *protocol.RequestError
 	if !errors.As(err, &re) {
 		// Mid-request EOF or timeout: the stream position is lost.
+		c.s.opts.Metrics.Error(ioKind(err))
 		c.log.Warn("closing connection: incomplete request", "cmd", c.req.Header.Cmd.String(), "err", err)
 		return false
+	}
+	c.s.opts.Metrics.ObserveRequest(c.req.Header.Cmd, time.Since(start), false)
+	if re.Close {
+		c.s.opts.Metrics.Error(metrics.KindProtocol)
+	} else {
+		c.s.opts.Metrics.Error(metrics.KindBusiness)
 	}
 	msg := re.Error()
 	if !re.Close && c.req.Header.Cmd == protocol.CmdDelay && c.s.opts.Backend.IsSlave() {
@@ -163,6 +172,7 @@ func (c *conn) write(timeout time.Duration) bool {
 		return false
 	}
 	if _, err := c.nc.Write(c.out); err != nil {
+		c.s.opts.Metrics.Error(ioKind(err))
 		c.log.Info("closing connection: reply write failed", "cmd", c.req.Header.Cmd.String(), "err", err)
 		return false
 	}
@@ -184,4 +194,12 @@ func (c *conn) linger() {
 		return
 	}
 	_, _ = io.CopyN(io.Discard, c.nc, lingerMax)
+}
+
+// ioKind classifies a socket failure for the errors metric.
+func ioKind(err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return metrics.KindTimeout
+	}
+	return metrics.KindIO
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -47,7 +48,7 @@ func (c *conn) dispatch(start time.Time) bool {
 		return c.sub(start)
 	case protocol.CmdReplica:
 		if c.s.opts.Replication != nil && !c.s.opts.Backend.IsSlave() {
-			return c.replica()
+			return c.replica(start)
 		}
 		err = protocol.ErrNotSupported
 		closeAfter = true
@@ -62,11 +63,15 @@ func (c *conn) dispatch(start time.Time) bool {
 		c.out = protocol.AppendReplyError(c.out[:0], err.Error())
 		switch {
 		case closeAfter:
+			c.s.opts.Metrics.Error(metrics.KindProtocol)
 			c.log.Warn("refusing request and closing connection", c.attrs(err.Error(), start)...)
 		case !protocol.IsBizError(err):
 			c.log.Warn("request failed", c.attrs(err.Error(), start)...)
-		case c.s.sampler.sample():
-			c.log.Info("request refused", c.attrs(err.Error(), start)...)
+		default:
+			c.s.opts.Metrics.Error(metrics.KindBusiness)
+			if c.s.sampler.sample() {
+				c.log.Info("request refused", c.attrs(err.Error(), start)...)
+			}
 		}
 	} else if c.s.sampler.sample() {
 		a := c.attrs("", start)
@@ -75,7 +80,9 @@ func (c *conn) dispatch(start time.Time) bool {
 		}
 		c.log.Info("request served", a...)
 	}
-	if !c.write(timeout) {
+	ok := c.write(timeout)
+	c.s.opts.Metrics.ObserveRequest(req.Header.Cmd, time.Since(start), err == nil)
+	if !ok {
 		return false
 	}
 	if closeAfter {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -80,6 +81,9 @@ type Options struct {
 	MaxDelay          time.Duration // longest delay of a delay pub, delay.maxDelay (30 days)
 	// Replication serves replica requests (64) on a master; nil refuses them.
 	Replication replication.Source
+	// Metrics receives request latencies, connection counts, deliveries and
+	// errors; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Defaults applied by New.

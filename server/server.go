@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/smssmq/smss/metrics"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -141,6 +143,7 @@ func (s *Server) startConn(nc net.Conn) {
 	}
 	if len(s.conns) >= s.opts.MaxConns {
 		s.mu.Unlock()
+		s.opts.Metrics.Error(metrics.KindRefused)
 		if s.sampler.sample() {
 			s.log.Warn("connection refused: too many open connections", "remote", nc.RemoteAddr().String(), "maxConns", s.opts.MaxConns)
 		}
@@ -151,6 +154,7 @@ func (s *Server) startConn(nc net.Conn) {
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.opts.Metrics.ConnOpened()
 	go c.serve()
 }
 
@@ -177,6 +181,7 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.opts.Metrics.ConnClosed()
 }
 
 // Shutdown stops accepting, closes connections waiting for a request, lets

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -20,10 +21,19 @@ const (
 	ackEnd      = 1
 )
 
+// acker is implemented by a Subscription that tracks the subscriber's
+// acknowledged position for operators (*broker.Subscription).
+type acker interface{ Acked(eventID int64) }
+
+// remoteNamer is implemented by a Subscription or replica stream that
+// reports the peer's address to operators.
+type remoteNamer interface{ SetRemoteAddr(addr string) }
+
 // subStream is one subscription being served on a connection.
 type subStream struct {
 	c          *conn
 	sub        Subscription
+	acker      acker // nil when sub does not track acks
 	topic      string
 	who        string
 	from       int64
@@ -52,8 +62,11 @@ func (c *conn) sub(start time.Time) bool {
 		ackTimeout = c.s.opts.MaxAckTimeout
 	}
 	sub, err := c.subscribe()
+	// The request ends where the stream starts.
+	c.s.opts.Metrics.ObserveRequest(protocol.CmdSub, time.Since(start), err == nil)
 	if err != nil {
 		if protocol.IsBizError(err) {
+			c.s.opts.Metrics.Error(metrics.KindBusiness)
 			if c.s.sampler.sample() {
 				c.log.Info("request refused", c.attrs(err.Error(), start)...)
 			}
@@ -67,8 +80,12 @@ func (c *conn) sub(start time.Time) bool {
 	if !c.s.setState(c, stateStream) {
 		return false
 	}
+	if rn, ok := sub.(remoteNamer); ok {
+		rn.SetRemoteAddr(c.nc.RemoteAddr().String())
+	}
 	st := &subStream{c: c, sub: sub, topic: string(req.Topic), who: string(req.Who), from: req.EventID,
 		batch: batch, ackTimeout: ackTimeout}
+	st.acker, _ = sub.(acker)
 	c.log.Info("subscription started", "topic", st.topic, "who", st.who, "from", st.from,
 		"batch", batch, "ackTimeout", ackTimeout, "traceId", string(req.TraceID))
 
@@ -193,6 +210,8 @@ func (st *subStream) writeFrame(n int) (string, bool) {
 	if !c.write(c.s.opts.WriteTimeout) {
 		return "frame write failed", false
 	}
+	// Record bytes as published: each message less its fixed §2.4 fields.
+	c.s.opts.Metrics.Delivered(st.topic, n, len(area)-n*protocol.SubMessageFixedSize)
 	return "", true
 }
 
@@ -218,6 +237,7 @@ func (st *subStream) readAck() (reason string, ok bool) {
 	if _, err := io.ReadFull(c.br, c.ack[:]); err != nil {
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.s.opts.Metrics.Error(metrics.KindTimeout)
 			return "ack timeout after " + st.ackTimeout.String(), false
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			return "client closed the connection", false
@@ -229,11 +249,20 @@ func (st *subStream) readAck() (reason string, ok bool) {
 	}
 	switch code := binary.LittleEndian.Uint16(c.ack[:]); code {
 	case ackContinue:
+		st.acked()
 		return "", true
 	case ackEnd:
+		st.acked()
 		return "ack 1 (end)", true
 	default:
 		return "invalid ack " + strconv.Itoa(int(code)), false
+	}
+}
+
+// acked tells the subscription that the frame just sent was acknowledged.
+func (st *subStream) acked() {
+	if st.acker != nil {
+		st.acker.Acked(st.lastEvent)
 	}
 }
 

@@ -88,6 +88,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	o := &options{workload: args[0]}
 	fs := flag.NewFlagSet("smss-bench "+args[0], flag.ContinueOnError)
+	if help := args[0]; help == "-h" || help == "-help" || help == "--help" || help == "help" {
+		args = []string{"", "-h"} // print the usage with every flag
+	}
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)

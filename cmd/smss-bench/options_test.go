@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -111,6 +113,10 @@ func TestParseOptions(t *testing.T) {
 	}
 	if _, err := parseOptions(nil, io.Discard); err == nil {
 		t.Fatal("no workload accepted")
+	}
+	var usage strings.Builder
+	if _, err := parseOptions([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), "-conns") {
+		t.Fatalf("--help: %v\n%s", err, usage.String())
 	}
 }
 

@@ -25,7 +25,7 @@ func (e redisError) Error() string { return "redis: " + string(e) }
 var errProtocol = errors.New("redis protocol error")
 
 // maxBulk caps a bulk string or array length read from the server.
-const maxBulk = 512 << 20
+const maxBulk = 64 << 20
 
 type redisConn struct {
 	c   net.Conn

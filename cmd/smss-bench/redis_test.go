@@ -101,3 +101,18 @@ func TestReadXReadReply(t *testing.T) {
 		t.Fatalf("bad shape: %v", err)
 	}
 }
+
+// The RESP reader must reject, never panic on, whatever a server sends.
+func FuzzRESP(f *testing.F) {
+	f.Add([]byte("*1\r\n*2\r\n$3\r\nkey\r\n*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nd\r\n$8\r\n12345678\r\n"))
+	f.Add([]byte("*-1\r\n"))
+	f.Add([]byte("$5\r\nhello\r\n"))
+	f.Add([]byte("-ERR x\r\n"))
+	f.Add([]byte("*2\r\n:1\r\n+OK\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := &redisConn{r: bufio.NewReader(strings.NewReader(string(in)))}
+		_ = c.skip()
+		s := &redisSub{redisConn: &redisConn{r: bufio.NewReader(strings.NewReader(string(in)))}, last: []byte("0-0")}
+		_, _ = s.readStreams(func([]byte) {})
+	})
+}

@@ -40,6 +40,9 @@ type CPU struct {
 	Seconds  float64 `json:"seconds"`
 	Percent  float64 `json:"percent"` // of one core
 	USPerMsg float64 `json:"us_per_msg,omitempty"`
+	// SlavePercent is an attached slave's CPU over the same phase (pub
+	// --with-slave): on a shared box it is taken from the master's clients.
+	SlavePercent float64 `json:"slave_percent,omitempty"`
 }
 
 // Disk is the server's data directory footprint after the run: Bytes are
@@ -114,6 +117,12 @@ var metrics = []metric{
 			return 0, false
 		}
 		return r.CPU.USPerMsg, true
+	}},
+	{"slave CPU %", false, func(r *Result) (float64, bool) {
+		if r.CPU == nil || r.CPU.SlavePercent == 0 {
+			return 0, false
+		}
+		return r.CPU.SlavePercent, true
 	}},
 	{"client CPU %", false, func(r *Result) (float64, bool) { return r.ClientCPU, r.ClientCPU > 0 }},
 	{"RSS idle MiB", false, rssGet(func(r *RSS) int64 { return r.IdleKiB })},

@@ -136,9 +136,6 @@ func TestSmokeRepl(t *testing.T) {
 	var r Result
 	out, stderr, code := bench(t, "repl", "--backlog", "2000", "--duration", "300ms", "--rate", "500", "--timeout", "10s", "--json")
 	if code != 0 {
-		if strings.Contains(stderr, "replication is not available in this build") {
-			t.Skip("this smss build has no replication yet")
-		}
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
@@ -153,9 +150,6 @@ func TestSmokeRepl(t *testing.T) {
 func TestSmokePubWithSlave(t *testing.T) {
 	out, stderr, code := bench(t, "pub", "--with-slave", "--duration", "300ms", "--json")
 	if code != 0 {
-		if strings.Contains(stderr, "replication is not available in this build") {
-			t.Skip("this smss build has no replication yet")
-		}
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var r Result

@@ -1,0 +1,197 @@
+package auth
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// Permission is what a command needs (see the command table in doc.go).
+type Permission uint8
+
+const (
+	// PermNone: no check (alive, the handshake, list — which is filtered).
+	PermNone Permission = iota
+	// PermPublish: pub (1) and delay pub (16) to the topic.
+	PermPublish
+	// PermSubscribe: sub (0) on the topic.
+	PermSubscribe
+	// PermManage: create (2) and delete (3) of the topic.
+	PermManage
+	// PermDescribe: topic info (65). Not granted on its own: any of
+	// publish, subscribe or manage on the topic includes it.
+	PermDescribe
+	// PermReplication: replica (64) and valid list (99); the replication
+	// role.
+	PermReplication
+)
+
+func (p Permission) String() string {
+	switch p {
+	case PermNone:
+		return "none"
+	case PermPublish:
+		return "publish"
+	case PermSubscribe:
+		return "subscribe"
+	case PermManage:
+		return "manage"
+	case PermDescribe:
+		return "describe"
+	case PermReplication:
+		return "replication"
+	}
+	return fmt.Sprintf("permission(%d)", uint8(p))
+}
+
+// CommandPermission maps a request command to the permission it needs and
+// whether that permission is per topic. Commands not listed (alive, the
+// handshake, list, unknown codes) need none.
+func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
+	switch cmd {
+	case protocol.CmdPub, protocol.CmdDelay:
+		return PermPublish, true
+	case protocol.CmdSub:
+		return PermSubscribe, true
+	case protocol.CmdCreate, protocol.CmdDelete:
+		return PermManage, true
+	case protocol.CmdTopicInfo:
+		return PermDescribe, true
+	case protocol.CmdReplica, protocol.CmdValidList:
+		return PermReplication, false
+	}
+	return PermNone, false
+}
+
+// ValidatePattern accepts "*", "prefix.*" where prefix is a valid topic
+// name, or an exact valid topic name (spec §11 rule). A "*" anywhere else is
+// refused so that "orders*" cannot be mistaken for a prefix grant.
+func ValidatePattern(p string) error {
+	if p == "*" {
+		return nil
+	}
+	name := p
+	if prefix, ok := strings.CutSuffix(p, ".*"); ok {
+		name = prefix
+	}
+	if strings.Contains(name, "*") {
+		return fmt.Errorf("pattern %q: '*' is allowed only alone or as a final \".*\"", p)
+	}
+	if err := protocol.ValidateTopicName([]byte(name)); err != nil {
+		return fmt.Errorf("pattern %q: %v", p, err)
+	}
+	return nil
+}
+
+// patterns is a compiled list of topic patterns.
+type patterns struct {
+	all      bool
+	exact    map[string]struct{}
+	prefixes []string // each ends with "."
+}
+
+func compilePatterns(list []string) patterns {
+	var ps patterns
+	for _, p := range list {
+		switch prefix, ok := strings.CutSuffix(p, "*"); {
+		case p == "*":
+			ps.all = true
+		case ok:
+			ps.prefixes = append(ps.prefixes, prefix) // keeps the "."
+		default:
+			if ps.exact == nil {
+				ps.exact = make(map[string]struct{})
+			}
+			ps.exact[p] = struct{}{}
+		}
+	}
+	return ps
+}
+
+func (ps *patterns) match(topic string) bool {
+	if ps.all {
+		return true
+	}
+	if _, ok := ps.exact[topic]; ok {
+		return true
+	}
+	for _, pre := range ps.prefixes {
+		if len(topic) > len(pre) && strings.HasPrefix(topic, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// Principal is a user as the server checks it: immutable, shared by every
+// connection of that user until the next reload replaces it.
+type Principal struct {
+	Name        string
+	Disabled    bool
+	Admin       bool
+	Replication bool
+	publish     patterns
+	subscribe   patterns
+	manage      patterns
+	creds       Credentials
+}
+
+func newPrincipal(u *User) *Principal {
+	return &Principal{
+		Name:        u.Name,
+		Disabled:    u.Disabled,
+		Admin:       u.HasRole(RoleAdmin),
+		Replication: u.HasRole(RoleReplication),
+		publish:     compilePatterns(u.Publish),
+		subscribe:   compilePatterns(u.Subscribe),
+		manage:      compilePatterns(u.Manage),
+		creds:       u.SCRAM,
+	}
+}
+
+// Allowed reports whether the principal may do perm (on topic, for the
+// per-topic permissions). A disabled principal may do nothing.
+func (p *Principal) Allowed(perm Permission, topic string) bool {
+	if p == nil || p.Disabled {
+		return false
+	}
+	if p.Admin || perm == PermNone {
+		return true
+	}
+	switch perm {
+	case PermPublish:
+		return p.publish.match(topic)
+	case PermSubscribe:
+		return p.subscribe.match(topic)
+	case PermManage:
+		return p.manage.match(topic)
+	case PermDescribe:
+		return p.publish.match(topic) || p.subscribe.match(topic) || p.manage.match(topic)
+	case PermReplication:
+		return p.Replication
+	}
+	return false
+}
+
+// Denied is the 400 text of a refused command: it names the user, the
+// missing permission and the topic (quoted with Go escaping, so a hostile
+// name cannot forge log lines or replies).
+func Denied(user string, perm Permission, topic string) *protocol.BizError {
+	var what string
+	switch perm {
+	case PermPublish:
+		what = fmt.Sprintf("publish to %q", topic)
+	case PermSubscribe:
+		what = fmt.Sprintf("subscribe to %q", topic)
+	case PermManage:
+		what = fmt.Sprintf("manage topic %q", topic)
+	case PermDescribe:
+		what = fmt.Sprintf("see topic %q (needs publish, subscribe or manage on it)", topic)
+	case PermReplication:
+		what = "replicate (needs the replication role)"
+	default:
+		what = perm.String()
+	}
+	return protocol.NewBizError(fmt.Sprintf("permission denied: user %q may not %s", user, what))
+}
