@@ -322,6 +322,9 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 		if n > 0 {
 			return n, nil
 		}
+		if wait <= 0 {
+			return 0, nil
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 			defer timer.Stop()

@@ -127,7 +127,8 @@ func (b *Broker) startPosition(l *segment.Log, after int64) (segment.Position, e
 func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
 
 // Next appends up to max messages to dst as subscription message units
-// (spec §2.4) and returns how many. With nothing to deliver it waits until
+// (spec §2.4) and returns how many. With wait <= 0 it only polls. With
+// nothing to deliver it waits until
 // the writer commits more, the topic is deleted (protocol.ErrTopicDeleted), wait
 // passes (0 messages: the caller sends an alive) or ctx ends.
 func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.Duration) ([]byte, int, error) {
@@ -142,6 +143,9 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 		out, n, err := s.read(dst, max)
 		if err != nil || n > 0 {
 			return out, n, err
+		}
+		if wait <= 0 {
+			return dst, 0, nil // a poll: keep the file open for the next one
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
