@@ -228,10 +228,31 @@ func (b *Broker) Close() error {
 	close(b.stop)
 	<-b.done
 	err := b.w.shutdown()
-	if cerr := b.meta.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("broker: close meta: %w", cerr)
+	if cerr := b.closeMeta(); cerr != nil && err == nil {
+		err = cerr
 	}
 	return err
+}
+
+// metaCloseTimeout bounds closing badger: it retries flushing its memtable
+// forever when the disk refuses (full disk, data directory removed), and a
+// shutdown must end anyway. Everything acknowledged is in the binlog by
+// then; recovery rebuilds meta changes from it.
+const metaCloseTimeout = 20 * time.Second
+
+func (b *Broker) closeMeta() error {
+	done := make(chan error, 1)
+	go func() { done <- b.meta.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("broker: close meta: %w", err)
+		}
+		return nil
+	case <-time.After(metaCloseTimeout):
+		b.log.Error("meta store did not close; giving up (the next start replays the binlog)", "timeout", metaCloseTimeout)
+		return fmt.Errorf("broker: close meta: not done after %v", metaCloseTimeout)
+	}
 }
 
 // Fatal receives the error that stopped the writer, if one does.
@@ -285,6 +306,8 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
+	// Counted here, on the caller's goroutine, not by the single writer.
+	b.opts.Metrics.PublishedBytes(topicName, count, len(records))
 	return c.eventID, nil
 }
 
