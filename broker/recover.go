@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -152,9 +153,19 @@ var errStopScan = errors.New("stop scan")
 
 // cutTail scans l from `from` and truncates a bad tail, refusing when the
 // damage is not at the tail of the newest file or is too large to be a torn
-// write.
+// write. A block whose eventId does not follow the one before it is bad
+// too: eventIds only grow, and such a block (a damaged digit) would give
+// one id to two messages.
 func (b *Broker) cutTail(l *segment.Log, from segment.Position) error {
-	end, err := l.Scan(from, func(segment.Position, int64, int64, []byte) error { return nil })
+	prev := int64(0)
+	end, err := l.Scan(from, func(pos segment.Position, first, last int64, _ []byte) error {
+		if first <= prev {
+			return &segment.CorruptError{Path: l.Path(pos.FileID), Offset: pos.Offset,
+				Err: fmt.Errorf("eventId %d does not follow eventId %d", first, prev)}
+		}
+		prev = last
+		return nil
+	})
 	if errors.Is(err, errStopScan) {
 		err = nil
 	}
@@ -198,9 +209,10 @@ func lastBlock(l *segment.Log) (int64, segment.Position, error) {
 }
 
 // checkTopicTail cuts a torn tail of t's log and any block newer than the
-// binlog's last event. It returns the topic's last eventId and, when whole
-// blocks may have been lost, the binlog position from which the replay must
-// start to restore them.
+// binlog's last event. It returns the topic's last eventId (on a master,
+// before that cut: ids are never reused) and, when whole blocks may have
+// been lost, the binlog position from which the replay must start to
+// restore them.
 func (b *Broker) checkTopicTail(t *topic, binLast int64) (int64, *segment.Position, error) {
 	l, err := b.topicLog(t)
 	if err != nil {
@@ -243,7 +255,12 @@ func (b *Broker) checkTopicTail(t *topic, binLast int64) (int64, *segment.Positi
 		if err := l.TruncateTo(loc.Pos); err != nil {
 			return 0, nil, err
 		}
-		last = binLast
+		if b.opts.Slave {
+			// A slave's counter follows its binlog, which replication
+			// resumes from. A master keeps last: subscribers may have
+			// seen those ids, so they must never name other messages.
+			last = binLast
+		}
 	}
 	return last, refill, nil
 }
@@ -400,18 +417,22 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 	return nil
 }
 
-// matchAt reports whether the block at the cursor is want (same eventId and
-// source) and advances past it if so.
+// matchAt reports whether the block at the cursor is want (same eventId,
+// source and record bytes) and advances past it if so. The record is
+// compared too: a damaged byte in it decodes fine, and the binlog is what
+// slaves serve.
 func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicstore.Block) (bool, error) {
 	for {
 		var got topicstore.Block
-		found := false
+		found, sameRecord := false, false
 		next, err := l.ReadFrom(cur.pos, 1, func(_, _, _ int64, raw []byte) error {
 			tb, _, derr := topicstore.DecodeBlock(raw)
 			if derr != nil {
 				return derr
 			}
 			got, found = tb, true
+			// tb.Record is valid only during this call.
+			sameRecord = bytes.Equal(tb.Record, want.Record)
 			return nil
 		})
 		if err != nil {
@@ -425,7 +446,7 @@ func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicstore.Block) 
 			cur.pos = segment.Position{FileID: nf}
 			continue
 		}
-		if got.EventID == want.EventID && got.SrcFileID == want.SrcFileID && got.SrcPos == want.SrcPos {
+		if got.EventID == want.EventID && got.SrcFileID == want.SrcFileID && got.SrcPos == want.SrcPos && sameRecord {
 			cur.pos = next
 			return true, nil
 		}

@@ -43,7 +43,16 @@ func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
+	b.recordReplicated(c)
 	return c.eventID, nil
+}
+
+// recordReplicated counts an applied replicated pub or delay apply (the
+// writer set count and records when it wrote the topic's messages).
+func (b *Broker) recordReplicated(c *command) {
+	if c.err == nil && c.count > 0 {
+		b.opts.Metrics.Published(c.topic, c.count, len(c.records))
+	}
 }
 
 // ApplyReplicatedBatch applies raws in order, queueing them back to back so
@@ -121,6 +130,7 @@ func (b *Broker) finishBatch(cmds []*command, tail error) (int64, int, error) {
 		if c.err != nil {
 			return last, i, c.err
 		}
+		b.recordReplicated(c)
 		last = c.eventID
 	}
 	return last, len(cmds), tail
@@ -154,8 +164,8 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 	switch blk.Cmd {
 	case binlog.CmdPub:
 		if t != nil {
-			// count and records describe the publication for metrics
-			// after the commit (records aliases raw: no copy).
+			// count and records describe the publication for metrics,
+			// read by the submitter (records aliases raw: no copy).
 			c.count, c.records = int(last-blk.EventID+1), blk.Payload
 			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload)
 		}

@@ -253,12 +253,12 @@ func (w *writer) process(group []*command) {
 
 // record counts a committed group in m. It reads only what the commands
 // already hold (eventIds, counts, record slices), so it allocates nothing.
+// Pubs and replicated blocks are counted by their submitters (Publish,
+// ApplyReplicated), off this goroutine, which every write waits for.
 func (w *writer) record(m *metrics.Metrics) {
 	m.ObserveGroup(len(w.ok), len(w.binBuf))
 	for _, c := range w.ok {
 		switch c.cmd {
-		case protocol.CmdPub:
-			m.Published(c.topic, c.count, len(c.records))
 		case protocol.CmdDelayApply:
 			if c.eventID != 0 { // 0: the key was gone or its topic was
 				recs := c.records[binlog.DelayPrefixLen:]
@@ -270,10 +270,7 @@ func (w *writer) record(m *metrics.Metrics) {
 				m.TopicDeleted(c.topic)
 			}
 		case cmdReplicated:
-			switch {
-			case c.count > 0: // a pub or delay apply into a local topic
-				m.Published(c.topic, c.count, len(c.records))
-			case c.replCmd == binlog.CmdDelete:
+			if c.replCmd == binlog.CmdDelete {
 				m.TopicDeleted(c.topic)
 			}
 		}

@@ -21,6 +21,11 @@ type Client struct {
 // whose pool already holds that first connection.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	o := opts.withDefaults()
+	secured, err := SecureDialer(o.DialContext, o.TLS, o.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("smss client: %w", err)
+	}
+	o.DialContext = secured
 	c := &Client{addr: addr, opts: o}
 	first, err := dialConn(ctx, &c.opts, addr)
 	if err != nil {

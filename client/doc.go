@@ -34,4 +34,12 @@
 // Messages carry ordered headers and a body (spec §1.4). A message with no
 // header and an empty body cannot be sent (ErrEmptyMessage). The traceId of
 // a call is taken from the context (WithTraceID) or generated.
+//
+// Security (auth.go): Options.TLS makes every connection TLS and
+// Options.Credentials logs it in (SCRAM-SHA-256) before it is pooled or
+// used for a stream, so no call ever runs on an unauthenticated connection
+// and the password never crosses the wire. A server that cannot prove it
+// holds the user's credentials, or does not support authentication, is
+// refused. Refusals by the server map to ErrAuthFailed and
+// ErrPermissionDenied; the connection stays usable after the latter.
 package client

@@ -28,6 +28,8 @@ const (
 	kindInvalidRequest
 	kindLimitExceeded
 	kindEventIDUnavailable
+	kindAuthFailed
+	kindPermissionDenied
 )
 
 func (e *ServerError) Error() string { return "smss server: " + e.Msg }
@@ -74,6 +76,13 @@ var (
 	// server cannot resume from (beyond its last id, removed by retention,
 	// not a block boundary, ...).
 	ErrEventIDUnavailable = sentinel(kindEventIDUnavailable, "eventId unavailable")
+	// ErrAuthFailed: the server refused the login (wrong user or password,
+	// disabled user, too many failed attempts) or a command before it
+	// ("authentication required"): configure Options.Credentials.
+	ErrAuthFailed = sentinel(kindAuthFailed, "authentication failed")
+	// ErrPermissionDenied: the user may not run this command on this topic
+	// (the text names the missing permission).
+	ErrPermissionDenied = sentinel(kindPermissionDenied, "permission denied")
 )
 
 // Client-side errors.
@@ -131,6 +140,12 @@ func classify(msg, topic string) errKind {
 		return kindSubscriberExists
 	case strings.HasPrefix(msg, "invalid topic name"):
 		return kindInvalidTopicName
+	case strings.HasPrefix(msg, "permission denied:"):
+		return kindPermissionDenied
+	case strings.HasPrefix(msg, "authentication "), strings.HasPrefix(msg, "too many failed authentication"),
+		strings.HasSuffix(msg, "is disabled") && strings.HasPrefix(msg, "user "),
+		strings.HasSuffix(msg, "no longer exists") && strings.HasPrefix(msg, "user "):
+		return kindAuthFailed
 	case strings.Contains(msg, "exceeds limit."):
 		return kindLimitExceeded
 	case strings.HasPrefix(msg, "invalid eventId"),

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"time"
@@ -37,6 +38,12 @@ type Options struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives pool and subscriber events; nil means slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, makes every connection TLS (see SecureDialer).
+	TLS *tls.Config
+	// Credentials, when set, log every connection in before it is used
+	// (SCRAM-SHA-256; see SecureDialer). Subscribers made with
+	// Client.NewSubscriber and replica streams inherit TLS and Credentials.
+	Credentials *Credentials
 }
 
 const (

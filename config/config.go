@@ -21,6 +21,12 @@ type Config struct {
 	Background Background `yaml:"background"`
 	Limit      Limit      `yaml:"limit"`
 	Delay      Delay      `yaml:"delay"`
+	Admin      Admin      `yaml:"admin"`
+	// Security (security.go): authentication, the TLS listener, and how a
+	// slave connects to its master.
+	Auth        Auth              `yaml:"auth"`
+	TLS         TLS               `yaml:"tls"`
+	Replication ReplicationClient `yaml:"replication"`
 
 	// Source says where the values came from (a file path or
 	// SourceEmbedded); set by Load, never read from YAML.
@@ -125,6 +131,15 @@ type Delay struct {
 	MaxDelay int64 `yaml:"maxDelay"` // ms
 }
 
+// Admin is the admin.* section: the operator HTTP endpoint (package admin).
+type Admin struct {
+	// Listen is host:port; "" turns the endpoint off.
+	Listen string `yaml:"listen"`
+	// Token protects every endpoint but /healthz; "" leaves them open.
+	// Tagged secret: Summary never shows it.
+	Token string `yaml:"token" secret:"true"`
+}
+
 // Default returns the shipped values of spec §9.1 plus the defaults of the
 // keys this implementation adds. config.yaml must parse to exactly this.
 func Default() *Config {
@@ -163,6 +178,7 @@ func Default() *Config {
 		Background: Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
 		Limit:      Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
 		Delay:      Delay{MaxDelay: 2592000000},
+		Auth:       defaultAuth(),
 	}
 }
 

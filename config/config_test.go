@@ -69,13 +69,53 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"delay.maxDelay":          int64(2592000000),
 		"worker.maxGroupBytes":    int64(4194304),
 		"store.maxSlaveKeepFiles": int64(64),
+		"admin.listen":            "",
+		"admin.token":             "",
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 37 { // 36 keys + source
-		t.Errorf("summary has %d entries, want 37", len(s))
+	if len(s) != 55 { // 38 keys + 16 security keys (security.go) + source
+		t.Errorf("summary has %d entries, want 55", len(s))
+	}
+}
+
+// Secrets never reach the start-up log or the admin API's config view.
+func TestSummaryRedactsSecrets(t *testing.T) {
+	c := Default()
+	c.Admin.Listen, c.Admin.Token = "127.0.0.1:0", "s3cret-token-0123456789"
+	found := false
+	for _, a := range c.Summary() {
+		attr := a.(slog.Attr)
+		if strings.Contains(attr.Value.String(), "s3cret") {
+			t.Errorf("summary %s shows the secret", attr.Key)
+		}
+		if attr.Key == "admin.token" {
+			found = true
+			if attr.Value.String() != Redacted {
+				t.Errorf("admin.token summarised as %q, want %q", attr.Value, Redacted)
+			}
+		}
+	}
+	if !found {
+		t.Error("admin.token missing from the summary")
+	}
+}
+
+func TestLoadAdminSection(t *testing.T) {
+	c, err := Parse([]byte("admin:\n  listen: 127.0.0.1:12380\n  token: abcdefghijklmnopqrstuvwxyz\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Listen != "127.0.0.1:12380" || c.Admin.Token != "abcdefghijklmnopqrstuvwxyz" {
+		t.Fatalf("admin section %+v", c.Admin)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse([]byte("admin:\n  tokn: x\n")); err == nil || !strings.Contains(err.Error(), `unknown key "admin.tokn"`) {
+		t.Fatalf("misspelt admin key: %v", err)
 	}
 }
 

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Upper bounds that keep the Duration conversions (and lumberjack's own
@@ -82,7 +86,37 @@ func (c *Config) Validate() error {
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
 
 	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
+
+	c.validateAdmin(&v)
+	c.validateSecurity(&v)
 	return errors.Join(v.errs...)
+}
+
+// MinAdminTokenLen is the shortest admin.token accepted.
+const MinAdminTokenLen = 16
+
+func (c *Config) validateAdmin(v *validator) {
+	if l := c.Admin.Listen; l != "" {
+		host, port, err := net.SplitHostPort(l)
+		p, perr := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			v.add(fmt.Sprintf("admin.listen must be host:port, e.g. 127.0.0.1:12380 (got %q)", l))
+		case perr != nil || p < 0 || p > 65535:
+			v.add(fmt.Sprintf("admin.listen must have a port between 0 and 65535 (got %q)", l))
+		case p != 0 && p == c.Port && (host == c.Host || host == "" || c.Host == "0.0.0.0" || c.Host == "::"):
+			v.add(fmt.Sprintf("admin.listen must not use the client port %d (got %q)", c.Port, l))
+		}
+	}
+	// The value is never printed: error messages end up in logs.
+	if tok := c.Admin.Token; tok != "" {
+		if n := len([]rune(tok)); n < MinAdminTokenLen {
+			v.add(fmt.Sprintf("admin.token must be at least %d characters (got %d)", MinAdminTokenLen, n))
+		}
+		if strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			v.add("admin.token must not contain spaces or control characters (it travels in an HTTP header)")
+		}
+	}
 }
 
 type validator struct{ errs []error }
@@ -114,9 +148,13 @@ func noteSuffix(note string) string {
 	return " [" + note + "]"
 }
 
+// Redacted stands for a secret's value in Summary.
+const Redacted = "<redacted>"
+
 // Summary lists every key with its value in effect, as slog attributes
 // ("store.folderCount"=10, ...), plus the source, for the start-up log:
-// logger.Info("config in effect", cfg.Summary()...).
+// logger.Info("config in effect", cfg.Summary()...). Secrets (admin.token)
+// show as Redacted when set and "" when not.
 func (c *Config) Summary() []any {
 	attrs := []any{slog.String("config.source", c.Source)}
 	return appendLeaves(attrs, reflect.ValueOf(c).Elem(), "")
@@ -132,6 +170,14 @@ func appendLeaves(attrs []any, v reflect.Value, prefix string) []any {
 		key, f := join(prefix, name), v.Field(i)
 		if f.Kind() == reflect.Struct {
 			attrs = appendLeaves(attrs, f, key)
+			continue
+		}
+		if t.Field(i).Tag.Get("secret") == "true" {
+			if !f.IsZero() {
+				attrs = append(attrs, slog.String(key, Redacted))
+			} else {
+				attrs = append(attrs, slog.String(key, ""))
+			}
 			continue
 		}
 		attrs = append(attrs, slog.Any(key, f.Interface()))

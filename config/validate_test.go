@@ -69,6 +69,20 @@ func TestValidate(t *testing.T) {
 		{"maxConns 0", func(c *Config) { c.Limit.MaxConns = 0 }, "limit.maxConns", "0"},
 		{"maxDelay 999", func(c *Config) { c.Delay.MaxDelay = 999 }, "delay.maxDelay", "999"},
 		{"maxDelay 1000 ok", func(c *Config) { c.Delay.MaxDelay = 1000 }, "", ""},
+		{"admin off ok", func(c *Config) { c.Admin.Listen = "" }, "", ""},
+		{"admin loopback ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:12380" }, "", ""},
+		{"admin port 0 ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:0" }, "", ""},
+		{"admin all interfaces ok", func(c *Config) { c.Admin.Listen = ":12380" }, "", ""},
+		{"admin ipv6 ok", func(c *Config) { c.Admin.Listen = "[::1]:12380" }, "", ""},
+		{"admin no port", func(c *Config) { c.Admin.Listen = "127.0.0.1" }, "admin.listen", `"127.0.0.1"`},
+		{"admin bad port", func(c *Config) { c.Admin.Listen = "127.0.0.1:http" }, "admin.listen", `"127.0.0.1:http"`},
+		{"admin port too big", func(c *Config) { c.Admin.Listen = "127.0.0.1:70000" }, "admin.listen", `"127.0.0.1:70000"`},
+		{"admin on the client port", func(c *Config) { c.Admin.Listen = "127.0.0.1:12301" }, "admin.listen", `"127.0.0.1:12301"`},
+		{"admin client port 0 ok", func(c *Config) { c.Port = 0; c.Admin.Listen = "127.0.0.1:0" }, "", ""},
+		{"token ok", func(c *Config) { c.Admin.Token = "0123456789abcdef" }, "", ""},
+		{"token short", func(c *Config) { c.Admin.Token = "short" }, "admin.token", "5"},
+		{"token with space", func(c *Config) { c.Admin.Token = "0123456789 abcdef" }, "admin.token", ""},
+		{"token with newline", func(c *Config) { c.Admin.Token = "0123456789abcdef\n" }, "admin.token", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

@@ -29,14 +29,13 @@ const MaxAuthMessage = 4096
 // Failed handshakes all get ErrAuthFailed, whatever went wrong, so that a
 // client cannot tell an unknown user from a wrong password.
 var (
-	ErrAuthRequired   = NewBizError("authentication required")
-	ErrAuthFailed     = NewBizError("authentication failed")
-	ErrAuthDisabled   = NewBizError("authentication is not enabled on this server")
-	ErrAuthMechanism  = NewBizError("unsupported authentication mechanism (want " + MechSCRAMSHA256 + ")")
-	ErrAuthNoStart    = NewBizError("authentication continue without a started handshake")
-	ErrAuthDone       = NewBizError("already authenticated")
-	ErrAuthTooLong    = NewBizError(fmt.Sprintf("authentication message longer than %d bytes", MaxAuthMessage))
-	ErrAuthRateLimits = NewBizError("too many failed authentication attempts; retry later")
+	ErrAuthRequired  = NewBizError("authentication required")
+	ErrAuthFailed    = NewBizError("authentication failed")
+	ErrAuthDisabled  = NewBizError("authentication is not enabled on this server")
+	ErrAuthMechanism = NewBizError("unsupported authentication mechanism (want " + MechSCRAMSHA256 + ")")
+	ErrAuthNoStart   = NewBizError("authentication continue without a started handshake")
+	ErrAuthDone      = NewBizError("already authenticated")
+	ErrAuthTooLong   = NewBizError(fmt.Sprintf("authentication message longer than %d bytes", MaxAuthMessage))
 )
 
 // AppendAuthStart appends an auth start request: mechanism in the topic

@@ -22,4 +22,19 @@
 //     for every length they are told by the peer.
 //   - Parsers (ParseRecord, ParseSubMessages) return errors on any
 //     inconsistency between counts and sizes; they never panic.
+//
+// Authentication handshake (an extension of §1.3, auth.go): two commands
+// carry SCRAM-SHA-256 (RFC 5802/7677) messages, framed like pub — header
+// bytes 3..6 are the uint32 LE body length, at most MaxAuthMessage, so any
+// reader knows where the request ends.
+//
+//   - 32 auth start: topic field = mechanism ("SCRAM-SHA-256"), body =
+//     client-first-message. Reply: 200 with the JSON layout (uint32 length at
+//     bytes 2..5) carrying the server-first-message, or a 400.
+//   - 33 auth continue: no topic, body = client-final-message. Reply: 200
+//     (same layout) carrying the server-final-message, or a 400.
+//
+// Failures are 400s with texts such as ErrAuthFailed; the connection stays
+// usable. A server without authentication answers ErrAuthDisabled, an
+// original server ErrNotSupported.
 package protocol

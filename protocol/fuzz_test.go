@@ -21,7 +21,7 @@ const fuzzAllocBound = MaxTopicFieldLen + MaxTraceFieldLen + 256 + 32 + 64 + 16<
 // encodeBody rebuilds a request's body from its decoded fields.
 func encodeBody(req *Request) []byte {
 	switch req.Header.Cmd {
-	case CmdPub:
+	case CmdPub, CmdAuthStart, CmdAuthContinue:
 		return req.Payload
 	case CmdDelay:
 		return append(le64(req.DelayMs), req.Payload...)
@@ -203,6 +203,10 @@ func checkAccepted(t *testing.T, req *Request) {
 	case CmdReplica:
 		if req.EventID < 0 {
 			t.Fatalf("accepted replica from %d", req.EventID)
+		}
+	case CmdAuthStart, CmdAuthContinue:
+		if len(req.Payload) > MaxAuthMessage || uint32(len(req.Payload)) != req.Header.PayloadSize() {
+			t.Fatalf("accepted %v with %d body bytes, header %d", req.Header.Cmd, len(req.Payload), req.Header.PayloadSize())
 		}
 	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdCreate, CmdValidList:
 	default:

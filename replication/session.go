@@ -47,8 +47,9 @@ func (d *deadlineConn) Read(p []byte) (int, error) {
 // the master sent at least one frame (then the backoff starts over).
 func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	s.setState(StateConnecting)
-	d := net.Dialer{Timeout: s.opts.ConnectTimeout}
-	conn, err := d.DialContext(ctx, "tcp", s.opts.MasterAddr)
+	dctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
+	conn, err := s.opts.DialContext(dctx, "tcp", s.opts.MasterAddr)
+	cancel()
 	if err != nil {
 		return false, fmt.Errorf("connect to master: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -63,6 +64,10 @@ type SlaveOptions struct {
 	// apply step (one block, or a run of blocks with a BatchApplier) with
 	// the last eventId applied so far (metrics, tests).
 	OnApply func(lastEventID int64)
+	// DialContext opens the connection to the master, including any TLS
+	// handshake and login (see client.SecureDialer); it is bounded by
+	// ConnectTimeout. nil uses a plain net.Dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Defaults of SlaveOptions.
@@ -108,6 +113,9 @@ func (o *SlaveOptions) setDefaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.DialContext == nil {
+		o.DialContext = (&net.Dialer{}).DialContext
 	}
 	return nil
 }

@@ -37,6 +37,11 @@ const readChunk = 256 << 10
 // without error.
 func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block []byte) error) (int64, error) {
 	path := l.Path(id)
+	if from < 0 {
+		// Offsets come from index files and the meta checkpoint too;
+		// damaged ones must not reach the arithmetic below.
+		return from, fmt.Errorf("segment: scan %s from negative offset %d", path, from)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return from, fmt.Errorf("segment: open %s: %w", path, err)

@@ -84,22 +84,24 @@ func (r *Reader) Next(max int, fn func(first, last int64, block []byte, next Pos
 			if err != nil || n == 0 {
 				return n, false, err
 			}
-			if r.pos.Offset == limit {
-				if next, ok := r.l.NextFile(r.pos.FileID); ok {
-					r.Close()
-					r.pos = Position{FileID: next}
-					return n, true, nil
-				}
+			// Whether this file is complete must be judged from the same
+			// committed position that limit came from: a newer one may
+			// name a later file while this file grew past limit before
+			// it rolled, and moving on would skip those blocks.
+			if r.pos.Offset == limit && r.pos.FileID < committed.FileID {
+				r.Close()
+				r.pos = Position{FileID: r.pos.FileID + 1}
+				return n, true, nil
 			}
 			return n, false, nil
 		}
-		// At the end of this file: move on if a later file exists.
-		next, ok := r.l.NextFile(r.pos.FileID)
-		if !ok || attempt > 0 {
+		// At the end of this file: move on if it is complete (files are
+		// contiguous, so the next one is id+1; see NextFile).
+		if r.pos.FileID >= committed.FileID || attempt > 0 {
 			return 0, false, nil
 		}
 		r.Close()
-		r.pos = Position{FileID: next}
+		r.pos = Position{FileID: r.pos.FileID + 1}
 	}
 }
 

@@ -61,6 +61,7 @@ type conn struct {
 	out   []byte
 	ack   [2]byte   // a subscriber's ack, kept here so reading it does not allocate
 	state connState // guarded by s.mu
+	auth  connAuth  // auth.go
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -68,6 +69,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.dr = deadlineReader{nc: nc, timeout: s.opts.ReadTimeout}
 	c.br = bufio.NewReaderSize(&c.dr, readBufferSize)
 	c.rr = protocol.NewRequestReader(c.br, s.opts.Limits)
+	c.initAuth()
 	return c
 }
 
@@ -84,6 +86,9 @@ func (c *conn) serve() {
 		}
 	}()
 	c.log.Debug("connection opened")
+	if !c.handshakeTLS() {
+		return
+	}
 	for c.waitRequest() && c.serveRequest() {
 	}
 }
@@ -120,6 +125,9 @@ func (c *conn) waitRequest() bool {
 func (c *conn) serveRequest() bool {
 	start := time.Now()
 	err := c.rr.Read(&c.req)
+	if handled, keep := c.gate(err, start); handled {
+		return keep
+	}
 	if err == nil {
 		return c.dispatch(start)
 	}

@@ -28,4 +28,14 @@
 //     socket again, so after ack 1, a 255 or a 400 the next request is read
 //     intact. Bytes received while no frame awaits an ack close the
 //     connection.
+//   - Security (auth.go, tls.go) is off unless Options.Security sets it.
+//     With authentication on, a connection reads requests under tiny limits
+//     and answers everything but alive and the handshake (32, 33) with
+//     "authentication required" until a SCRAM-SHA-256 handshake succeeds;
+//     then each command is checked against the user as of the current users
+//     snapshot (a reload applies to the next command; a disabled user's
+//     connection is refused and closed), and a refused command is answered
+//     with a 400 naming the missing permission after its body was consumed,
+//     having changed nothing. TLS connections (a second listener) complete
+//     their handshake within ReadTimeout before any request is read.
 package server

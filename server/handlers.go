@@ -38,7 +38,7 @@ func (c *conn) dispatch(start time.Time) bool {
 	case protocol.CmdTopicInfo:
 		err = c.info()
 	case protocol.CmdList:
-		err = c.list(c.s.opts.Backend.Topics())
+		err = c.list(c.visibleTopics(c.s.opts.Backend.Topics()))
 	case protocol.CmdValidList:
 		err = c.list(c.s.opts.Backend.ValidTopics(req.EventID))
 	case protocol.CmdDelay:

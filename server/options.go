@@ -84,6 +84,9 @@ type Options struct {
 	// Metrics receives request latencies, connection counts, deliveries and
 	// errors; nil records nothing.
 	Metrics *metrics.Metrics
+	// Security turns on authentication, permissions and the TLS listener
+	// (auth.go, tls.go); the zero value leaves them off.
+	Security Security
 }
 
 // Defaults applied by New.

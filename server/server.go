@@ -31,6 +31,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	ln       net.Listener
+	tlsLn    net.Listener // Security.TLS only (tls.go)
 	serving  bool
 	shutting bool
 	done     chan struct{} // closed by Shutdown
@@ -55,7 +56,7 @@ func New(opts Options) (*Server, error) {
 	}, nil
 }
 
-// Listen binds Host:Port.
+// Listen binds Host:Port, and Security.TLSListen when TLS is configured.
 func (s *Server) Listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -69,6 +70,10 @@ func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if err := s.listenTLSLocked(); err != nil {
+		ln.Close()
+		return err
 	}
 	s.ln = ln
 	s.log.Info("listening", "addr", ln.Addr().String())
@@ -103,9 +108,15 @@ func (s *Server) Serve() error {
 	s.serving = true
 	ln := s.ln
 	s.wg.Add(1)
+	s.serveTLS(s.tlsLn, ln)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	return s.acceptLoop(ln)
+}
 
+// acceptLoop accepts connections on ln until Shutdown (ErrServerClosed) or
+// a listener failure.
+func (s *Server) acceptLoop(ln net.Listener) error {
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -196,6 +207,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.ln != nil {
 			if err := s.ln.Close(); err != nil {
 				s.log.Warn("close listener", "err", err)
+			}
+		}
+		if s.tlsLn != nil {
+			if err := s.tlsLn.Close(); err != nil {
+				s.log.Warn("close TLS listener", "err", err)
 			}
 		}
 	}

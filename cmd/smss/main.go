@@ -7,6 +7,11 @@
 // connections (10 s at most; a second signal cuts that short), then the
 // broker finishes its in-flight group, fsyncs and closes.
 //
+// With admin.listen set (admin.go), the admin HTTP endpoint starts before
+// recovery, so /healthz answers and /readyz says why it is not ready while
+// a large data directory is recovered; it stops before the broker closes.
+// Without it, no metrics are recorded at all.
+//
 // Exit status: 0 after a clean shutdown; 2 for bad flags or configuration
 // (the message names the flag or key); 1 for any other failure, including
 // a fatal broker error (e.g. a failed fsync), after which the process must
@@ -75,6 +80,13 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	role := fl.resolveRole(logger)
 	logger.Info("config in effect", cfg.Summary()...)
 
+	adm, err := startAdmin(cfg, role, logger)
+	if err != nil {
+		logger.Error("cannot start the admin endpoint", "key", "admin.listen", "err", err)
+		return exitFailure
+	}
+	defer adm.shutdown()
+
 	b, err := broker.Open(broker.Options{
 		Dir:           cfg.Store.Path,
 		MaxLogSize:    cfg.Store.MaxLogSize,
@@ -89,19 +101,23 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Slave:         role == roleSlave,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
+		Metrics:       adm.metrics(),
 	})
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
 	}
+	adm.setBroker(b)
 	bg, err := startBackground(cfg, b, logger)
 	if err != nil {
 		logger.Error("cannot start the background jobs", "err", err)
+		adm.shutdown()
 		b.Close()
 		return exitFailure
 	}
-	code = serve(cfg, role, fl, b, logger, sig)
-	bg.stop() // background jobs write through the broker: stop them first
+	code = serve(cfg, role, fl, b, adm, logger, sig)
+	bg.stop()      // background jobs write through the broker: stop them first
+	adm.shutdown() // it reads the broker's state
 	if err := b.Close(); err != nil {
 		logger.Error("closing the broker failed; the last writes may not be durable", "err", err)
 		code = exitFailure
@@ -112,7 +128,12 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 // serve runs the network server until a signal, a fatal broker error or a
 // server failure, then shuts the server down. The caller closes the broker.
-func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger *slog.Logger, sig <-chan os.Signal) int {
+func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) int {
+	sec, err := setupSecurity(cfg, logger)
+	if err != nil {
+		logger.Error("cannot set up authentication or TLS", "err", err)
+		return exitUsage
+	}
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -134,6 +155,8 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 		MaxAckTimeout:     cfg.MaxAckTimeout(),
 		MaxDelay:          cfg.MaxDelay(),
 		Replication:       replicationSource(role, b),
+		Metrics:           adm.metrics(),
+		Security:          sec,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -144,10 +167,10 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 		return exitFailure
 	}
 	addr := srv.Addr()
-	if warning := exposure(addr); warning != "" {
-		logger.Warn(warning, "addr", addr.String(), "key", "host")
-	}
+	warnExposure(logger, srv, sec.Auth != nil)
+	defer reloadOnHUP(srv, sec.Auth != nil, logger)()
 	logger.Info("smss listening", "addr", addr.String(), "role", role, "data", cfg.Store.Path)
+	adm.setListen(addr.String())
 	if role == roleSlave {
 		r, err := startReplication(cfg, fl.masterHost, fl.masterPort, fl.event, b, logger)
 		if err != nil {
@@ -155,6 +178,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, logger 
 			srv.Shutdown(context.Background())
 			return exitUsage
 		}
+		adm.setReplication(r)
 		defer r.Stop()
 	}
 
@@ -223,9 +247,9 @@ func exposure(addr net.Addr) string {
 	case tcp.IP.IsLoopback():
 		return ""
 	case tcp.IP.IsUnspecified():
-		return "listening on all interfaces: remote clients can connect (no authentication); set host: 127.0.0.1 to restrict"
+		return "listening on all interfaces: remote clients can connect without authentication (auth.enabled is false); set host: 127.0.0.1 to restrict"
 	default:
-		return "listening on a non-loopback address: remote clients can connect (no authentication)"
+		return "listening on a non-loopback address: remote clients can connect without authentication (auth.enabled is false)"
 	}
 }
 

@@ -330,6 +330,8 @@ func TestStartupErrors(t *testing.T) {
 		{name: "stray argument", args: []string{"extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{name: "help", args: []string{"-h"}, code: 0, stderr: "usage: smss"},
 		{name: "port in use", config: "port: " + busyPort + "\n", code: 1, stdout: "cannot listen"},
+		{name: "admin port in use", config: "admin:\n  listen: 127.0.0.1:" + busyPort + "\n", code: 1, stdout: "cannot start the admin endpoint"},
+		{name: "admin token short", config: "admin:\n  listen: 127.0.0.1:0\n  token: abc\n", code: 2, stderr: "admin.token must be at least 16 characters (got 3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

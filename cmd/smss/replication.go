@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
@@ -18,6 +20,10 @@ type replicaRunner struct {
 	slave  *replication.Slave
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// The last apply step: its last eventId and when (unix ns), for the
+	// admin endpoint's lag.
+	applied, appliedAt atomic.Int64
 }
 
 // startReplication starts a slave's replication from the master at
@@ -29,7 +35,13 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if masterHost == "" {
 		return nil, errors.New("smss: -role slave needs -host (the master's address)")
 	}
+	dial, err := masterDialer(cfg, masterHost, logger)
+	if err != nil {
+		return nil, err
+	}
+	r := &replicaRunner{done: make(chan struct{})}
 	s, err := replication.NewSlave(b, replication.SlaveOptions{
+		DialContext:   dial,
 		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),
 		StartEvent:    event,
 		AliveInterval: cfg.AliveInterval(),
@@ -37,12 +49,16 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 		// says; the cap only guards against absurd lengths.
 		MaxBlock: max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
 		Logger:   logger.With("component", "replication"),
+		OnApply: func(last int64) {
+			r.applied.Store(last)
+			r.appliedAt.Store(time.Now().UnixNano())
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replicaRunner{slave: s, cancel: cancel, done: make(chan struct{})}
+	r.slave, r.cancel = s, cancel
 	go func() {
 		defer close(r.done)
 		// Run logs a stop at error level itself; the slave keeps serving

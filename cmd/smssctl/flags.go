@@ -22,6 +22,7 @@ type globals struct {
 	json    bool
 	timeout time.Duration
 	trace   string
+	sec     secFlags // security.go
 }
 
 func newGlobals(e env) *globals {
@@ -38,6 +39,7 @@ func (g *globals) flagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&g.addr, "addr", g.addr, "server `host:port` (default $SMSS_ADDR, else "+defaultAddr+")")
+	g.sec.bind(fs, g.e)
 	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "timeout of each request")
 	fs.StringVar(&g.trace, "trace", g.trace, "traceId sent with requests (default: random per request)")
@@ -157,7 +159,12 @@ func (g *globals) ctx(parent context.Context) (context.Context, context.CancelFu
 func (g *globals) dial(parent context.Context) (*client.Client, error) {
 	ctx, cancel := g.ctx(parent)
 	defer cancel()
-	return client.Dial(ctx, g.addr, client.Options{MaxConns: 1, DialTimeout: g.timeout, HealthCheckInterval: -1})
+	sec, err := g.clientOptions()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(ctx, g.addr, client.Options{MaxConns: 1, DialTimeout: g.timeout, HealthCheckInterval: -1,
+		TLS: sec.TLS, Credentials: sec.Credentials})
 }
 
 // needArgs checks the number of positional arguments.

@@ -1,6 +1,6 @@
 // Command smssctl is the operator's tool for an smss server: topic
 // management, publishing, tailing a subscription or the replication stream,
-// and a ping.
+// a ping, and (through the admin HTTP endpoint) stats and a live top.
 //
 //	smssctl [global flags] <command> [flags] [args]
 //
@@ -8,7 +8,10 @@
 // (default $SMSS_ADDR, else 127.0.0.1:12301), --json (machine-readable
 // output: one JSON document, or one JSON object per line for sub and
 // replica), --timeout (per request, default 10s), --trace (traceId sent
-// with requests).
+// with requests), and for servers with authentication or TLS (security.go)
+// --user (default $SMSS_USER) with --password-file, $SMSS_PASSWORD or a
+// terminal prompt, --tls, --ca, --server-name, --cert and --key. The user
+// command edits the server's users file (user.go).
 //
 // Exit codes: 0 success; 1 the server refused or could not be reached;
 // 2 usage error; 3 a subscription ended because the topic was deleted.
@@ -43,9 +46,18 @@ commands:
   sub TOPIC --who NAME [--from N] [--batch N]       print messages as they arrive, like tail -f
   replica [--from N]                                print the binlog command lines of the replication stream
   ping                                              check that the server answers
+  stats [--admin HOST:PORT] [--token T]             one report from the admin endpoint (admin.listen)
+  top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
+  user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
+  user list                                         list users, roles and grants (never credentials)
 
 Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
-The address defaults to $SMSS_ADDR, else 127.0.0.1:12301.
+The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. stats and top
+read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
+127.0.0.1:12380, and the token to $SMSS_ADMIN_TOKEN.
+Servers with authentication: --user NAME, password from --password-file,
+$SMSS_PASSWORD or a prompt. TLS: --tls, --ca FILE, --server-name NAME,
+--cert FILE --key FILE (client certificate).
 Run "smssctl <command> --help" for the flags of a command.
 
 exit codes: 0 ok, 1 error from or reaching the server, 2 usage, 3 subscription ended: topic deleted
@@ -87,6 +99,12 @@ func run(ctx context.Context, args []string, e env) int {
 		return runReplica(ctx, g, rest)
 	case "ping":
 		return runPing(ctx, g, rest)
+	case "user":
+		return runUser(g, rest)
+	case "stats":
+		return runStats(ctx, g, rest)
+	case "top":
+		return runTop(ctx, g, rest)
 	case "help":
 		fmt.Fprint(e.stdout, usageText)
 		return exitOK

@@ -58,9 +58,17 @@ var listenRe = regexp.MustCompile(`smss listening.*addr=(\S+)`)
 // startServer runs smss on a free loopback port and returns its address.
 func startServer(t *testing.T) string {
 	t.Helper()
+	addr, _ := startServerWith(t, "")
+	return addr
+}
+
+// startServerWith is startServer with extra config lines; it also returns
+// the server's output so far.
+func startServerWith(t *testing.T, extra string) (string, *syncBuffer) {
+	t.Helper()
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\ntimeout:\n  server:\n    alive: 200\n",
-		filepath.Join(dir, "data"))
+	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\ntimeout:\n  server:\n    alive: 200\n%s",
+		filepath.Join(dir, "data"), extra)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +90,7 @@ func startServer(t *testing.T) string {
 	deadline := time.After(30 * time.Second)
 	for {
 		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+			return m[1], out
 		}
 		select {
 		case <-exited:
@@ -137,7 +145,7 @@ func (r result) expect(t *testing.T, code int, stdoutHas ...string) {
 func TestHelpAndUsage(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"help"}, {"topic", "--help"}, {"topic", "create", "--help"},
 		{"topic", "list", "-h"}, {"topic", "info", "--help"}, {"topic", "delete", "--help"}, {"pub", "--help"},
-		{"sub", "--help"}, {"replica", "--help"}, {"ping", "--help"}} {
+		{"sub", "--help"}, {"replica", "--help"}, {"ping", "--help"}, {"stats", "--help"}, {"top", "--help"}} {
 		r := ctl(t, "127.0.0.1:1", "", args...)
 		r.expect(t, 0, "usage: smssctl")
 		// Commands with flags list them (topic's own help names its actions).

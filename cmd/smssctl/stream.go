@@ -54,10 +54,14 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 		return fail(g, usagef("--count must be >= 0"))
 	}
 	printed := 0
+	dialer, err := g.dialer()
+	if err != nil {
+		return fail(g, err)
+	}
 	sub, err := client.NewSubscriber(g.addr, client.SubscriberConfig{
 		Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
-		DialTimeout: g.timeout,
-		Logger:      slog.New(slog.NewTextHandler(g.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DialTimeout: g.timeout, DialContext: dialer,
+		Logger: slog.New(slog.NewTextHandler(g.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {
 			for i := range msgs {
 				printDelivery(g, &msgs[i])

@@ -28,4 +28,10 @@
 // call blocks. Every Redis error is returned or retried, never panics; for
 // calls to honour their deadlines configure the go-redis client with
 // ContextTimeoutEnabled: true.
+//
+// Security: the lock uses the go-redis client it is given and never dials
+// itself, so Redis AUTH (redis.Options.Username/Password, for requirepass or
+// an ACL user, which needs ~<KeyPrefix>* and the scripting commands) and TLS
+// (redis.Options.TLSConfig, with a client certificate if the server asks
+// for one) are configured there.
 package redislock

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/replication"
+)
+
+// version is the server version; release builds set it with
+// -ldflags "-X main.version=v1.2.3". Without it the module version or VCS
+// revision of the build is reported.
+var version = ""
+
+func serverVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	rev = rev[:min(len(rev), 12)]
+	if dirty {
+		rev += "-dirty"
+	}
+	return "devel+" + rev
+}
+
+// adminShutdownTimeout bounds the admin server's drain at exit.
+const adminShutdownTimeout = 3 * time.Second
+
+// adminEndpoint is the operator side of the process: the metrics every
+// component records into and the admin HTTP server that serves them. A nil
+// *adminEndpoint (admin.listen "") records nothing and serves nothing.
+type adminEndpoint struct {
+	m   *metrics.Metrics
+	src *adminSource
+	srv *admin.Server
+	log *slog.Logger
+}
+
+// startAdmin starts the admin endpoint when admin.listen is set. It runs
+// before the data directory is recovered, so /healthz answers and /readyz
+// says "recovering" during a long recovery; the broker, the listen address
+// and a slave's replication are attached as they come up.
+func startAdmin(cfg *config.Config, role string, logger *slog.Logger) (*adminEndpoint, error) {
+	if cfg.Admin.Listen == "" {
+		return nil, nil
+	}
+	a := &adminEndpoint{m: metrics.New(), log: logger}
+	a.src = newAdminSource(cfg, role, a.m)
+	srv, err := admin.New(admin.Options{
+		Listen:  cfg.Admin.Listen,
+		Token:   cfg.Admin.Token,
+		Metrics: a.m,
+		Source:  a.src,
+		Ready:   a.src.ready,
+		Logger:  logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	a.srv = srv
+	return a, nil
+}
+
+// metrics is what the broker and the server record into (nil: nothing).
+func (a *adminEndpoint) metrics() *metrics.Metrics {
+	if a == nil {
+		return nil
+	}
+	return a.m
+}
+
+func (a *adminEndpoint) setBroker(b *broker.Broker) {
+	if a != nil {
+		a.src.b.Store(b)
+	}
+}
+
+func (a *adminEndpoint) setListen(addr string) {
+	if a != nil {
+		a.src.listen.Store(&addr)
+	}
+}
+
+func (a *adminEndpoint) setReplication(r *replicaRunner) {
+	if a != nil {
+		a.src.repl.Store(r)
+	}
+}
+
+// shutdown stops the admin server; call it before closing the broker, whose
+// state the server reads. It may be called more than once.
+func (a *adminEndpoint) shutdown() {
+	if a == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+	defer cancel()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		a.log.Warn("admin server shutdown incomplete", "err", err)
+	}
+	a.src.b.Store(nil)
+}
+
+// errRecovering answers Topics while the broker is not open yet.
+var errRecovering = errors.New("the data directory is being recovered")
+
+// adminSource is the metrics.Source of the process: the broker's views
+// plus what only the process knows (version, listen address, start time,
+// configuration, a slave's link to its master).
+type adminSource struct {
+	m       *metrics.Metrics
+	role    string
+	version string
+	started int64
+	config  map[string]any
+
+	b      atomic.Pointer[broker.Broker]
+	listen atomic.Pointer[string]
+	repl   atomic.Pointer[replicaRunner]
+
+	mu         sync.Mutex
+	reconnects int  // replication sessions already counted as errors
+	stopSeen   bool // replication's final stop already counted
+}
+
+func newAdminSource(cfg *config.Config, role string, m *metrics.Metrics) *adminSource {
+	s := &adminSource{m: m, role: role, version: serverVersion(), started: time.Now().UnixMilli(), config: map[string]any{}}
+	// Summary redacts secrets.
+	for _, a := range cfg.Summary() {
+		if attr, ok := a.(slog.Attr); ok {
+			s.config[attr.Key] = attr.Value.Any()
+		}
+	}
+	return s
+}
+
+// ready is admin's readiness: recovery finished, the client listener is
+// serving, the writer has not stopped, and on a slave the replica stream is
+// open.
+func (s *adminSource) ready() (bool, string) {
+	b := s.b.Load()
+	if b == nil {
+		return false, "recovering the data directory"
+	}
+	if err := b.FatalError(); err != nil {
+		return false, "writer stopped on a fatal storage error: " + err.Error()
+	}
+	if s.listen.Load() == nil {
+		return false, "client listener not started"
+	}
+	if s.role != roleSlave {
+		return true, ""
+	}
+	r := s.repl.Load()
+	if r == nil {
+		return false, "replication not started"
+	}
+	st := r.Status()
+	if st.State == replication.StateStreaming {
+		return true, ""
+	}
+	why := "replication " + string(st.State)
+	if st.LastError != "" {
+		why += ": " + st.LastError
+	}
+	return false, why
+}
+
+// Topics implements metrics.Source.
+func (s *adminSource) Topics() ([]meta.Topic, error) {
+	b := s.b.Load()
+	if b == nil {
+		return nil, errRecovering
+	}
+	return b.Topics()
+}
+
+// TopicStats implements metrics.Source.
+func (s *adminSource) TopicStats(name string) (metrics.TopicStats, bool) {
+	b := s.b.Load()
+	if b == nil {
+		return metrics.TopicStats{}, false
+	}
+	return b.TopicStats(name)
+}
+
+// Subscribers implements metrics.Source.
+func (s *adminSource) Subscribers() []metrics.SubscriberInfo {
+	b := s.b.Load()
+	if b == nil {
+		return nil
+	}
+	return b.Subscribers()
+}
+
+// Delays implements metrics.Source.
+func (s *adminSource) Delays() metrics.DelayStats {
+	b := s.b.Load()
+	if b == nil {
+		return metrics.NewDelayStats()
+	}
+	return b.Delays()
+}
+
+// ServerInfo implements metrics.Source.
+func (s *adminSource) ServerInfo() metrics.ServerInfo {
+	var in metrics.ServerInfo
+	if b := s.b.Load(); b != nil {
+		in = b.ServerInfo()
+	}
+	in.Version, in.Role, in.StartTime, in.Config = s.version, s.role, s.started, s.config
+	if a := s.listen.Load(); a != nil {
+		in.ListenAddr = *a
+	}
+	return in
+}
+
+// Replication implements metrics.Source: the broker's view (a master's
+// slaves) plus, on a slave, the link to the master.
+func (s *adminSource) Replication() metrics.ReplicationInfo {
+	r := metrics.ReplicationInfo{Role: s.role, Slaves: []metrics.SlaveInfo{}}
+	b := s.b.Load()
+	if b != nil {
+		r = b.Replication()
+		r.Role = s.role
+	}
+	if s.role != roleSlave {
+		return r
+	}
+	rr := s.repl.Load()
+	if rr == nil {
+		return r
+	}
+	st := rr.Status()
+	s.countSessionErrors(st)
+	link := &metrics.MasterLink{Addr: st.MasterAddr, State: linkState(st), Position: st.LastEventID,
+		LagEvents: -1, LastError: st.LastError}
+	if !st.LastFrameAt.IsZero() {
+		link.LastContact = st.LastFrameAt.UnixMilli()
+	}
+	if b != nil {
+		link.LagSeconds = rr.lagSeconds(b, st)
+	}
+	r.Master = link
+	return r
+}
+
+// countSessionErrors turns the sessions that ended since the last look
+// into replication errors: the replication package keeps a count rather
+// than calling back. Replication() runs at least once a second while the
+// admin endpoint is up (its sampler), and metrics exist only then.
+func (s *adminSource) countSessionErrors(st replication.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ; s.reconnects < st.Reconnects; s.reconnects++ {
+		s.m.Error(metrics.KindReplication)
+	}
+	if st.State == replication.StateStopped && st.LastError != "" && !s.stopSeen {
+		s.stopSeen = true
+		s.m.Error(metrics.KindReplication)
+	}
+}
+
+func linkState(st replication.Status) string {
+	switch st.State {
+	case replication.StateStreaming:
+		return metrics.LinkStreaming
+	case replication.StateStopped:
+		return metrics.LinkStopped
+	case replication.StateConnecting:
+		if st.LastError != "" && time.Now().Before(st.NextRetry) {
+			return metrics.LinkRetrying
+		}
+	}
+	return metrics.LinkConnecting
+}
+
+// aliveAfterApply is how much later than the last apply the last frame must
+// have arrived to have been an alive: a data frame's time is taken right
+// after its apply, an alive comes only after a whole alive interval of
+// silence.
+const aliveAfterApply = 50 * time.Millisecond
+
+// lagSeconds is how far behind the master the last applied block was when
+// it was applied (its write time is the master's), or 0 when the master
+// has since said it has nothing newer (an alive). Measuring at apply time
+// keeps an idle, caught-up slave from looking more and more behind until
+// the next alive.
+func (r *replicaRunner) lagSeconds(b *broker.Broker, st replication.Status) float64 {
+	id, at := r.applied.Load(), r.appliedAt.Load()
+	if at == 0 || st.LastFrameAt.Sub(time.Unix(0, at)) > aliveAfterApply {
+		return 0
+	}
+	wt, last, ok := lastBinlogBlock(b)
+	if !ok || last != id {
+		return 0
+	}
+	return max(float64(time.Unix(0, at).UnixMilli()-wt)/1000, 0)
+}
+
+// lastBinlogBlock returns the write time and last eventId of the newest
+// block in b's binlog.
+func lastBinlogBlock(b *broker.Broker) (writeTime, last int64, ok bool) {
+	l := b.Binlog()
+	files := l.Files()
+	for i := len(files) - 1; i >= 0; i-- {
+		raw, err := l.LastBlock(files[i])
+		if err != nil {
+			return 0, 0, false
+		}
+		if raw == nil {
+			continue
+		}
+		blk, _, err := binlog.DecodeBlock(raw)
+		if err != nil {
+			return 0, 0, false
+		}
+		if last, err = blk.LastEventID(); err != nil {
+			return 0, 0, false
+		}
+		return blk.WriteTime, last, true
+	}
+	return 0, 0, false
+}
+
+var _ metrics.Source = (*adminSource)(nil)

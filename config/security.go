@@ -1,0 +1,131 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Auth is the auth.* section: client authentication (SCRAM-SHA-256) and
+// per-user permissions, read from a users file that smssctl user manages.
+type Auth struct {
+	// Enabled requires every client to log in; off by default.
+	Enabled bool `yaml:"enabled"`
+	// UsersFile is the users file (relative to the working directory
+	// unless absolute). SIGHUP re-reads it.
+	UsersFile string `yaml:"usersFile"`
+	// MaxFailures failed logins from one address may come back to back;
+	// from that one on, the address is locked out for LockoutMs, doubling
+	// per further failure up to MaxLockoutMs.
+	MaxFailures  int   `yaml:"maxFailures"`
+	LockoutMs    int64 `yaml:"lockoutMs"`
+	MaxLockoutMs int64 `yaml:"maxLockoutMs"`
+}
+
+// TLS is the tls.* section: an optional TLS listener beside the plain one.
+type TLS struct {
+	// Listen is host:port of the TLS listener; "" means none.
+	Listen string `yaml:"listen"`
+	Cert   string `yaml:"cert"` // PEM certificate chain
+	Key    string `yaml:"key"`  // PEM private key
+	// ClientCA, when set, makes the TLS listener require client
+	// certificates signed by one of the CAs in this PEM bundle.
+	ClientCA string `yaml:"clientCA"`
+}
+
+// ReplicationClient is the replication.* section: how a slave connects to
+// its master (-role slave).
+type ReplicationClient struct {
+	// User and PasswordFile log in to a master that requires
+	// authentication; the user needs the replication role. The file holds
+	// the password (trailing newlines ignored) and should be mode 0600.
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"passwordFile"`
+	// UseTLS connects to the master's TLS listener (-port names it).
+	UseTLS bool `yaml:"useTLS"`
+	// CA verifies the master's certificate (system roots when empty);
+	// ServerName is the name checked (the -host value when empty).
+	CA         string `yaml:"ca"`
+	ServerName string `yaml:"serverName"`
+	// Cert and Key are the slave's client certificate, for a master that
+	// requires one.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Defaults of the security sections.
+func defaultAuth() Auth {
+	return Auth{MaxFailures: 5, LockoutMs: 1000, MaxLockoutMs: 300000}
+}
+
+// Lockout is auth.lockoutMs.
+func (c *Config) Lockout() time.Duration { return ms(c.Auth.LockoutMs) }
+
+// MaxLockout is auth.maxLockoutMs.
+func (c *Config) MaxLockout() time.Duration { return ms(c.Auth.MaxLockoutMs) }
+
+func (c *Config) validateSecurity(v *validator) {
+	a := c.Auth
+	if a.Enabled && a.UsersFile == "" {
+		v.add("auth.usersFile must be set when auth.enabled is true (create it with: smssctl user add --users-file PATH NAME)")
+	}
+	v.between("auth.maxFailures", int64(a.MaxFailures), 1, 1000000, "failed logins per address before lockouts")
+	v.between("auth.lockoutMs", a.LockoutMs, 1, maxMs, "ms")
+	v.between("auth.maxLockoutMs", a.MaxLockoutMs, 1, maxMs, "ms")
+	if a.MaxLockoutMs < a.LockoutMs && a.LockoutMs >= 1 {
+		v.add(fmt.Sprintf("auth.maxLockoutMs must be >= auth.lockoutMs (%d) (got %d)", a.LockoutMs, a.MaxLockoutMs))
+	}
+
+	t := c.TLS
+	if t.Listen != "" {
+		if err := checkHostPort(t.Listen); err != "" {
+			v.add("tls.listen " + err)
+		}
+		if t.Cert == "" || t.Key == "" {
+			v.add("tls.cert and tls.key must be set when tls.listen is")
+		}
+		if p := portOf(t.Listen); p != 0 && p == c.Port && sameHost(hostOf(t.Listen), c.Host) {
+			v.add(fmt.Sprintf("tls.listen must not use the plain port %d (got %q)", c.Port, t.Listen))
+		}
+	} else if t.Cert != "" || t.Key != "" || t.ClientCA != "" {
+		v.add("tls.cert, tls.key and tls.clientCA need tls.listen (the TLS listener's host:port)")
+	}
+
+	r := c.Replication
+	if (r.User == "") != (r.PasswordFile == "") {
+		v.add("replication.user and replication.passwordFile must be set together")
+	}
+	if (r.Cert == "") != (r.Key == "") {
+		v.add("replication.cert and replication.key must be set together")
+	}
+	if !r.UseTLS && (r.CA != "" || r.ServerName != "" || r.Cert != "") {
+		v.add("replication.ca, replication.serverName and replication.cert need replication.useTLS: true")
+	}
+}
+
+func checkHostPort(s string) string {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("must be host:port, e.g. 0.0.0.0:12302 (got %q)", s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Sprintf("must have a port between 0 and 65535 (got %q)", s)
+	}
+	return ""
+}
+
+func hostOf(s string) string {
+	h, _, _ := net.SplitHostPort(s)
+	return h
+}
+
+func portOf(s string) int {
+	_, p, _ := net.SplitHostPort(s)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func sameHost(a, b string) bool {
+	return a == b || a == "" || a == "0.0.0.0" || a == "::" || b == "0.0.0.0" || b == "::"
+}

@@ -1,0 +1,42 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSecurityValidation(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string // want "" = valid
+	}{
+		{"off by default", "", ""},
+		{"auth on", "auth:\n  enabled: true\n  usersFile: users.json\n", ""},
+		{"auth without file", "auth:\n  enabled: true\n", "auth.usersFile must be set"},
+		{"lockouts", "auth:\n  lockoutMs: 5000\n  maxLockoutMs: 10\n", "auth.maxLockoutMs must be >= auth.lockoutMs"},
+		{"failures", "auth:\n  maxFailures: 0\n", "auth.maxFailures must be between"},
+		{"tls", "tls:\n  listen: 0.0.0.0:12302\n  cert: c.pem\n  key: k.pem\n  clientCA: ca.pem\n", ""},
+		{"tls without cert", "tls:\n  listen: 0.0.0.0:12302\n", "tls.cert and tls.key must be set"},
+		{"tls bad listen", "tls:\n  listen: nope\n  cert: c\n  key: k\n", "tls.listen must be host:port"},
+		{"tls same port", "port: 12301\ntls:\n  listen: 127.0.0.1:12301\n  cert: c\n  key: k\n", "must not use the plain port"},
+		{"cert without listen", "tls:\n  cert: c.pem\n", "need tls.listen"},
+		{"repl user alone", "replication:\n  user: slave\n", "replication.user and replication.passwordFile"},
+		{"repl cert alone", "replication:\n  useTLS: true\n  cert: c\n", "replication.cert and replication.key"},
+		{"repl ca without tls", "replication:\n  ca: ca.pem\n", "need replication.useTLS: true"},
+		{"repl full", "replication:\n  user: s\n  passwordFile: p\n  useTLS: true\n  ca: ca\n  serverName: m\n  cert: c\n  key: k\n", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// adminToken protects the admin endpoints of these tests.
+const adminToken = "e2e-admin-token-0123456789"
+
+// adminConfig is the config tail that turns the admin endpoint on at a
+// free loopback port.
+func adminConfig(token string) string {
+	s := "admin:\n  listen: 127.0.0.1:0\n"
+	if token != "" {
+		s += "  token: " + token + "\n"
+	}
+	return s
+}
+
+var adminListenRe = regexp.MustCompile(`msg="admin listening".*addr=(\S+)`)
+
+// adminAddr returns the admin address the server logged.
+func adminAddr(t testing.TB, p *proc) string {
+	t.Helper()
+	var addr string
+	if !waitUntil(10*time.Second, func() bool {
+		if m := adminListenRe.FindStringSubmatch(p.out.String()); m != nil {
+			addr = m[1]
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("no admin address logged:\n%s", p.out.String())
+	}
+	return addr
+}
+
+var adminHTTP = &http.Client{Timeout: 10 * time.Second}
+
+// adminGet fetches path; token "" sends no Authorization header.
+func adminGet(t testing.TB, addr, token, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := adminHTTP.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// adminJSON fetches path with the token and decodes a 200 answer into v.
+func adminJSON(t testing.TB, addr, path string, v any) {
+	t.Helper()
+	code, body := adminGet(t, addr, adminToken, path)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, body)
+	}
+}
+
+// scrape returns the samples of a Prometheus text exposition as
+// `name{labels}` → value (labels as exposed, sorted by the server).
+func scrape(t testing.TB, addr string) map[string]float64 {
+	t.Helper()
+	code, body := adminGet(t, addr, adminToken, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			t.Fatalf("bad exposition line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad value in %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// waitMetric scrapes until series has value want.
+func waitMetric(t testing.TB, addr, series string, want float64) {
+	t.Helper()
+	var got float64
+	var ok bool
+	if !waitUntil(10*time.Second, func() bool {
+		got, ok = scrape(t, addr)[series]
+		return ok && got == want
+	}) {
+		t.Fatalf("%s = %v (present %v), want %v", series, got, ok, want)
+	}
+}
+
+func series(name string, labels ...string) string {
+	if len(labels) == 0 {
+		return name
+	}
+	var kv []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		kv = append(kv, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
+	}
+	return name + "{" + strings.Join(kv, ",") + "}"
+}

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var torturePass = regexp.MustCompile(`(?m)^smss-torture PASS .*$`)
+
+// runTorture builds cmd/smss-torture and runs it against the smss binary
+// TestMain built. The seed is random unless SMSS_TORTURE_SEED is set; it is
+// printed in the tool's summary and failure lines, and a failing run keeps
+// its work directory (named in the output) for inspection.
+func runTorture(t *testing.T, timeout time.Duration, args ...string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "smss-torture")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/smss-torture")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build smss-torture: %v\n%s", err, out)
+	}
+	seed := os.Getenv("SMSS_TORTURE_SEED")
+	if seed == "" {
+		seed = strconv.FormatUint(uint64(time.Now().UnixNano()), 10)
+	}
+	dir, err := os.MkdirTemp("", "smss-torture-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := t.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d) - 5*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-smss", smssBin, "-dir", dir, "-seed", seed, "-v"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("smss-torture (seed %s, work dir %s): %v\n%s", seed, dir, err, tail(string(out), 8000))
+	}
+	line := torturePass.FindString(string(out))
+	if line == "" {
+		t.Fatalf("no summary line:\n%s", tail(string(out), 8000))
+	}
+	os.RemoveAll(dir)
+	t.Log(line)
+}
+
+// TestTortureShort is the default-suite variant of the crash torture: five
+// SIGKILLs of the master or the slave under mixed load, every check after
+// each restart (see cmd/smss-torture). The opt-in long run is
+// TestTortureLong.
+func TestTortureShort(t *testing.T) {
+	runTorture(t, 2*time.Minute, "-cycles", "5", "-maxload", "800ms")
+}
+
+// TestTortureLong (SMSS_LONG=1) runs at least 100 cycles; SMSS_TORTURE_CYCLES
+// raises it. Give go test a long -timeout, e.g.
+//
+//	SMSS_LONG=1 go test ./e2e -run TestTortureLong -timeout 60m -v
+func TestTortureLong(t *testing.T) {
+	if os.Getenv("SMSS_LONG") == "" {
+		t.Skip("set SMSS_LONG=1 to run the long crash torture")
+	}
+	cycles := 100
+	if v, err := strconv.Atoi(os.Getenv("SMSS_TORTURE_CYCLES")); err == nil && v > cycles {
+		cycles = v
+	}
+	runTorture(t, time.Duration(cycles)*30*time.Second, "-cycles", fmt.Sprint(cycles))
+}

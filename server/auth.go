@@ -1,0 +1,247 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/smssmq/smss/auth"
+	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
+)
+
+// Security configures authentication and the TLS listener of a Server. The
+// zero value turns both off: every client may do everything, as with the
+// original protocol, and the handshake commands are answered with
+// protocol.ErrAuthDisabled.
+type Security struct {
+	// Auth, when set, makes every command except alive (17) and the
+	// handshake (32, 33) wait for a successful SCRAM-SHA-256 handshake, and
+	// checks the user's permissions on every command.
+	Auth *auth.Authenticator
+	// TLS, when set, adds a listener on TLSListen ("host:port"; port 0
+	// picks a free one) whose connections are TLS. The plain listener on
+	// Host:Port stays.
+	TLS       *tls.Config
+	TLSListen string
+}
+
+// preAuthLimits bound what a client that has not authenticated can make the
+// server read and allocate: a longer request is refused and the connection
+// closed.
+var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1}
+
+// connAuth is a connection's authentication state; only its goroutine
+// touches it, except that ReloadUsers reads user and the stream fields
+// under s.mu while the connection is in stateStream.
+type connAuth struct {
+	key  string                  // limiter key: the remote IP
+	full *protocol.RequestReader // reader with the configured limits, used once authenticated
+	conv *auth.Conversation      // between auth start and auth continue
+	user string                  // "" until authenticated
+	// principal is the user as of the request being served (the snapshot
+	// current when it was checked).
+	principal *auth.Principal
+	// What the request being served (a stream, possibly) needs, for
+	// ReloadUsers to close streams whose user lost it.
+	perm  auth.Permission
+	topic string
+}
+
+// initAuth starts an authenticating connection with the pre-auth limits.
+func (c *conn) initAuth() {
+	if c.s.opts.Security.Auth == nil {
+		return
+	}
+	c.auth.key = auth.Key(c.nc.RemoteAddr())
+	c.auth.full = c.rr
+	c.rr = protocol.NewRequestReader(c.br, preAuthLimits)
+}
+
+// gate applies authentication and permissions to the request just read
+// (err is what RequestReader.Read returned). handled reports that it
+// answered the request itself, and keep then whether the connection goes
+// on; otherwise the request continues on the normal path, which also deals
+// with I/O errors.
+func (c *conn) gate(err error, start time.Time) (handled, keep bool) {
+	a := c.s.opts.Security.Auth
+	cmd := c.req.Header.Cmd
+	var re *protocol.RequestError
+	if err != nil && !errors.As(err, &re) {
+		return false, false
+	}
+	if cmd == protocol.CmdAuthStart || cmd == protocol.CmdAuthContinue {
+		switch {
+		case re != nil:
+			return false, false // too long: refused and closed by the normal path
+		case a == nil:
+			return true, c.refuse(protocol.ErrAuthDisabled, false, start)
+		}
+		return true, c.authStep(a, start)
+	}
+	if a == nil || cmd == protocol.CmdAlive {
+		return false, false
+	}
+	if c.auth.user == "" {
+		// A request too long for the pre-auth limits was not read: close.
+		return true, c.refuse(protocol.ErrAuthRequired, re != nil && re.Close, start)
+	}
+	p := a.Store.Lookup(c.auth.user)
+	if p == nil || p.Disabled {
+		msg := fmt.Sprintf("user %q is disabled", c.auth.user)
+		if p == nil {
+			msg = fmt.Sprintf("user %q no longer exists", c.auth.user)
+		}
+		c.log.Warn("refusing a command of a user that was disabled or removed; closing the connection", "user", c.auth.user)
+		return true, c.refuse(protocol.NewBizError(msg), true, start)
+	}
+	c.auth.principal = p
+	if re != nil && re.Close {
+		return false, false
+	}
+	perm, perTopic := auth.CommandPermission(cmd)
+	topic := ""
+	if perTopic {
+		topic = string(c.req.Topic)
+	}
+	if !p.Allowed(perm, topic) {
+		denied := auth.Denied(p.Name, perm, topic)
+		c.log.Warn("permission denied", c.attrs(denied.Msg, start)...)
+		// The request's bytes were consumed: the connection stays in step.
+		return true, c.refuse(denied, false, start)
+	}
+	c.auth.perm, c.auth.topic = perm, topic
+	return false, false
+}
+
+// authStep serves auth start (32) and auth continue (33).
+func (c *conn) authStep(a *auth.Authenticator, start time.Time) bool {
+	req := &c.req
+	if req.Header.Cmd == protocol.CmdAuthStart {
+		c.auth.conv = nil
+		if c.auth.user != "" {
+			return c.refuse(protocol.ErrAuthDone, false, start)
+		}
+		if wait, ok := a.Limiter.Check(c.auth.key); !ok {
+			secs := int64(math.Ceil(wait.Seconds()))
+			if c.s.sampler.sample() {
+				c.log.Warn("handshake refused: address locked out after failed attempts", "retryAfter", wait)
+			}
+			return c.refuse(protocol.NewBizError(fmt.Sprintf("too many failed authentication attempts; retry in %ds", secs)), false, start)
+		}
+		conv, msg, err := a.Start(string(req.Topic), req.Payload)
+		if err != nil {
+			return c.authFailed(a, err, start)
+		}
+		c.auth.conv = conv
+		return c.replyAuth(msg, start)
+	}
+	conv := c.auth.conv
+	c.auth.conv = nil
+	if conv == nil {
+		return c.refuse(protocol.ErrAuthNoStart, false, start)
+	}
+	p, msg, err := conv.Finish(req.Payload)
+	if err != nil {
+		return c.authFailed(a, err, start)
+	}
+	a.Limiter.Success(c.auth.key)
+	c.auth.user = p.Name
+	c.rr = c.auth.full
+	c.log = c.log.With("user", p.Name)
+	c.log.Info("authenticated", "elapsed", time.Since(start))
+	return c.replyAuth(msg, start)
+}
+
+// authFailed answers a failed handshake step and counts it against the
+// address. The log names the claimed user and the reason, never message
+// contents (the proof is derived from the password).
+func (c *conn) authFailed(a *auth.Authenticator, err error, start time.Time) bool {
+	text := protocol.ErrAuthFailed
+	user, reason := "", err.Error()
+	var f *auth.Failure
+	if errors.As(err, &f) {
+		text, user, reason = f.Client, f.User, f.Reason
+	}
+	lockout := a.Limiter.Failure(c.auth.key)
+	c.log.Warn("authentication failed", "user", user, "reason", reason, "lockout", lockout)
+	return c.refuse(text, false, start)
+}
+
+func (c *conn) replyAuth(msg []byte, start time.Time) bool {
+	out, err := protocol.AppendReplyJSON(c.out[:0], msg)
+	if err != nil {
+		return c.refuse(protocol.ErrAuthFailed, true, start)
+	}
+	c.out = out
+	c.s.opts.Metrics.ObserveRequest(c.req.Header.Cmd, time.Since(start), true)
+	return c.write(c.s.opts.WriteTimeout)
+}
+
+// refuse answers the current request with a 400 carrying be; closeAfter
+// closes the connection after the reply.
+func (c *conn) refuse(be *protocol.BizError, closeAfter bool, start time.Time) bool {
+	c.s.opts.Metrics.ObserveRequest(c.req.Header.Cmd, time.Since(start), false)
+	c.s.opts.Metrics.Error(metrics.KindBusiness)
+	if closeAfter {
+		c.log.Warn("refusing request and closing connection", c.attrs(be.Msg, start)...)
+	} else if c.s.sampler.sample() {
+		c.log.Info("request refused", c.attrs(be.Msg, start)...)
+	}
+	c.out = protocol.AppendReplyError(c.out[:0], be.Msg)
+	if !c.write(c.s.opts.WriteTimeout) {
+		return false
+	}
+	if closeAfter {
+		c.linger()
+		return false
+	}
+	return true
+}
+
+// visibleTopics filters a list (100) reply to the topics the user holds a
+// grant on; without authentication, or for an admin, it is the whole list.
+func (c *conn) visibleTopics(topics []meta.Topic, err error) ([]meta.Topic, error) {
+	p := c.auth.principal
+	if err != nil || c.s.opts.Security.Auth == nil || p == nil || p.Admin {
+		return topics, err
+	}
+	out := make([]meta.Topic, 0, len(topics))
+	for _, t := range topics {
+		if p.Allowed(auth.PermDescribe, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// ReloadUsers re-reads the users file without dropping connections: every
+// connection's next command is checked against the new users, and
+// subscription or replication streams whose user lost the permission they
+// need (or was disabled or removed) are closed at once. On error the users
+// in force do not change.
+func (s *Server) ReloadUsers() error {
+	a := s.opts.Security.Auth
+	if a == nil {
+		return errors.New("server: authentication is not enabled")
+	}
+	if err := a.Store.Reload(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state != stateStream || c.auth.user == "" {
+			continue
+		}
+		if !a.Store.Lookup(c.auth.user).Allowed(c.auth.perm, c.auth.topic) {
+			s.log.Warn("closing a stream whose user lost its permission", "user", c.auth.user,
+				"remote", c.nc.RemoteAddr().String(), "permission", c.auth.perm.String(), "topic", c.auth.topic)
+			c.nc.Close()
+		}
+	}
+	return nil
+}
