@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/smssmq/smss/segment"
 )
@@ -139,5 +140,34 @@ func TestFailedFsyncIsFatal(t *testing.T) {
 	}
 	if id, err := b.Publish(ctx, []byte("a"), rec("next"), 1); err != nil || id <= ids[len(ids)-1] {
 		t.Fatalf("publish after restart: %d %v", id, err)
+	}
+}
+
+// At flushLevel 1 the fsync runs in the background; its failure must still
+// stop the writer for good.
+func TestBackgroundFsyncFailureIsFatal(t *testing.T) {
+	ctx := context.Background()
+	f := &faults{}
+	b := openTest(t, t.TempDir(), func(o *Options) {
+		o.OpenFile = f.open
+		o.FlushLevel = 1
+		o.FlushInterval = 20 * time.Millisecond
+	})
+	defer b.Close()
+	b.CreateTopic(ctx, []byte("a"), 0)
+	f.set(nil, func(string) bool { return true })
+	if _, err := b.Publish(ctx, []byte("a"), rec("x"), 1); err != nil {
+		t.Fatalf("level-1 publish waits for no fsync: %v", err)
+	}
+	select {
+	case err := <-b.Fatal():
+		if !errors.Is(err, segment.ErrFatal) {
+			t.Fatalf("fatal error %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("failed background fsync not reported")
+	}
+	if _, err := b.Publish(ctx, []byte("a"), rec("y"), 1); !errors.Is(err, ErrStopped) {
+		t.Fatalf("publish after a failed fsync: %v", err)
 	}
 }

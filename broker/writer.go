@@ -58,6 +58,8 @@ type writer struct {
 	firstDirty   int64 // ms of the oldest unsynced group, 0 if none
 	flushTimer   *time.Timer
 	flushArmed   bool
+	syncing      bool        // a background fsync is running
+	syncDone     chan bgSync // its outcome
 	lastCkpt     int64
 	ckptPos      segment.Position
 	pending      *command
@@ -85,7 +87,7 @@ func newWriter(b *Broker, next int64) *writer {
 	t.Stop()
 	return &writer{
 		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(), applied: map[string]bool{},
-		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(),
+		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(), syncDone: make(chan bgSync, 1),
 	}
 }
 
@@ -103,6 +105,9 @@ func (w *writer) run() {
 			case <-w.flushTimer.C:
 				w.flushArmed = false
 				w.flush()
+				continue
+			case r := <-w.syncDone:
+				w.syncFinished(r)
 				continue
 			case <-idle.C:
 				w.onIdle()
@@ -516,10 +521,7 @@ func (w *writer) scheduleFlush(now int64) error {
 		w.firstDirty = now
 	}
 	if now-w.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
-		if err := w.syncAll(); err != nil {
-			return err
-		}
-		w.checkpoint(now)
+		w.startBackgroundSync()
 		return nil
 	}
 	if !w.flushArmed {
@@ -624,18 +626,97 @@ func (w *writer) flush() {
 	if w.stopped != nil {
 		return
 	}
-	if err := w.syncAll(); err != nil {
-		w.b.opts.Metrics.Error(metrics.KindFsync)
-		w.die(err)
+	w.startBackgroundSync()
+}
+
+// bgSync is the outcome of a background fsync: everything before pos was
+// durable when it finished.
+type bgSync struct {
+	pos segment.Position
+	dur time.Duration
+	err error
+}
+
+// startBackgroundSync fsyncs every file written so far on another
+// goroutine, so the writer keeps appending (and replying) during the
+// device flush; the checkpoint moves when it finishes. One runs at a time:
+// what is written meanwhile waits for the next.
+func (w *writer) startBackgroundSync() {
+	if w.syncing {
 		return
 	}
-	w.checkpoint(w.b.opts.Now())
+	var files []segment.File
+	if w.binDirty {
+		if f := w.b.binlog.SyncHandle(); f != nil {
+			files = append(files, f)
+		}
+	}
+	for t := range w.dirty {
+		if t.log != nil {
+			if f := t.log.SyncHandle(); f != nil {
+				files = append(files, f)
+			}
+		}
+	}
+	syncMeta := w.metaDirty
+	clear(w.dirty)
+	w.binDirty, w.metaDirty, w.firstDirty = false, false, 0
+	pos := w.b.binlog.Position()
+	if len(files) == 0 && !syncMeta {
+		w.checkpointAt(w.b.opts.Now(), pos)
+		return
+	}
+	w.syncing = true
+	ms := w.b.meta
+	go func() {
+		start := time.Now()
+		errs := make([]error, len(files)+1)
+		var wg sync.WaitGroup
+		for i, f := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+					errs[i] = fmt.Errorf("%w: fsync: %v", segment.ErrFatal, err)
+				}
+			}()
+		}
+		if syncMeta {
+			if err := ms.Sync(); err != nil {
+				errs[len(files)] = fmt.Errorf("%w: sync meta: %v", segment.ErrFatal, err)
+			}
+		}
+		wg.Wait()
+		w.syncDone <- bgSync{pos: pos, dur: time.Since(start), err: errors.Join(errs...)}
+	}()
+}
+
+// syncFinished takes a background fsync's outcome in the writer.
+func (w *writer) syncFinished(r bgSync) {
+	w.syncing = false
+	if r.err != nil {
+		w.b.opts.Metrics.Error(metrics.KindFsync)
+		w.die(r.err)
+		return
+	}
+	w.b.opts.Metrics.ObserveFsync(r.dur)
+	now := w.b.opts.Now()
+	w.checkpointAt(now, r.pos)
+	if w.stopped == nil && w.firstDirty != 0 && now-w.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
+		w.startBackgroundSync()
+	}
 }
 
 // checkpoint records that everything before the binlog's current end is
 // reflected in topic files and meta (and, at flush levels 1 and 2, synced).
 func (w *writer) checkpoint(now int64) {
-	pos := w.b.binlog.Position()
+	w.checkpointAt(now, w.b.binlog.Position())
+}
+
+// checkpointAt records that everything before pos is reflected in topic
+// files and meta. Its next eventId is the writer's current one: a high-water
+// mark may run ahead of the data, never behind it.
+func (w *writer) checkpointAt(now int64, pos segment.Position) {
 	w.lastCkpt = now
 	if pos == w.ckptPos {
 		return
@@ -695,6 +776,9 @@ func (w *writer) die(err error) {
 // shutdown runs after the writer loop ended: sync, checkpoint, close files.
 func (w *writer) shutdown() error {
 	var first error
+	if w.syncing {
+		w.syncFinished(<-w.syncDone)
+	}
 	if w.stopped == nil {
 		if err := w.syncAll(); err != nil {
 			first = err
@@ -743,10 +827,22 @@ func (b *Broker) freshDir(dir string, eventID int64) error {
 // trash renames dir into the trash directory, then removes it in the
 // background.
 func (b *Broker) trash(dir string, eventID int64) error {
-	dst := filepath.Join(b.trashDir, strconv.FormatInt(eventID, 10)+"-"+filepath.Base(dir))
-	if err := os.Rename(dir, dst); err != nil {
+	base := filepath.Join(b.trashDir, strconv.FormatInt(eventID, 10)+"-"+filepath.Base(dir))
+	dst := base
+	for i := 1; ; i++ {
+		err := os.Rename(dir, dst)
+		if err == nil {
+			break
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
+		}
+		// A kill can leave the trash entry of this very delete behind,
+		// and recovery replays the delete after re-creating the
+		// directory: take the next free name.
+		if _, serr := os.Lstat(dst); serr == nil && i < 100 {
+			dst = base + "." + strconv.Itoa(i)
+			continue
 		}
 		return fmt.Errorf("move %s to trash: %w", dir, err)
 	}

@@ -56,7 +56,7 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 		// topic starts growing, i.e. inside that burst; else at a random
 		// moment of on-time firing.
 		if cycle%2 == 0 {
-			waitGrowth(t, topicPath, 5*time.Second)
+			waitGrowth(t, topicPath, 30*time.Second)
 			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
 		} else {
 			time.Sleep(time.Duration(1000+rng.IntN(400)) * time.Millisecond)

@@ -322,6 +322,19 @@ func (l *Log) Sync() error {
 	return nil
 }
 
+// SyncHandle hands the current file to a background fsync: it returns the
+// open file (nil when nothing is unsynced) and counts the appends so far as
+// synced. The caller fsyncs the handle on another goroutine; if the writer
+// rolls or closes the file meanwhile, that path fsyncs it before closing,
+// so the handle's Sync failing with os.ErrClosed means the data is synced.
+func (l *Log) SyncHandle() File {
+	if l.cur == nil || !l.unsynced {
+		return nil
+	}
+	l.unsynced = false
+	return l.cur
+}
+
 // Unsynced reports whether the current file has appends not yet fsynced.
 func (l *Log) Unsynced() bool { return l.unsynced }
 
