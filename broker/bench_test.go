@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,7 @@ func BenchmarkPublish(b *testing.B) {
 
 func benchPublish(b *testing.B, level, perReq, conns int) {
 	dir := b.TempDir()
-	br, err := Open(Options{Dir: dir, FlushLevel: level})
+	br, err := Open(Options{Dir: dir, FlushLevel: level, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
