@@ -33,6 +33,7 @@ type run struct {
 	prevBin     []byte    // the master's binlog at the last passing check
 	prevState   *binState // and what it says
 	masterStart time.Time // when the master last started listening
+	firstExpiry int64     // ms, expiry of the first topic with a lifetime
 	masterKills int
 	slaveKills  int
 	checks      int
@@ -124,8 +125,29 @@ func (r *run) createPermanent() error {
 			return fmt.Errorf("create %s: %w", name, err)
 		}
 	}
+	// One topic expires early, so that even a short run sees an expiry
+	// (the server's minimum lifetime is 10 s); finish waits for its reap.
+	r.firstExpiry = time.Now().UnixMilli() + 10500
+	r.led.topics[firstLife] = &topicRec{life: true, expires: r.firstExpiry}
+	_, err = w.roundTrip(mustEnc(protocol.AppendCreate(nil, []byte(firstLife), nil, r.firstExpiry)), protocol.ReplyPlain)
+	if r.led.topics[firstLife].create = classify(err); err != nil {
+		return fmt.Errorf("create %s: %w", firstLife, err)
+	}
+	body := "t/" + firstLife + "/0"
+	r.led.pubs[body] = &pubRec{topic: firstLife, worker: -1}
+	_, err = w.roundTrip(mustEnc(protocol.AppendPub(nil, []byte(firstLife), nil, recordOf(body, 1))), protocol.ReplyPlain)
+	if r.led.pubs[body].state = classify(err); err != nil {
+		return fmt.Errorf("pub to %s: %w", firstLife, err)
+	}
 	return nil
 }
+
+const firstLife = "life-0"
+
+// reapGrace is how long after its expiry (or after the master's start, if
+// it was down then) an expired topic must have been reaped: the master
+// reaps within about a second.
+const reapGrace = 3 * time.Second
 
 // cycle lets the load run, kills one server at a random moment, restarts
 // it and checks everything with the writers paused.
@@ -208,11 +230,9 @@ func (r *run) check(final bool) error {
 			return fmt.Errorf("the master's binlog verified at the previous check (%d bytes) is not a prefix of its binlog now (%d bytes; first difference at byte %d)",
 				len(r.prevBin), len(b), commonPrefix(b, r.prevBin))
 		}
-		// The master reaps an expired topic within about a second of its
-		// expiry, or of its start if it was down then.
 		now, reapBy := time.Now().UnixMilli(), int64(0)
-		if now-r.masterStart.UnixMilli() > 4000 {
-			reapBy = now - 4000
+		if grace := reapGrace.Milliseconds(); now-r.masterStart.UnixMilli() > grace {
+			reapBy = now - grace
 		}
 		if err := checkLedger(r.led, st, final, reapBy); err != nil {
 			return err
@@ -323,9 +343,11 @@ func (r *run) finish() error {
 		due = max(due, d.due)
 	}
 	r.led.mu.Unlock()
-	// Delays fire within about a second of their due time; wait for that
-	// before the final check starts counting its own deadline.
-	if wait := time.Until(time.UnixMilli(due + 1500)); wait > 0 {
+	// Delays fire within about a second of their due time, and the first
+	// expiring topic must be reaped: wait for that before the final check
+	// starts counting its own deadline.
+	until := max(due+1500, r.firstExpiry+reapGrace.Milliseconds()+100)
+	if wait := time.Until(time.UnixMilli(until)); wait > 0 {
 		time.Sleep(wait)
 	}
 	t0 := time.Now()
