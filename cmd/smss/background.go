@@ -22,7 +22,13 @@ type background struct {
 	reaper    *lifecycle.Reaper // nil on a slave
 	retention *lifecycle.Retention
 	log       *slog.Logger
+	gcStop    context.CancelFunc // ends the meta value-log GC
+	gcDone    chan struct{}
 }
+
+// metaGCInterval is how often badger's value log (large delayed messages
+// only) is compacted.
+const metaGCInterval = 10 * time.Minute
 
 // startBackground starts the background jobs on b. On a master it installs
 // the broker's commit hooks that arm the delay and expiry timers. Call
@@ -62,6 +68,12 @@ func startBackground(cfg *config.Config, b *broker.Broker, logger *slog.Logger) 
 		Logger:            logger.With("component", "retention"),
 	})
 	bg.retention.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	bg.gcStop, bg.gcDone = cancel, make(chan struct{})
+	go func() {
+		defer close(bg.gcDone)
+		b.Meta().RunGC(ctx, metaGCInterval)
+	}()
 	return bg, nil
 }
 
@@ -81,5 +93,11 @@ func (bg *background) stop() {
 		if err := j.stop(ctx); err != nil {
 			bg.log.Warn("background job did not stop in time", "job", j.name, "err", err)
 		}
+	}
+	bg.gcStop()
+	select {
+	case <-bg.gcDone:
+	case <-ctx.Done():
+		bg.log.Warn("meta GC did not stop in time")
 	}
 }
