@@ -99,6 +99,9 @@ type NetTimeout struct {
 	Read  int64 `yaml:"read"`  // deadline of each body read
 	Idle  int64 `yaml:"idle"`  // close a connection idle this long between requests
 	Reply int64 `yaml:"reply"` // deadline of every other reply write
+	// Request bounds reading one whole request, however slowly its bytes
+	// trickle in (each read alone is bounded by Read).
+	Request int64 `yaml:"request"`
 }
 
 // ServerTimeout is timeout.server.*.
@@ -171,7 +174,7 @@ func Default() *Config {
 			MaxGroupBytes:           4194304,
 		},
 		Timeout: Timeout{
-			Net:    NetTimeout{Write: 1000, Read: 5000, Idle: 1800000, Reply: 5000},
+			Net:    NetTimeout{Write: 1000, Read: 5000, Idle: 1800000, Reply: 5000, Request: 60000},
 			Server: ServerTimeout{Alive: 30000},
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
@@ -202,6 +205,10 @@ func (c *Config) AliveWriteTimeout() time.Duration { return ms(c.Timeout.Net.Wri
 
 // ReadTimeout is timeout.net.read: the deadline of each body read.
 func (c *Config) ReadTimeout() time.Duration { return ms(c.Timeout.Net.Read) }
+
+// RequestTimeout is timeout.net.request: the deadline of reading one whole
+// request from its first byte.
+func (c *Config) RequestTimeout() time.Duration { return ms(c.Timeout.Net.Request) }
 
 // ReplyTimeout is timeout.net.reply: the deadline of reply writes.
 func (c *Config) ReplyTimeout() time.Duration { return ms(c.Timeout.Net.Reply) }

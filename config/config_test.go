@@ -71,13 +71,14 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"store.maxSlaveKeepFiles": int64(64),
 		"admin.listen":            "",
 		"admin.token":             "",
+		"timeout.net.request":     int64(60000),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 55 { // 38 keys + 16 security keys (security.go) + source
-		t.Errorf("summary has %d entries, want 55", len(s))
+	if len(s) != 56 { // 39 keys + 16 security keys (security.go) + source
+		t.Errorf("summary has %d entries, want 56", len(s))
 	}
 }
 

@@ -68,6 +68,7 @@ func (c *Config) Validate() error {
 	v.between("timeout.net.read", c.Timeout.Net.Read, 1, maxMs, "ms")
 	v.between("timeout.net.idle", c.Timeout.Net.Idle, 1, maxMs, "ms")
 	v.between("timeout.net.reply", c.Timeout.Net.Reply, 1, maxMs, "ms")
+	v.between("timeout.net.request", c.Timeout.Net.Request, c.Timeout.Net.Read, maxMs, "ms")
 	v.between("timeout.server.alive", c.Timeout.Server.Alive, 1, MaxAliveMs,
 		"ms; the Go client drops a stream after 35 s without a frame")
 	v.between("timeout.sub.maxAck", c.Timeout.Sub.MaxAck, 1, maxMs, "ms")

@@ -1,8 +1,8 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -121,10 +121,11 @@ func TestHostileSlowLoris(t *testing.T) {
 // for the whole request (say 10 × timeout.net.read, or a minimum rate)
 // would bound that.
 func TestHostileTricklerDeadline(t *testing.T) {
-	if os.Getenv("SMSS_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect: no total-request deadline (set SMSS_KNOWN_DEFECTS=1 to run)")
-	}
-	p := hostileServer(t)
+	// timeout.net.request bounds the whole request: 6 × the read timeout.
+	dir := t.TempDir()
+	writeConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n    request: %d\n",
+		hostileReadTimeout.Milliseconds(), 6*hostileReadTimeout.Milliseconds()))
+	p := start(t, dir)
 	c := dial(t, p.addr)
 	// A pub that announces 1 MiB and then trickles it.
 	hdr := req(protocol.CmdPub, protocol.PayloadArea(1<<20), "keep", nil)

@@ -36,14 +36,22 @@ const (
 // means "no progress for that long" (spec §1.1), whatever the request size.
 // A zero timeout leaves the deadline to the caller (subscription streams use
 // absolute deadlines, and one set in the past to stop a blocked read).
+// A non-zero until caps every deadline: the whole request must be read by
+// then, so a client trickling bytes just inside the timeout cannot hold a
+// connection and its request buffer forever.
 type deadlineReader struct {
 	nc      net.Conn
 	timeout time.Duration
+	until   time.Time
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
 	if d.timeout > 0 {
-		if err := d.nc.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
+		dl := time.Now().Add(d.timeout)
+		if !d.until.IsZero() && d.until.Before(dl) {
+			dl = d.until
+		}
+		if err := d.nc.SetReadDeadline(dl); err != nil {
 			return 0, err
 		}
 	}
@@ -117,6 +125,7 @@ func (c *conn) waitRequest() bool {
 		return false
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
+	c.dr.until = time.Now().Add(c.s.opts.RequestTimeout)
 	return true
 }
 
@@ -125,6 +134,7 @@ func (c *conn) waitRequest() bool {
 func (c *conn) serveRequest() bool {
 	start := time.Now()
 	err := c.rr.Read(&c.req)
+	c.dr.until = time.Time{}
 	if handled, keep := c.gate(err, start); handled {
 		return keep
 	}

@@ -70,6 +70,7 @@ type Options struct {
 	Limits protocol.Limits // zero fields take protocol.DefaultLimits
 
 	ReadTimeout       time.Duration // per read of a request after its first byte (5 s)
+	RequestTimeout    time.Duration // reading one whole request from its first byte (60 s, at least ReadTimeout)
 	WriteTimeout      time.Duration // per reply write (5 s)
 	IdleTimeout       time.Duration // waiting for a request's first byte (30 min)
 	AliveWriteTimeout time.Duration // reply to alive, timeout.net.write (1 s)
@@ -93,6 +94,7 @@ type Options struct {
 const (
 	DefaultHost              = "127.0.0.1"
 	DefaultReadTimeout       = 5 * time.Second
+	DefaultRequestTimeout    = 60 * time.Second
 	DefaultWriteTimeout      = 5 * time.Second
 	DefaultIdleTimeout       = 30 * time.Minute
 	DefaultAliveWriteTimeout = time.Second
@@ -116,7 +118,7 @@ func (o *Options) normalize() error {
 	if o.MaxConns < 0 {
 		return fmt.Errorf("server options: MaxConns %d is negative", o.MaxConns)
 	}
-	for name, d := range map[string]time.Duration{"ReadTimeout": o.ReadTimeout, "WriteTimeout": o.WriteTimeout,
+	for name, d := range map[string]time.Duration{"ReadTimeout": o.ReadTimeout, "RequestTimeout": o.RequestTimeout, "WriteTimeout": o.WriteTimeout,
 		"IdleTimeout": o.IdleTimeout, "AliveWriteTimeout": o.AliveWriteTimeout, "AliveInterval": o.AliveInterval,
 		"DefaultAckTimeout": o.DefaultAckTimeout, "MaxAckTimeout": o.MaxAckTimeout, "MaxDelay": o.MaxDelay} {
 		if d < 0 {
@@ -130,6 +132,10 @@ func (o *Options) normalize() error {
 		o.Logger = slog.Default()
 	}
 	setDefault(&o.ReadTimeout, DefaultReadTimeout)
+	setDefault(&o.RequestTimeout, DefaultRequestTimeout)
+	if o.RequestTimeout < o.ReadTimeout {
+		o.RequestTimeout = o.ReadTimeout
+	}
 	setDefault(&o.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&o.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&o.AliveWriteTimeout, DefaultAliveWriteTimeout)

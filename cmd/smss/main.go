@@ -146,6 +146,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 			MaxRecords: cfg.Limit.MaxRecords,
 		},
 		ReadTimeout:       cfg.ReadTimeout(),
+		RequestTimeout:    cfg.RequestTimeout(),
 		WriteTimeout:      cfg.ReplyTimeout(),
 		IdleTimeout:       cfg.IdleTimeout(),
 		AliveWriteTimeout: cfg.AliveWriteTimeout(),
