@@ -13,7 +13,10 @@
 //     group stays visible, on disk or to readers.
 //   - A group is visible to readers (Commit) only after all its steps
 //     succeeded, so a reader never sees a block that could still be rolled
-//     back. With flushLevel 2 the group is also fsynced before any reply.
+//     back. With flushLevel 2 the group's binlog blocks (and meta) are
+//     also fsynced before any reply; topic files follow on the flushLevel 1
+//     schedule, which fsyncs on a background goroutine so the writer never
+//     waits for the device, and the checkpoint moves only after it.
 //   - A failed fsync, or a failed rollback, is fatal: the writer stops taking
 //     writes and reports on Fatal(); the process must exit.
 //   - The checkpoint (meta key smss@checkpoint) names a binlog position up to
