@@ -178,10 +178,11 @@ func Default() *Config {
 			Server: ServerTimeout{Alive: 30000},
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
-		Background: Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
-		Limit:      Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
-		Delay:      Delay{MaxDelay: 2592000000},
-		Auth:       defaultAuth(),
+		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
+		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
+		Delay:       Delay{MaxDelay: 2592000000},
+		Auth:        defaultAuth(),
+		Replication: ReplicationClient{LingerMs: 1},
 	}
 }
 

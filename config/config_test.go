@@ -72,13 +72,14 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"admin.listen":            "",
 		"admin.token":             "",
 		"timeout.net.request":     int64(60000),
+		"replication.lingerMs":    int64(1),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 56 { // 39 keys + 16 security keys (security.go) + source
-		t.Errorf("summary has %d entries, want 56", len(s))
+	if len(s) != 57 { // 39 keys + 17 security/replication keys (security.go) + source
+		t.Errorf("summary has %d entries, want 57", len(s))
 	}
 }
 

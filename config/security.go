@@ -52,6 +52,19 @@ type ReplicationClient struct {
 	// requires one.
 	Cert string `yaml:"cert"`
 	Key  string `yaml:"key"`
+	// LingerMs is master side: a busy replica stream writes at most once
+	// per LingerMs, so a slave receives the commits of that time in one
+	// write instead of one per commit (0 writes every commit at once).
+	LingerMs int64 `yaml:"lingerMs"`
+}
+
+// ReplicaLinger is replication.lingerMs as MasterOptions.Linger wants it
+// (negative: off).
+func (c *Config) ReplicaLinger() time.Duration {
+	if c.Replication.LingerMs == 0 {
+		return -1
+	}
+	return ms(c.Replication.LingerMs)
 }
 
 // Defaults of the security sections.
@@ -93,6 +106,7 @@ func (c *Config) validateSecurity(v *validator) {
 	}
 
 	r := c.Replication
+	v.between("replication.lingerMs", r.LingerMs, 0, 1000, "ms; 0 sends every commit at once")
 	if (r.User == "") != (r.PasswordFile == "") {
 		v.add("replication.user and replication.passwordFile must be set together")
 	}

@@ -14,6 +14,8 @@ func TestSecurityValidation(t *testing.T) {
 		{"auth without file", "auth:\n  enabled: true\n", "auth.usersFile must be set"},
 		{"lockouts", "auth:\n  lockoutMs: 5000\n  maxLockoutMs: 10\n", "auth.maxLockoutMs must be >= auth.lockoutMs"},
 		{"failures", "auth:\n  maxFailures: 0\n", "auth.maxFailures must be between"},
+		{"linger negative", "replication:\n  lingerMs: -1\n", "replication.lingerMs must be between"},
+		{"linger too long", "replication:\n  lingerMs: 1001\n", "replication.lingerMs must be between"},
 		{"tls", "tls:\n  listen: 0.0.0.0:12302\n  cert: c.pem\n  key: k.pem\n  clientCA: ca.pem\n", ""},
 		{"tls without cert", "tls:\n  listen: 0.0.0.0:12302\n", "tls.cert and tls.key must be set"},
 		{"tls bad listen", "tls:\n  listen: nope\n  cert: c\n  key: k\n", "tls.listen must be host:port"},

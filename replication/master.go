@@ -21,7 +21,8 @@ import (
 type Stream interface {
 	// Next calls fn with up to max whole committed blocks (bytes valid only
 	// during fn). With nothing to send it waits for the next commit up to
-	// wait and returns 0, or returns ctx.Err() when ctx ends.
+	// wait and returns 0 (wait <= 0 only polls), or returns ctx.Err() when
+	// ctx ends.
 	Next(ctx context.Context, max int, wait time.Duration, fn func(block []byte) error) (int, error)
 	Close()
 }
@@ -62,6 +63,14 @@ type MasterOptions struct {
 	// the middle of a batch (default 256 KiB); it bounds the memory of one
 	// stream apart from a single larger block.
 	FlushBytes int
+	// Linger bounds how often a busy stream writes: after a write, the
+	// next one waits until Linger has passed since it, so blocks committed
+	// meanwhile travel in one write. A stream that was idle for Linger
+	// writes at once, so at low rates nothing is delayed; under load a
+	// slave gets one write per Linger instead of one per commit, which on a
+	// shared box is most of its CPU (and of the master's stream cost).
+	// Zero means the default (DefaultLinger); negative turns it off.
+	Linger time.Duration
 	// Logger receives the stream's start and end (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -72,6 +81,7 @@ const (
 	DefaultMasterWriteTimeout = 120 * time.Second
 	DefaultMaxBlocks          = 512
 	DefaultFlushBytes         = 256 << 10
+	DefaultLinger             = time.Millisecond
 )
 
 func (o *MasterOptions) setDefaults() {
@@ -86,6 +96,9 @@ func (o *MasterOptions) setDefaults() {
 	}
 	if o.FlushBytes <= 0 {
 		o.FlushBytes = DefaultFlushBytes
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -189,8 +202,38 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 		m.bytes += int64(len(block))
 		return nil
 	}
+	var (
+		lastWrite time.Time
+		linger    *time.Timer
+	)
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
+		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 {
+			// Busy: let this write gather what commits until Linger has
+			// passed since the last one (a full batch goes at once).
+			if wait := m.opts.Linger - time.Since(lastWrite); wait > 0 && n < m.opts.MaxBlocks {
+				if linger == nil {
+					linger = time.NewTimer(wait)
+				} else {
+					linger.Reset(wait)
+				}
+				select {
+				case <-linger.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				n2, err2 := st.Next(ctx, m.opts.MaxBlocks-n, 0, send)
+				n, err = n+n2, err2
+			}
+		}
+		if len(m.out) > 0 {
+			lastWrite = time.Now()
+		}
 		if ferr := m.flush(); ferr != nil {
 			return ferr
 		}

@@ -32,10 +32,11 @@ const (
 	lingerMax     = 256 << 10
 )
 
-// deadlineReader re-arms the read deadline before every read, so a timeout
-// means "no progress for that long" (spec §1.1), whatever the request size.
-// A zero timeout leaves the deadline to the caller (subscription streams use
-// absolute deadlines, and one set in the past to stop a blocked read).
+// deadlineReader arms the read deadline before every read that reaches
+// the socket, so a timeout means "no progress for that long" (spec §1.1),
+// whatever the request size. A zero timeout leaves the deadline to the
+// caller (subscription streams use absolute deadlines, and one set in the
+// past to stop a blocked read).
 // A non-zero until caps every deadline: the whole request must be read by
 // then, so a client trickling bytes just inside the timeout cannot hold a
 // connection and its request buffer forever.
@@ -43,20 +44,49 @@ type deadlineReader struct {
 	nc      net.Conn
 	timeout time.Duration
 	until   time.Time
+	armed   lazyDeadline
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
 	if d.timeout > 0 {
-		dl := time.Now().Add(d.timeout)
-		if !d.until.IsZero() && d.until.Before(dl) {
-			dl = d.until
+		now := time.Now()
+		want, slack := now.Add(d.timeout), d.timeout/deadlineSlackDiv
+		if !d.until.IsZero() && d.until.Before(want) {
+			want, slack = d.until, 0
 		}
-		if err := d.nc.SetReadDeadline(dl); err != nil {
+		if err := d.armed.arm(d.nc.SetReadDeadline, want, slack); err != nil {
 			return 0, err
 		}
 	}
 	return d.nc.Read(p)
 }
+
+// deadlineSlackDiv sets how much later than asked a deadline may fire
+// (timeout/8). Re-arming a deadline moves a runtime timer under a lock;
+// with the slack, back-to-back requests keep the one already armed instead
+// of moving it by microseconds three times per request.
+const deadlineSlackDiv = 8
+
+// lazyDeadline remembers the deadline last armed on one direction of a
+// connection. Whoever sets that deadline directly must call forget.
+type lazyDeadline struct{ at time.Time }
+
+// arm makes the deadline fall in [want, want+slack]: it keeps the armed
+// one when it already does, else arms want+slack.
+func (l *lazyDeadline) arm(set func(time.Time) error, want time.Time, slack time.Duration) error {
+	if !l.at.IsZero() && !l.at.Before(want) && !l.at.After(want.Add(slack)) {
+		return nil
+	}
+	at := want.Add(slack)
+	if err := set(at); err != nil {
+		l.at = time.Time{}
+		return err
+	}
+	l.at = at
+	return nil
+}
+
+func (l *lazyDeadline) forget() { l.at = time.Time{} }
 
 type conn struct {
 	s     *Server
@@ -67,6 +97,7 @@ type conn struct {
 	rr    *protocol.RequestReader
 	req   protocol.Request
 	out   []byte
+	wdl   lazyDeadline
 	ack   [2]byte   // a subscriber's ack, kept here so reading it does not allocate
 	state connState // guarded by s.mu
 	auth  connAuth  // auth.go
@@ -185,7 +216,7 @@ func (c *conn) attrs(errText string, start time.Time) []any {
 }
 
 func (c *conn) write(timeout time.Duration) bool {
-	if err := c.nc.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+	if err := c.wdl.arm(c.nc.SetWriteDeadline, time.Now().Add(timeout), timeout/deadlineSlackDiv); err != nil {
 		c.log.Info("set write deadline", "err", err)
 		return false
 	}
@@ -208,6 +239,7 @@ func (c *conn) linger() {
 	if !ok || cw.CloseWrite() != nil {
 		return
 	}
+	c.dr.armed.forget()
 	if err := c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)); err != nil {
 		return
 	}

@@ -44,11 +44,16 @@ func (c *conn) dispatch(start time.Time) bool {
 	case protocol.CmdDelay:
 		eventID, err = c.delay()
 	case protocol.CmdSub:
-		// A stream writes its own frames and logs.
-		return c.sub(start)
+		// A stream writes its own frames and logs, and sets read
+		// deadlines directly.
+		keep := c.sub(start)
+		c.dr.armed.forget()
+		return keep
 	case protocol.CmdReplica:
 		if c.s.opts.Replication != nil && !c.s.opts.Backend.IsSlave() {
-			return c.replica(start)
+			keep := c.replica(start)
+			c.dr.armed.forget()
+			return keep
 		}
 		err = protocol.ErrNotSupported
 		closeAfter = true

@@ -82,6 +82,10 @@ type Options struct {
 	MaxDelay          time.Duration // longest delay of a delay pub, delay.maxDelay (30 days)
 	// Replication serves replica requests (64) on a master; nil refuses them.
 	Replication replication.Source
+	// ReplicaLinger is replication.MasterOptions.Linger: how long a busy
+	// replica stream gathers commits into one write, replication.lingerMs
+	// (0: the replication package's default; negative: off).
+	ReplicaLinger time.Duration
 	// Metrics receives request latencies, connection counts, deliveries and
 	// errors; nil records nothing.
 	Metrics *metrics.Metrics

@@ -156,6 +156,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		MaxAckTimeout:     cfg.MaxAckTimeout(),
 		MaxDelay:          cfg.MaxDelay(),
 		Replication:       replicationSource(role, b),
+		ReplicaLinger:     cfg.ReplicaLinger(),
 		Metrics:           adm.metrics(),
 		Security:          sec,
 	})

@@ -1,0 +1,152 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// feedStream is a Stream fed by a producer: Next delivers what was
+// committed since the last call, or waits for a commit.
+type feedStream struct {
+	mu      sync.Mutex
+	blocks  [][]byte
+	changed chan struct{} // closed and replaced on every commit
+}
+
+func newFeedStream() *feedStream { return &feedStream{changed: make(chan struct{})} }
+
+func (s *feedStream) commit(b []byte) {
+	s.mu.Lock()
+	s.blocks = append(s.blocks, b)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *feedStream) Next(ctx context.Context, max int, wait time.Duration, fn func([]byte) error) (int, error) {
+	for {
+		s.mu.Lock()
+		n := min(max, len(s.blocks))
+		blocks := s.blocks[:n]
+		s.blocks = s.blocks[n:]
+		changed := s.changed
+		s.mu.Unlock()
+		for _, b := range blocks {
+			if err := fn(b); err != nil {
+				return 0, err
+			}
+		}
+		if n > 0 || wait <= 0 {
+			return n, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func (s *feedStream) Close() {}
+
+type feedSource struct{ s *feedStream }
+
+func (f feedSource) ReplicaStream(int64) (Stream, error) { return f.s, nil }
+
+// lingerBlock is a well-formed-enough block for the frame layer: the
+// master copies blocks verbatim, so only the length matters here.
+func lingerBlock(i int) []byte {
+	b := make([]byte, 16)
+	binary.LittleEndian.PutUint64(b, uint64(i))
+	return b
+}
+
+// readBlocks reads replication frames until it has n blocks, checking
+// their order.
+func readBlocks(t *testing.T, r *bufio.Reader, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		hdr := make([]byte, frameHeaderLen)
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			t.Fatalf("frame %d header: %v", i, err)
+		}
+		if hdr[0] != 200 {
+			t.Fatalf("frame %d: code %d", i, hdr[0])
+		}
+		body := make([]byte, binary.LittleEndian.Uint32(hdr[10:]))
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatalf("frame %d body: %v", i, err)
+		}
+		if got := int(binary.LittleEndian.Uint64(body)); got != i {
+			t.Fatalf("block %d arrived as number %d", got, i)
+		}
+	}
+}
+
+// TestMasterLingerCoalescesBusyStream: commits arriving faster than the
+// linger go out in at most one write per linger, and none is lost.
+func TestMasterLingerCoalescesBusyStream(t *testing.T) {
+	srv, cli := tcpPair(t)
+	cc := &countingConn{Conn: srv}
+	st := newFeedStream()
+	const linger = 40 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := goServe(ctx, cc, nil, feedSource{st}, 0,
+		MasterOptions{AliveInterval: time.Hour, Linger: linger, Logger: quiet})
+
+	// A producer commits a block per millisecond for a while.
+	const total = 300
+	start := time.Now()
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < total; i++ {
+			<-tick.C
+			st.commit(lingerBlock(i))
+		}
+	}()
+	cli.SetReadDeadline(time.Now().Add(30 * time.Second))
+	readBlocks(t, bufio.NewReader(cli), total)
+	elapsed := time.Since(start)
+	// One write at once, then at most one per linger.
+	if w, most := cc.writes.Load(), int64(elapsed/linger)+2; w > most {
+		t.Fatalf("%d writes for %d blocks in %v; with a %v linger at most %d", w, total, elapsed, linger, most)
+	}
+	cancel()
+	<-res
+}
+
+// TestMasterLingerIdleSendsAtOnce: the first commit after an idle period
+// is not held back by the linger.
+func TestMasterLingerIdleSendsAtOnce(t *testing.T) {
+	srv, cli := tcpPair(t)
+	st := &scriptStream{blocks: [][]byte{lingerBlock(0)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := goServe(ctx, srv, nil, scriptSource{stream: st}, 0,
+		MasterOptions{AliveInterval: time.Hour, Linger: time.Hour, Logger: quiet})
+	// Far inside the hour-long linger: only an immediate send passes.
+	cli.SetReadDeadline(time.Now().Add(20 * time.Second))
+	readBlocks(t, bufio.NewReader(cli), 1)
+	cancel()
+	<-res
+}
