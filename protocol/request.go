@@ -45,9 +45,11 @@ func (l Limits) withDefaults() Limits {
 }
 
 // Request is one decoded request. Which body fields are set depends on
-// Header.Cmd; the others are zero. Topic, TraceID, Who and Payload are owned
-// by the Request (never aliased with the reader's buffers), so they may be
-// handed to other goroutines. For pub and delay they share one allocation.
+// Header.Cmd; the others are zero. Topic, TraceID, Who and Payload never
+// alias the underlying io.Reader's buffers. For pub and delay bodies up to
+// 32 KiB they alias the RequestReader's own reusable buffer, valid until its
+// next Read: whoever keeps them past the request (or hands them to a
+// goroutine that may outlive it) must copy them.
 type Request struct {
 	Header  Header
 	Topic   []byte
@@ -79,13 +81,33 @@ func refuse(err error) *RequestError { return &RequestError{Err: err} }
 
 func refuseClose(err error) *RequestError { return &RequestError{Err: err, Close: true} }
 
-// RequestReader reads requests one at a time from r. It keeps small scratch
-// space between calls so that the steady state of a pub costs one allocation
-// (the request's own bytes). It is not safe for concurrent use.
+// RequestReader reads requests one at a time from r. It reuses one buffer
+// for the bodies of pubs and delays up to reuseMax bytes, so a steady
+// stream of publishes does not allocate per request; the Topic, TraceID and
+// Payload of such a request alias that buffer and are valid only until the
+// next Read. It is not safe for concurrent use.
 type RequestReader struct {
 	r       io.Reader
 	lim     Limits
 	scratch [HeaderSize]byte
+	buf     []byte
+}
+
+// reuseMax bounds the body buffer a RequestReader keeps between requests:
+// larger bodies get their own allocation, so an idle connection pins at
+// most this much.
+const reuseMax = 32 << 10
+
+// body returns n bytes for a request body: the reused buffer when n fits
+// in reuseMax (grown geometrically), else a new slice.
+func (rr *RequestReader) body(n int) []byte {
+	if n > reuseMax {
+		return make([]byte, n)
+	}
+	if cap(rr.buf) < n {
+		rr.buf = make([]byte, min(max(n, 2*cap(rr.buf), 512), reuseMax))
+	}
+	return rr.buf[:n]
 }
 
 // NewRequestReader returns a reader of requests from r with the given caps.
@@ -136,7 +158,7 @@ func (rr *RequestReader) Read(req *Request) error {
 		if uint64(p) > uint64(rr.lim.MaxPayload) {
 			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
 		}
-		buf := make([]byte, tt+int(p))
+		buf := rr.body(tt + int(p))
 		if err := rr.readFull(buf, "pub"); err != nil {
 			return err
 		}
@@ -152,7 +174,7 @@ func (rr *RequestReader) Read(req *Request) error {
 		if uint64(p) > uint64(rr.lim.MaxPayload) {
 			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
 		}
-		buf := make([]byte, tt+8+int(p))
+		buf := rr.body(tt + 8 + int(p))
 		if err := rr.readFull(buf, "delay"); err != nil {
 			return err
 		}

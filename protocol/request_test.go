@@ -260,10 +260,10 @@ func TestReadRequestDoesNotAllocateFromClaims(t *testing.T) {
 	}
 }
 
-// The payload, topic and trace of one request must not be overwritten by the
-// next read: the payload travels to the writer goroutine.
+// A body larger than the reusable buffer is the request's own: the next
+// read does not overwrite it.
 func TestRequestOwnsItsBytes(t *testing.T) {
-	a := must(AppendPub(nil, []byte("first"), []byte("t1"), rec(20)))
+	a := must(AppendPub(nil, []byte("first"), []byte("t1"), rec(reuseMax)))
 	b := must(AppendPub(nil, []byte("other"), []byte("t2"), bytes.Repeat([]byte{9}, 28)))
 	binary.LittleEndian.PutUint32(b[len(b)-28:], 20)
 	rr := NewRequestReader(bytes.NewReader(append(a, b...)), DefaultLimits())
@@ -343,5 +343,29 @@ func TestZeroLimitsMeanDefaults(t *testing.T) {
 	at := must(AppendPub(nil, []byte("t"), nil, rec(DefaultMaxPayload-RecordPrefixSize)))
 	if req, err := ReadRequest(bytes.NewReader(at), Limits{}); err != nil || req.RecordCount != 1 {
 		t.Fatalf("payload at the default cap: %v", err)
+	}
+}
+
+// Small pub bodies reuse one buffer: a steady stream of publishes reads
+// without allocating, and each request still decodes intact.
+func TestRequestReusesSmallBodies(t *testing.T) {
+	var stream []byte
+	for i := 0; i < 200; i++ {
+		stream = must(AppendPub(stream, []byte("topic"), nil, rec(100+i%50)))
+	}
+	r := bytes.NewReader(stream)
+	rr := NewRequestReader(r, DefaultLimits())
+	var req Request
+	read := func() {
+		if err := rr.Read(&req); err != nil {
+			t.Fatal(err)
+		}
+		if string(req.Topic) != "topic" || req.RecordCount != 1 {
+			t.Fatalf("decoded %q with %d records", req.Topic, req.RecordCount)
+		}
+	}
+	read() // sizes the buffer
+	if allocs := testing.AllocsPerRun(100, read); allocs != 0 {
+		t.Fatalf("%.1f allocations per pub read, want 0", allocs)
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
@@ -69,6 +70,9 @@ func (b *fakeBackend) Publish(_ context.Context, topic, records []byte, count in
 	}
 	id := b.nextID
 	b.nextID += int64(count)
+	// The request's bytes are the connection's reusable buffer: keep a copy,
+	// as the broker does by writing them out before it replies.
+	records = bytes.Clone(records)
 	b.records[string(topic)] = append(b.records[string(topic)], records...)
 	b.counts[string(topic)] += count
 	for rest, next := records, id; len(rest) > 0; next++ {
@@ -154,7 +158,7 @@ func (b *fakeBackend) PublishDelay(_ context.Context, topic, records []byte, cou
 	if _, ok := b.topics[string(topic)]; !ok {
 		return 0, protocol.ErrTopicNotExist
 	}
-	b.delays = append(b.delays, fakeDelay{topic: string(topic), records: records, count: count, delayMs: delayMs})
+	b.delays = append(b.delays, fakeDelay{topic: string(topic), records: bytes.Clone(records), count: count, delayMs: delayMs})
 	id := b.nextID
 	b.nextID++
 	return id, nil
