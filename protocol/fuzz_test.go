@@ -227,6 +227,20 @@ func FuzzParseSubMessages(f *testing.F) {
 	f.Add([]byte{}, 255)
 	f.Fuzz(func(t *testing.T, area []byte, count int) {
 		msgs, err := ParseSubMessages(area, count)
+		// WalkSubMessages must agree: same verdict, same ids and bodies.
+		walked := 0
+		werr := WalkSubMessages(area, count, func(id int64, body []byte) {
+			if err == nil && (walked >= len(msgs) || msgs[walked].EventID != id || !bytes.Equal(msgs[walked].Body, body)) {
+				t.Fatalf("walk message %d: id %d body %q differs from the parse", walked, id, body)
+			}
+			walked++
+		})
+		if (err == nil) != (werr == nil) || (werr != nil && !errors.Is(werr, ErrBadFrame)) {
+			t.Fatalf("parse error %v, walk error %v", err, werr)
+		}
+		if err == nil && walked != len(msgs) {
+			t.Fatalf("walked %d of %d messages", walked, len(msgs))
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadFrame) || msgs != nil {
 				t.Fatalf("error %v with %d messages", err, len(msgs))

@@ -175,7 +175,8 @@ func (p *smssPub) publish(stamp int64) error {
 // messages to the caller, as a consumer that acks processed work does.
 type smssSub struct {
 	*smssConn
-	ack [2]byte
+	frames *protocol.SubFrameReader
+	ack    [2]byte
 }
 
 func (s *smssSys) dialConsumer(batch int) (consumer, error) {
@@ -199,7 +200,9 @@ func subscribeSmss(addr, topic, who string, from int64, batch int) (*smssSub, er
 		c.close()
 		return nil, fmt.Errorf("write sub request: %w", err)
 	}
-	return &smssSub{smssConn: c}, nil
+	// Frames are read into one reused buffer and walked without building
+	// message structs, as the Redis side parses replies in place.
+	return &smssSub{smssConn: c, frames: protocol.NewSubFrameReader(c.r, maxFrame)}, nil
 }
 
 // errStreamEnded reports a 255 (topic deleted) on a subscription.
@@ -207,7 +210,7 @@ var errStreamEnded = errors.New("subscription ended by the server")
 
 func (s *smssSub) next(fn func(body []byte)) (int, error) {
 	for {
-		f, err := protocol.ReadSubFrame(s.r, maxFrame)
+		f, err := s.frames.Next()
 		if err != nil {
 			return 0, err
 		}
@@ -217,16 +220,12 @@ func (s *smssSub) next(fn func(body []byte)) (int, error) {
 		case protocol.StatusSubEnd:
 			return 0, errStreamEnded
 		}
-		msgs, err := protocol.ParseSubMessages(f.Body, f.Count)
-		if err != nil {
+		if err := protocol.WalkSubMessages(f.Body, f.Count, func(_ int64, body []byte) { fn(body) }); err != nil {
 			return 0, err
-		}
-		for i := range msgs {
-			fn(msgs[i].Body)
 		}
 		if _, err := s.c.Write(s.ack[:]); err != nil { // ack code 0: continue
 			return 0, fmt.Errorf("write ack: %w", err)
 		}
-		return len(msgs), nil
+		return f.Count, nil
 	}
 }
