@@ -44,6 +44,7 @@ type writer struct {
 	post     []func()
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
+	topicEnc topicstore.RunEncoder
 	syncBuf  []*segment.Log
 	syncErrs []error
 
@@ -320,12 +321,13 @@ func (w *writer) appendBinlog(blk *binlog.Block) int64 {
 
 // appendTopicBlocks stages one topic block per record (spec §5.6).
 func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segment.Position, records []byte) {
-	blk := topicstore.Block{Ts: now, SaveTime: now, SrcFileID: src.FileID, SrcPos: src.Offset}
+	w.topicEnc.Reset(now, now, src.FileID, src.Offset)
 	for i := 0; len(records) > 0; i++ {
-		blk.Record, records = protocol.NextRecord(records)
-		blk.EventID, blk.Index = firstID+int64(i), i
-		tb.marks = append(tb.marks, segment.Mark{EventID: blk.EventID, Off: int64(len(tb.buf))})
-		tb.buf = topicstore.AppendBlock(tb.buf, &blk)
+		var rec []byte
+		rec, records = protocol.NextRecord(records)
+		id := firstID + int64(i)
+		tb.marks = append(tb.marks, segment.Mark{EventID: id, Off: int64(len(tb.buf))})
+		tb.buf = w.topicEnc.Append(tb.buf, id, i, rec)
 	}
 }
 
