@@ -82,5 +82,10 @@ The command line is at most MaxLineLen bytes and payloadLen at most
 MaxPayloadLen, so a reader can bound its buffer before trusting a block.
 DecodeBlock never panics and allocates only to report corruption; Topic and
 Payload alias the input.
+
+Whole valid blocks take a one-pass path; anything else goes to the careful
+decoder, which names the reason. Both must match the pre-fast-path decoder
+frozen in reference_test.go exactly (FuzzDecodeEquivalence), so the fast path
+can never widen or narrow what a binlog, and so a replica, may contain.
 */
 package binlog

@@ -3,9 +3,11 @@ package topicstore
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 
+	"github.com/smssmq/smss/internal/textline"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -45,15 +47,24 @@ type CorruptError struct {
 
 func (e *CorruptError) Error() string { return "corrupt topic block: " + e.Reason }
 
+func corruptf(format string, args ...any) *CorruptError {
+	return &CorruptError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// corrupt wraps a textline reason, which is all textline ever returns.
+func corrupt(err error) *CorruptError {
+	return &CorruptError{Reason: err.Error()}
+}
+
 // EncodedLen returns the number of bytes AppendBlock appends for b.
 func EncodedLen(b *Block) int {
 	return 4 + lineLen(b) + len(b.Record) + 1
 }
 
 func lineLen(b *Block) int {
-	return decimalLen(b.Ts) + decimalLen(b.EventID) + decimalLen(b.SaveTime) +
-		decimalLen(int64(len(b.Record))+1) + decimalLen(int64(b.Index)) +
-		decimalLen(b.SrcFileID) + decimalLen(b.SrcPos) + numFields
+	return textline.DecimalLen(b.Ts) + textline.DecimalLen(b.EventID) + textline.DecimalLen(b.SaveTime) +
+		textline.DecimalLen(int64(len(b.Record))+1) + textline.DecimalLen(int64(b.Index)) +
+		textline.DecimalLen(b.SrcFileID) + textline.DecimalLen(b.SrcPos) + numFields
 }
 
 // AppendBlock appends the encoding of b to dst. It does not validate b: the
@@ -87,6 +98,16 @@ var fieldNames = [numFields]string{"ts", "eventId", "saveTime", "payloadSize", "
 // buf ends inside a block whose present bytes are all plausible, and a
 // *CorruptError when they are not.
 func DecodeBlock(buf []byte) (Block, int, error) {
+	if b, n, ok := decodeFast(buf); ok {
+		return b, n, nil
+	}
+	return decodeCareful(buf)
+}
+
+// decodeCareful is DecodeBlock for any input: it tells a torn block from a
+// corrupt one and names the reason. decodeFast accepts a subset of what it
+// accepts, with the same results.
+func decodeCareful(buf []byte) (Block, int, error) {
 	if len(buf) < 4 {
 		return Block{}, 0, ErrIncomplete
 	}
@@ -96,16 +117,16 @@ func DecodeBlock(buf []byte) (Block, int, error) {
 	}
 	lineEnd := 4 + int(ll)
 	var f [numFields][]byte
-	nf, err := splitLine(buf[4:min(len(buf), lineEnd)], int(ll), &f)
+	nf, err := textline.Split(buf[4:min(len(buf), lineEnd)], int(ll), f[:])
 	if err != nil {
-		return Block{}, 0, err
+		return Block{}, 0, corrupt(err)
 	}
 	partial := len(buf) < lineEnd
 	var v [numFields]int64
 	for i := range nf {
 		whole := !partial || i < nf-1
-		if v[i], err = parseField(fieldNames[i], f[i], !whole); err != nil {
-			return Block{}, 0, err
+		if v[i], err = textline.ParseField(fieldNames[i], f[i], !whole); err != nil {
+			return Block{}, 0, corrupt(err)
 		}
 		if whole {
 			if err := checkField(i, v[i]); err != nil {

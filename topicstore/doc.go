@@ -48,6 +48,11 @@ file) or a *CorruptError (the present bytes prove that no valid block starts
 here). It never panics, allocates only to report corruption, and Record
 aliases the input.
 
+Whole valid blocks take a one-pass path; anything else goes to the careful
+decoder, which names the reason. Both must match the pre-fast-path decoder
+frozen in reference_test.go exactly (FuzzDecodeEquivalence), so the fast path
+can never widen or narrow what a topic file may contain.
+
 # Directory hashing
 
 Each topic lives in <store.path>/topic/<p1>/<p2>/<name>, where
