@@ -130,6 +130,22 @@ func DecodeBlock(buf []byte) (Block, int, error) {
 	return decodeCareful(buf)
 }
 
+// DecodeSpan decodes the block at the start of buf like DecodeBlock and
+// also returns the eventId of its last message (Block.LastEventID), walking
+// its records once instead of twice.
+func DecodeSpan(buf []byte) (b Block, last int64, n int, err error) {
+	if b, n, k, ok := decodeFastCount(buf); ok {
+		return b, b.EventID + int64(k) - 1, n, nil
+	}
+	if b, n, err = decodeCareful(buf); err != nil {
+		return Block{}, 0, 0, err
+	}
+	if last, err = b.LastEventID(); err != nil {
+		return Block{}, 0, 0, err
+	}
+	return b, last, n, nil
+}
+
 // decodeCareful is DecodeBlock for any input: it tells a torn block from a
 // corrupt one and names the reason. decodeFast accepts a subset of what it
 // accepts, with the same results.

@@ -20,6 +20,18 @@ func checkSame(t *testing.T, buf []byte) {
 	if fb, fn, ok := decodeFast(buf); ok {
 		compareDecode(t, "decodeFast", buf, fb, fn, nil, wb, wn, werr)
 	}
+	// DecodeSpan is DecodeBlock plus LastEventID, failing where either does.
+	sb, slast, sn, serr := DecodeSpan(buf)
+	if werr == nil {
+		wlast, lerr := wb.LastEventID()
+		if lerr != nil {
+			werr = lerr
+			wb, wn = Block{}, 0
+		} else if serr == nil && slast != wlast {
+			t.Fatalf("DecodeSpan(%q): last %d, want %d", buf, slast, wlast)
+		}
+	}
+	compareDecode(t, "DecodeSpan", buf, sb, sn, serr, wb, wn, werr)
 }
 
 func compareDecode(t *testing.T, what string, buf []byte, gb Block, gn int, gerr error, wb Block, wn int, werr error) {

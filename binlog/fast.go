@@ -13,26 +13,33 @@ import (
 // decodeCareful, so errors are unchanged. When ok is true the result is
 // exactly decodeCareful's; FuzzDecodeEquivalence checks that.
 func decodeFast(buf []byte) (b Block, n int, ok bool) {
+	b, n, _, ok = decodeFastCount(buf)
+	return b, n, ok
+}
+
+// decodeFastCount is decodeFast that also returns how many eventIds the
+// block consumes (Block.MessageCount), from the records walk it does anyway.
+func decodeFastCount(buf []byte) (b Block, n, msgs int, ok bool) {
 	if len(buf) < 4 {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	ll := binary.LittleEndian.Uint32(buf)
 	if ll < minLineLen || ll > MaxLineLen {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	lineEnd := 4 + int(ll)
 	if len(buf) < lineEnd || buf[lineEnd-1] != '\n' {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	var v [numFields]int64
 	lo, hi, ok := textline.Scan(buf[4:lineEnd-1], v[:], 4)
 	if !ok {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	// checkField's and checkPayloadLen's rules.
 	eventID, payloadLen := v[2], v[5]
 	if eventID < 1 || payloadLen > MaxPayloadLen {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	var cmd uint8
 	switch v[1] {
@@ -52,32 +59,36 @@ func decodeFast(buf []byte) (b Block, n int, ok bool) {
 		ok = false
 	}
 	if !ok {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	b = Block{WriteTime: v[0], Cmd: cmd, EventID: eventID, Timestamp: v[3], Topic: buf[4+lo : 4+hi]}
 	if payloadLen == 0 {
-		return b, lineEnd, true
+		return b, lineEnd, 1, true // delete
 	}
 	total := int64(lineEnd) + payloadLen
 	if int64(len(buf)) < total || buf[total-1] != '\n' {
-		return Block{}, 0, false
+		return Block{}, 0, 0, false
 	}
 	b.Payload = buf[lineEnd : total-1]
 	// checkPayload's rules, without building its error.
 	records := b.Payload
 	switch cmd {
 	case CmdCreate:
-		return b, int(total), true
+		return b, int(total), 1, true
 	case CmdDelay:
 		if int64(binary.LittleEndian.Uint64(b.Payload[8:DelayPrefixLen])) != eventID {
-			return Block{}, 0, false
+			return Block{}, 0, 0, false
 		}
 		records = b.Payload[DelayPrefixLen:]
 	case CmdDelayApply:
 		records = b.Payload[DelayPrefixLen:]
 	}
-	if _, err := protocol.CountRecords(records, 0); err != nil {
-		return Block{}, 0, false
+	k, err := protocol.CountRecords(records, 0)
+	if err != nil {
+		return Block{}, 0, 0, false
 	}
-	return b, int(total), true
+	if cmd == CmdDelay {
+		k = 1 // one delayed publication, one eventId
+	}
+	return b, int(total), k, true
 }

@@ -31,6 +31,10 @@ type command struct {
 	replCmd   uint8  // command of raw
 	sync      *meta.Topic
 	prevLast  int64 // replicated: last eventId of the block that must precede, -1 = unchecked
+	// replicated: raw decoded by the submitter (it validates raw before
+	// queueing it), so the writer does not parse it again. Aliases raw.
+	repl     binlog.Block
+	replLast int64
 
 	eventID int64
 	err     error
@@ -84,15 +88,11 @@ func (c *command) exclusive() bool {
 
 // decodeBinlog adapts binlog.DecodeBlock to the segment layer.
 func decodeBinlog(buf []byte) (int64, int64, int, error) {
-	b, n, err := binlog.DecodeBlock(buf)
+	b, last, n, err := binlog.DecodeSpan(buf)
 	if err != nil {
 		if errors.Is(err, binlog.ErrIncomplete) {
 			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
 		}
-		return 0, 0, 0, err
-	}
-	last, err := b.LastEventID()
-	if err != nil {
 		return 0, 0, 0, err
 	}
 	return b.EventID, last, n, nil

@@ -30,7 +30,7 @@ func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
 	if !b.opts.Slave {
 		return 0, errors.New("broker: replicated blocks are applied on a slave only")
 	}
-	blk, n, err := binlog.DecodeBlock(raw)
+	blk, last, n, err := binlog.DecodeSpan(raw)
 	if err == nil && n != len(raw) {
 		err = fmt.Errorf("%d bytes after the block", len(raw)-n)
 	}
@@ -40,6 +40,7 @@ func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
 	c := getCommand()
 	defer putCommand(c)
 	c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), -1
+	c.repl, c.replLast = blk, last
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
@@ -74,13 +75,9 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 	prev := int64(-1)
 	var bad error
 	for i, raw := range raws {
-		blk, n, err := binlog.DecodeBlock(raw)
+		blk, last, n, err := binlog.DecodeSpan(raw)
 		if err == nil && n != len(raw) {
 			err = fmt.Errorf("%d bytes after the block", len(raw)-n)
-		}
-		var last int64
-		if err == nil {
-			last, err = blk.LastEventID()
 		}
 		if err != nil {
 			// Apply the valid prefix, then report the bad block.
@@ -89,6 +86,7 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 		}
 		c := getCommand()
 		c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), prev
+		c.repl, c.replLast = blk, last
 		prev = last
 		cmds = append(cmds, c)
 	}
@@ -140,14 +138,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 	if c.prevLast >= 0 && w.next-1 != c.prevLast {
 		return fmt.Errorf("%w: the block before this one (ending at %d) was not applied; the slave has up to %d", ErrReplicaOrder, c.prevLast, w.next-1)
 	}
-	blk, _, err := binlog.DecodeBlock(c.raw)
-	if err != nil {
-		return fmt.Errorf("invalid replicated block: %w", err)
-	}
-	last, err := blk.LastEventID()
-	if err != nil {
-		return fmt.Errorf("invalid replicated block: %w", err)
-	}
+	blk, last := &c.repl, c.replLast
 	if blk.EventID < w.next {
 		return fmt.Errorf("%w: block eventId %d, but the slave already has up to %d", ErrReplicaOrder, blk.EventID, w.next-1)
 	}
