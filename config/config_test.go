@@ -72,7 +72,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"admin.listen":            "",
 		"admin.token":             "",
 		"timeout.net.request":     int64(60000),
-		"replication.lingerMs":    int64(1),
+		"replication.lingerMs":    int64(5),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)

@@ -33,9 +33,9 @@ type feedStream struct {
 
 func newFeedStream() *feedStream { return &feedStream{changed: make(chan struct{})} }
 
-func (s *feedStream) commit(b []byte) {
+func (s *feedStream) commitMany(b ...[]byte) {
 	s.mu.Lock()
-	s.blocks = append(s.blocks, b)
+	s.blocks = append(s.blocks, b...)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
@@ -83,7 +83,13 @@ func lingerBlock(i int) []byte {
 // their order.
 func readBlocks(t *testing.T, r *bufio.Reader, n int) {
 	t.Helper()
-	for i := 0; i < n; i++ {
+	readBlocksFrom(t, r, 0, n)
+}
+
+// readBlocksFrom reads n blocks numbered from first on.
+func readBlocksFrom(t *testing.T, r *bufio.Reader, first, n int) {
+	t.Helper()
+	for i := first; i < first+n; i++ {
 		hdr := make([]byte, frameHeaderLen)
 		if _, err := io.ReadFull(r, hdr); err != nil {
 			t.Fatalf("frame %d header: %v", i, err)
@@ -113,22 +119,23 @@ func TestMasterLingerCoalescesBusyStream(t *testing.T) {
 	res := goServe(ctx, cc, nil, feedSource{st}, 0,
 		MasterOptions{AliveInterval: time.Hour, Linger: linger, Logger: quiet})
 
-	// A producer commits a block per millisecond for a while.
+	// A producer commits two blocks per millisecond for a while (a loaded
+	// master: commits pile up, so writes carry several blocks).
 	const total = 300
 	start := time.Now()
 	go func() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
-		for i := 0; i < total; i++ {
+		for i := 0; i < total; i += 2 {
 			<-tick.C
-			st.commit(lingerBlock(i))
+			st.commitMany(lingerBlock(i), lingerBlock(i+1))
 		}
 	}()
 	cli.SetReadDeadline(time.Now().Add(30 * time.Second))
 	readBlocks(t, bufio.NewReader(cli), total)
 	elapsed := time.Since(start)
-	// One write at once, then at most one per linger.
-	if w, most := cc.writes.Load(), int64(elapsed/linger)+2; w > most {
+	// Block by block until a write carries two, then at most one per linger.
+	if w, most := cc.writes.Load(), int64(elapsed/linger)+3; w > most {
 		t.Fatalf("%d writes for %d blocks in %v; with a %v linger at most %d", w, total, elapsed, linger, most)
 	}
 	cancel()
@@ -147,6 +154,26 @@ func TestMasterLingerIdleSendsAtOnce(t *testing.T) {
 	// Far inside the hour-long linger: only an immediate send passes.
 	cli.SetReadDeadline(time.Now().Add(20 * time.Second))
 	readBlocks(t, bufio.NewReader(cli), 1)
+	cancel()
+	<-res
+}
+
+// TestMasterLingerLonePublisherNotDelayed: a stream whose writes carry one
+// block each is not busy, so no block waits for the linger.
+func TestMasterLingerLonePublisherNotDelayed(t *testing.T) {
+	srv, cli := tcpPair(t)
+	st := newFeedStream()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := goServe(ctx, srv, nil, feedSource{st}, 0,
+		MasterOptions{AliveInterval: time.Hour, Linger: time.Hour, Logger: quiet})
+	r := bufio.NewReader(cli)
+	// Far inside the hour-long linger: only immediate sends pass.
+	cli.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for i := 0; i < 5; i++ {
+		st.commitMany(lingerBlock(i))
+		readBlocksFrom(t, r, i, 1)
+	}
 	cancel()
 	<-res
 }

@@ -63,13 +63,16 @@ type MasterOptions struct {
 	// the middle of a batch (default 256 KiB); it bounds the memory of one
 	// stream apart from a single larger block.
 	FlushBytes int
-	// Linger bounds how often a busy stream writes: after a write, the
-	// next one waits until Linger has passed since it, so blocks committed
-	// meanwhile travel in one write. A stream that was idle for Linger
-	// writes at once, so at low rates nothing is delayed; under load a
-	// slave gets one write per Linger instead of one per commit, which on a
-	// shared box is most of its CPU (and of the master's stream cost).
-	// Zero means the default (DefaultLinger); negative turns it off.
+	// Linger bounds how often a busy stream writes. A stream is busy when
+	// its last write carried more than one block, i.e. commits already
+	// pile up between wake-ups; its next write then waits until Linger has
+	// passed since the last one, so the blocks committed meanwhile travel
+	// in one write. A stream that sends block by block (a lone publisher,
+	// or any rate below one commit per wake-up) never waits, so only a
+	// loaded master adds replication lag, at most Linger. Under load a
+	// slave then gets one write per Linger instead of one per commit,
+	// which on a shared box is most of its CPU (and of the master's stream
+	// cost). Zero means the default (DefaultLinger); negative turns it off.
 	Linger time.Duration
 	// Logger receives the stream's start and end (nil: slog.Default()).
 	Logger *slog.Logger
@@ -81,7 +84,7 @@ const (
 	DefaultMasterWriteTimeout = 120 * time.Second
 	DefaultMaxBlocks          = 512
 	DefaultFlushBytes         = 256 << 10
-	DefaultLinger             = time.Millisecond
+	DefaultLinger             = 5 * time.Millisecond
 )
 
 func (o *MasterOptions) setDefaults() {
@@ -204,6 +207,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 	}
 	var (
 		lastWrite time.Time
+		lastN     int // blocks in the last write
 		linger    *time.Timer
 	)
 	defer func() {
@@ -213,7 +217,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 	}()
 	for {
 		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
-		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 {
+		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 {
 			// Busy: let this write gather what commits until Linger has
 			// passed since the last one (a full batch goes at once).
 			if wait := m.opts.Linger - time.Since(lastWrite); wait > 0 && n < m.opts.MaxBlocks {
@@ -232,7 +236,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 			}
 		}
 		if len(m.out) > 0 {
-			lastWrite = time.Now()
+			lastWrite, lastN = time.Now(), n
 		}
 		if ferr := m.flush(); ferr != nil {
 			return ferr
