@@ -98,7 +98,6 @@ type conn struct {
 	req   protocol.Request
 	out   []byte
 	wdl   lazyDeadline
-	ack   [2]byte   // a subscriber's ack, kept here so reading it does not allocate
 	state connState // guarded by s.mu
 	auth  connAuth  // auth.go
 }

@@ -20,14 +20,14 @@
 //     finish and be answered.
 //   - A subscription (sub, §2.4–2.7) holds its (topic, who) slot exactly as
 //     long as its stream runs; the slot is released however the stream ends.
-//     While data flows, the connection's goroutine alone reads and writes the
-//     socket (frame, then a 2-byte ack with the ack timeout as an absolute
-//     deadline). Only while waiting for data does a watcher goroutine read
-//     it, through the same buffered reader, to notice a client that goes
-//     away; it is stopped and waited for before the stream touches the
-//     socket again, so after ack 1, a 255 or a 400 the next request is read
-//     intact. Bytes received while no frame awaits an ack close the
-//     connection.
+//     Until a poll first finds nothing, the connection's goroutine alone
+//     reads and writes the socket (frame, then the 2-byte ack under the ack
+//     timeout). From then on one watcher goroutine per stream does every
+//     read of the socket through the same buffered reader, and the stream's
+//     state is held by one goroutine at a time (subwatch.go). The watcher
+//     never reads past an ack, stops after ack 1 or any error and is waited
+//     for, so after ack 1, a 255 or a 400 the next request is read intact.
+//     Bytes received while no frame awaits an ack close the connection.
 //   - Security (auth.go, tls.go) is off unless Options.Security sets it.
 //     With authentication on, a connection reads requests under tiny limits
 //     and answers everything but alive and the handshake (32, 33) with

@@ -7,8 +7,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/smssmq/smss/metrics"
@@ -29,7 +27,9 @@ type acker interface{ Acked(eventID int64) }
 // reports the peer's address to operators.
 type remoteNamer interface{ SetRemoteAddr(addr string) }
 
-// subStream is one subscription being served on a connection.
+// subStream is one subscription being served on a connection. Once its
+// watcher runs, c.out and the counters below belong to whichever of the two
+// goroutines holds the stream (subwatch.go).
 type subStream struct {
 	c          *conn
 	sub        Subscription
@@ -43,6 +43,8 @@ type subStream struct {
 	frames    int
 	messages  int
 	lastEvent int64 // eventId of the last message delivered, 0 before any
+
+	w watch // subwatch.go
 }
 
 // sub serves a subscribe request (§1.5.1, §2.4–2.7, §3): a stream of data
@@ -109,110 +111,195 @@ func (c *conn) subscribe() (Subscription, error) {
 	return c.s.opts.Backend.Subscribe(c.req.Topic, c.req.Who, c.req.EventID)
 }
 
+// outcome is where a stretch of a stream left it: idle (a poll found nothing
+// and no ack is pending) or ended, with why and whether the connection
+// stays in the command loop.
+type outcome struct {
+	idle   bool
+	reason string
+	keep   bool
+}
+
+var ackEndOutcome = outcome{reason: "ack 1 (end)", keep: true}
+
 // run streams until the subscription ends and says why; keep reports
 // whether the connection stays in the command loop. When run returns, no
 // goroutine is reading the socket.
 //
-// While data is available the loop is read batch, write frame, read ack, on
-// this goroutine alone. Only when Next would block does a watcher read the
-// socket, because the client sends nothing then and a read is the only way
-// to notice that it went away (its who slot must be freed at once).
+// While every poll finds data this goroutine alone serves the stream: frame,
+// ack, frame. The first time a poll finds nothing it starts the stream's
+// watcher, which from then on does every read of the socket (subwatch.go).
 func (st *subStream) run() (reason string, keep bool) {
+	// Ack reads use absolute deadlines, set on the socket directly
+	// (subwatch.go); the command loop re-arms its own afterwards.
+	st.c.dr.timeout = 0
+	st.w.init()
+	defer st.w.cancel()
+	o := st.deliver()
+	if o.idle {
+		go st.watch()
+		o = st.serveIdle()
+	}
+	return o.reason, o.keep
+}
+
+// deliver serves the stream while polls find data: frame, ack, frame, ...
+// Its caller holds the stream and reads the socket: the stream goroutine
+// before the watcher starts, the watcher when the stream was handed to it.
+// It returns idle when a poll finds nothing (no ack is pending then).
+func (st *subStream) deliver() outcome {
 	c := st.c
-	// Stream reads use absolute deadlines (ack timeout) or none (watcher).
-	c.dr.timeout = 0
-	var w *watcher
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
 	for {
-		out := append(c.out[:0], make([]byte, protocol.RespHeaderSize)...)
-		var (
-			n   int
-			err error
-		)
-		if w == nil {
-			// Poll without waiting first: the common case has data, and
-			// then no goroutine or timer is involved.
-			out, n, err = st.sub.Next(c.s.ctx, out, st.batch, 0)
-			if n == 0 && err == nil {
-				c.out = out
-				if w, err = startWatcher(c); err != nil {
-					return "watch socket: " + err.Error(), false
-				}
-				continue
-			}
-		} else {
-			out, n, err = st.sub.Next(w.ctx, out, st.batch, c.s.opts.AliveInterval)
-			if n == 0 && err == nil {
-				c.out = protocol.AppendReplyAlive(out[:0])
-				if !c.write(c.s.opts.WriteTimeout) {
-					return "alive write failed", false
-				}
-				continue
-			}
-		}
+		out, n, err := st.sub.Next(st.w.ctx, frameStart(c.out), st.batch, 0)
 		c.out = out
-		if n > 0 {
-			if err != nil {
-				// Deliver what was read; the error (if lasting) recurs on
-				// the next call, after these messages are acknowledged.
-				c.log.Debug("subscription read stopped early", "topic", st.topic, "who", st.who, "err", err)
-			}
-			if reason, ok := st.writeFrame(n); !ok {
-				return reason, false
-			}
-		}
-		if w != nil {
-			// Written first, stopped second: the watcher's wake-up stays off
-			// the delivery latency. Bytes it saw after a frame are the ack.
-			werr := w.stop()
-			w = nil
-			switch {
-			case werr == nil && n == 0:
-				return "protocol violation: client sent data while no frame awaited an ack", false
-			case werr == nil, errors.Is(werr, os.ErrDeadlineExceeded):
-			case errors.Is(werr, io.EOF):
-				return "client closed the connection", false
-			default:
-				return "connection failed: " + werr.Error(), false
-			}
-		}
 		if n == 0 {
+			if err == nil {
+				return outcome{idle: true}
+			}
 			return st.end(err)
 		}
-		if reason, ok := st.readAck(); !ok {
-			return reason, false
-		} else if reason != "" {
-			return reason, true
+		last, o, ok := st.prepareFrame(n, err)
+		if !ok {
+			return o
+		}
+		if o, ok := st.frameAndAck(n, last); !ok {
+			return o
 		}
 	}
 }
 
-// writeFrame fills in the header of the n messages in c.out and sends them
-// in one write.
-func (st *subStream) writeFrame(n int) (string, bool) {
+// frameAndAck sends the frame prepared in c.out and reads its ack; ok false
+// ends the stream (o says why). The caller holds the stream and reads the
+// socket.
+func (st *subStream) frameAndAck(n int, last int64) (o outcome, ok bool) {
+	st.awaitAck(last)
+	if o, ok := st.sendFrame(n, last); !ok {
+		return o, false
+	}
+	code, err := st.readAck()
+	if err != nil {
+		return st.readFailed(err), false
+	}
+	if ended, _, _ := st.acked(code); ended {
+		return ackEndOutcome, false
+	}
+	return outcome{}, true
+}
+
+// serveIdle runs on the connection's goroutine once the watcher reads the
+// socket. It waits in Next (sending alives) and writes the frame that ends
+// the wait, then waits in Next again at once: the watcher reads the ack on
+// its own. If data (or an error) comes while a frame still awaits its ack,
+// it hands the stream to the watcher with that result and waits; the
+// watcher sends it after the ack and delivers on while polls find data,
+// then hands the stream back. Every return leaves the watcher stopped.
+func (st *subStream) serveIdle() outcome {
+	c, w := st.c, &st.w
+	for {
+		out, n, err := st.sub.Next(w.ctx, frameStart(c.out), st.batch, c.s.opts.AliveInterval)
+		c.out = out
+		var last int64
+		if n > 0 {
+			var o outcome
+			var ok bool
+			if last, o, ok = st.prepareFrame(n, err); !ok {
+				return st.closeWatcher(o)
+			}
+		}
+		w.mu.Lock()
+		if w.end != nil {
+			// The watcher ended the stream (ack 1, the client went away,
+			// an ack failure); it cancelled the wait and reads no more.
+			o := *w.end
+			w.mu.Unlock()
+			<-w.done
+			return o
+		}
+		if w.due != dueNone {
+			// The last frame is not acknowledged yet.
+			if n == 0 && err == nil {
+				w.mu.Unlock() // no alive is due while a frame awaits its ack
+				continue
+			}
+			w.handed, w.held = true, heldResult{n: n, last: last, err: err}
+			w.mu.Unlock()
+			select {
+			case <-w.handoff:
+				continue
+			case <-w.ctx.Done():
+				<-w.done
+				return st.watcherEnd()
+			}
+		}
+		switch {
+		case n > 0:
+			w.due, w.ackEvent = dueWriting, last
+			w.mu.Unlock()
+			if o, ok := st.sendFrame(n, last); !ok {
+				return st.closeWatcher(o)
+			}
+		case err == nil:
+			w.mu.Unlock()
+			c.out = protocol.AppendReplyAlive(out[:0])
+			if !c.write(c.s.opts.WriteTimeout) {
+				return st.closeWatcher(outcome{reason: "alive write failed"})
+			}
+		default:
+			w.mu.Unlock()
+			// The watcher must stop before a 255 or 400 is sent, so that
+			// the command loop reads what follows; if it saw the client go
+			// away (or talk out of turn) first, that closes the connection.
+			if o, ended := st.haltWatcher(); ended {
+				return o
+			}
+			return st.end(err)
+		}
+	}
+}
+
+// frameStart returns buf emptied but for room for a frame header.
+func frameStart(buf []byte) []byte {
+	return append(buf[:0], make([]byte, protocol.RespHeaderSize)...)
+}
+
+// prepareFrame fills in the header of the n messages in c.out and returns
+// the last one's eventId; readErr is an error Next returned with them. ok
+// false ends the stream (o says why).
+func (st *subStream) prepareFrame(n int, readErr error) (last int64, o outcome, ok bool) {
 	c := st.c
+	if readErr != nil {
+		// Deliver what was read; the error (if lasting) recurs on the next
+		// call, after these messages are acknowledged.
+		c.log.Debug("subscription read stopped early", "topic", st.topic, "who", st.who, "err", readErr)
+	}
 	area := c.out[protocol.RespHeaderSize:]
 	if uint64(len(area)) > math.MaxUint32 {
-		return "batch larger than a frame can carry", false
+		return 0, outcome{reason: "batch larger than a frame can carry"}, false
 	}
 	protocol.AppendSubFrameHeader(c.out[:0], uint8(n), uint32(len(area)))
-	st.lastEvent = lastEventID(area, n)
+	return lastEventID(area, n), outcome{}, true
+}
+
+// sendFrame writes the frame prepared in c.out; ok false ends the stream.
+// The frame must already be marked as awaiting its ack (awaitAck), since
+// the ack may arrive before the write returns.
+func (st *subStream) sendFrame(n int, last int64) (o outcome, ok bool) {
+	c := st.c
+	area := len(c.out) - protocol.RespHeaderSize
+	st.lastEvent = last
 	st.frames++
 	st.messages += n
 	if c.s.sampler.sample() {
 		c.log.Info("subscription batch", "topic", st.topic, "who", st.who, "messages", n,
-			"bytes", len(area), "lastEventId", st.lastEvent)
+			"bytes", area, "lastEventId", last)
 	}
 	if !c.write(c.s.opts.WriteTimeout) {
-		return "frame write failed", false
+		return outcome{reason: "frame write failed"}, false
 	}
+	st.ackTimerStart()
 	// Record bytes as published: each message less its fixed §2.4 fields.
-	c.s.opts.Metrics.Delivered(st.topic, n, len(area)-n*protocol.SubMessageFixedSize)
-	return "", true
+	c.s.opts.Metrics.Delivered(st.topic, n, area-n*protocol.SubMessageFixedSize)
+	return outcome{}, true
 }
 
 // lastEventID returns the eventId of the last of the n messages in a frame's
@@ -226,105 +313,44 @@ func lastEventID(area []byte, n int) int64 {
 	return int64(binary.LittleEndian.Uint64(area[off+8:]))
 }
 
-// readAck waits for the 2-byte ack of the frame just sent. ok false closes
-// the connection; a non-empty reason with ok true ends the subscription and
-// keeps it.
-func (st *subStream) readAck() (reason string, ok bool) {
-	c := st.c
-	if err := c.nc.SetReadDeadline(time.Now().Add(st.ackTimeout)); err != nil {
-		return "set ack deadline: " + err.Error(), false
-	}
-	if _, err := io.ReadFull(c.br, c.ack[:]); err != nil {
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.s.opts.Metrics.Error(metrics.KindTimeout)
-			return "ack timeout after " + st.ackTimeout.String(), false
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			return "client closed the connection", false
-		case errors.Is(err, net.ErrClosed):
-			return "connection closed by shutdown", false
-		default:
-			return "read ack: " + err.Error(), false
-		}
-	}
-	switch code := binary.LittleEndian.Uint16(c.ack[:]); code {
-	case ackContinue:
-		st.acked()
-		return "", true
-	case ackEnd:
-		st.acked()
-		return "ack 1 (end)", true
-	default:
-		return "invalid ack " + strconv.Itoa(int(code)), false
-	}
-}
-
-// acked tells the subscription that the frame just sent was acknowledged.
-func (st *subStream) acked() {
-	if st.acker != nil {
-		st.acker.Acked(st.lastEvent)
-	}
-}
-
 // end answers a Next that ended the stream without messages.
-func (st *subStream) end(err error) (string, bool) {
+func (st *subStream) end(err error) outcome {
 	c := st.c
 	switch {
 	case errors.Is(err, protocol.ErrTopicDeleted):
 		c.out = protocol.AppendReplySubEnd(c.out[:0])
 		if !c.write(c.s.opts.WriteTimeout) {
-			return "topic deleted; 255 write failed", false
+			return outcome{reason: "topic deleted; 255 write failed"}
 		}
-		return "topic deleted", true
+		return outcome{reason: "topic deleted", keep: true}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "server shutting down", false
+		return outcome{reason: "server shutting down"}
 	}
 	if !protocol.IsBizError(err) {
 		c.log.Warn("subscription read failed", "topic", st.topic, "who", st.who, "err", err)
 	}
 	c.out = protocol.AppendReplyError(c.out[:0], err.Error())
 	if !c.write(c.s.opts.WriteTimeout) {
-		return "error reply write failed", false
+		return outcome{reason: "error reply write failed"}
 	}
-	return "error: " + err.Error(), true
+	return outcome{reason: "error: " + err.Error(), keep: true}
 }
 
-// watcher reads the socket while a stream waits for data, so that a
-// subscriber's EOF (or a byte it should not have sent) ends the wait.
-type watcher struct {
-	c      *conn
-	ctx    context.Context // cancelled when the watcher's read returns
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // the read's result; nil means bytes arrived
-}
-
-// startWatcher begins a blocking read through the connection's buffered
-// reader, so that nothing it reads is lost to the command loop.
-func startWatcher(c *conn) (*watcher, error) {
-	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
-		return nil, err
+// readFailed says how a failed ack read (or watch) ends the stream; each
+// closes the connection.
+func (st *subStream) readFailed(err error) outcome {
+	var bad *invalidAckError
+	switch {
+	case errors.Is(err, errAckTimeout):
+		st.c.s.opts.Metrics.Error(metrics.KindTimeout)
+		return outcome{reason: "ack timeout after " + st.ackTimeout.String()}
+	case errors.Is(err, errOutOfTurn), errors.As(err, &bad):
+		return outcome{reason: err.Error()}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return outcome{reason: "client closed the connection"}
+	case errors.Is(err, net.ErrClosed):
+		return outcome{reason: "connection closed by shutdown"}
+	default:
+		return outcome{reason: "read ack: " + err.Error()}
 	}
-	w := &watcher{c: c, done: make(chan struct{})}
-	// Not derived from the server's context: that would register every
-	// wait under one shared lock. Shutdown closes stream connections, which
-	// ends the read and so the wait.
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	go func() {
-		defer close(w.done)
-		_, w.err = c.br.Peek(1)
-		w.cancel()
-	}()
-	return w, nil
-}
-
-// stop unblocks the watcher's read with a deadline in the past and waits
-// for it to return (§10 item 7: no helper may read the socket after this).
-// A deadline error means it was stopped with nothing seen.
-func (w *watcher) stop() error {
-	// An error here means the connection is closed, which ends the read too.
-	_ = w.c.nc.SetReadDeadline(time.Now())
-	<-w.done
-	w.cancel()
-	return w.err
 }
