@@ -90,6 +90,9 @@ func (c *command) exclusive() bool {
 func decodeBinlog(buf []byte) (int64, int64, int, error) {
 	b, last, n, err := binlog.DecodeSpan(buf)
 	if err != nil {
+		if err == binlog.ErrIncomplete {
+			return 0, 0, 0, errBinlogIncomplete
+		}
 		if errors.Is(err, binlog.ErrIncomplete) {
 			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
 		}
@@ -98,12 +101,22 @@ func decodeBinlog(buf []byte) (int64, int64, int, error) {
 	return b.EventID, last, n, nil
 }
 
+// Incomplete blocks are routine for a reader at the end of its buffer (it
+// then reads more), so their errors are built once, not per call.
+var (
+	errTopicIncomplete  = fmt.Errorf("%w: %w", segment.ErrIncomplete, topicstore.ErrIncomplete)
+	errBinlogIncomplete = fmt.Errorf("%w: %w", segment.ErrIncomplete, binlog.ErrIncomplete)
+)
+
 // decodeTopic adapts topicstore.DecodeBlock to the segment layer.
 func decodeTopic(buf []byte) (int64, int64, int, error) {
 	b, n, err := topicstore.DecodeBlock(buf)
 	if err != nil {
+		if err == topicstore.ErrIncomplete {
+			return 0, 0, 0, errTopicIncomplete
+		}
 		if errors.Is(err, topicstore.ErrIncomplete) {
-			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
+			return 0, 0, 0, fmt.Errorf("%w: %w", segment.ErrIncomplete, err)
 		}
 		return 0, 0, 0, err
 	}

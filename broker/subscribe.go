@@ -20,6 +20,7 @@ type Subscription struct {
 	t      *topic
 	who    string
 	reader *segment.Reader
+	timer  *time.Timer // Next's wait, reused
 	closed bool
 
 	since, start int64                  // ms the subscription began; the eventId asked to start after
@@ -132,7 +133,12 @@ func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
 // the writer commits more, the topic is deleted (protocol.ErrTopicDeleted), wait
 // passes (0 messages: the caller sends an alive) or ctx ends.
 func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.Duration) ([]byte, int, error) {
-	var timer *time.Timer
+	timerSet := false
+	defer func() {
+		if timerSet {
+			s.timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.t.deleted:
@@ -147,15 +153,21 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 		if wait <= 0 {
 			return dst, 0, nil // a poll: keep the file open for the next one
 		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
+		if !timerSet {
+			// One timer per subscription, re-armed per wait: at low rates
+			// every message is a wait.
+			if s.timer == nil {
+				s.timer = time.NewTimer(wait)
+			} else {
+				s.timer.Reset(wait)
+			}
+			timerSet = true
 		}
 		select {
 		case <-changed:
 		case <-s.t.deleted:
 			return dst, 0, protocol.ErrTopicDeleted
-		case <-timer.C:
+		case <-s.timer.C:
 			s.reader.Close() // hold no descriptor while idle
 			return dst, 0, nil
 		case <-ctx.Done():
@@ -212,6 +224,9 @@ func (s *Subscription) Close() {
 		return
 	}
 	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	s.reader.Close()
 	s.t.subMu.Lock()
 	delete(s.t.subs, s.who)
