@@ -36,6 +36,13 @@ type Options struct {
 	LogSample     int // log 1 in LogSample writes
 	// FlushInterval is the flushLevel 1 period, default 1 s (spec §6.4).
 	FlushInterval time.Duration
+	// GroupWait (worker.groupWaitUs) applies at flushLevel 2 only: how long
+	// a group may wait for the requests the writer expects next (the
+	// connections it just answered, and those that were queued behind the
+	// last fsync) so that they share one fsync instead of alternating
+	// between two half-size groups. It never exceeds half the last fsync's
+	// duration. Zero (the default here) never waits.
+	GroupWait time.Duration
 	// Now is the clock in ms; tests replace it.
 	Now func() int64
 	// OpenFile opens the binlog and topic files appends go to; tests

@@ -3,7 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -13,15 +13,6 @@ import (
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicstore"
 )
-
-// maxGroupMetaBytes bounds the meta entries one group commits in its single
-// badger transaction, far below what a transaction can hold with the meta
-// store's small memtables (see meta.Store.Fits).
-const maxGroupMetaBytes = 256 << 10
-
-// maxGroupYields bounds the scheduling rounds the writer gives submitters
-// to join a group.
-const maxGroupYields = 4
 
 // idleFDAfter is how long a topic's file may stay open without appends.
 const idleFDAfter = 60 * time.Second
@@ -45,8 +36,17 @@ type writer struct {
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
 	topicEnc topicstore.RunEncoder
-	syncBuf  []*segment.Log
-	syncErrs []error
+
+	// flushLevel 2 group wait (Options.GroupWait): commands expected for
+	// the next group, when that expectation was formed, the last binlog
+	// fsync's duration, and the timer of the wait.
+	expect    int
+	expectAt  time.Time
+	lastSync  time.Duration
+	waitTimer *time.Timer
+	waits     atomic.Int64 // group waits that ran, for tests
+	syncBuf   []*segment.Log
+	syncErrs  []error
 
 	// Durability state.
 	dirty        map[*topic]struct{}
@@ -134,44 +134,6 @@ func (w *writer) drain() {
 		}
 		w.process(w.collect(c))
 	}
-}
-
-// collect starts a group with c and adds every command already waiting,
-// up to the group limits. An exclusive command always forms its own group.
-func (w *writer) collect(c *command) []*command {
-	w.group = append(w.group[:0], c)
-	if c.exclusive() {
-		return w.group
-	}
-	bytes, metaBytes := c.size(), c.metaSize()
-	yields := 0
-	for len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
-		if len(w.b.ch) == 0 && yields < maxGroupYields {
-			// Connections whose requests are already on their way get
-			// a few scheduling rounds to enqueue them, so a group
-			// gathers what arrives together instead of committing one
-			// request per write and fsync. A round that brings nothing
-			// ends the wait.
-			yields++
-			runtime.Gosched()
-			if len(w.b.ch) == 0 {
-				yields = maxGroupYields
-			}
-		}
-		select {
-		case n := <-w.b.ch:
-			if n.exclusive() || metaBytes+n.metaSize() > maxGroupMetaBytes {
-				w.pending = n
-				return w.group
-			}
-			w.group = append(w.group, n)
-			bytes += n.size()
-			metaBytes += n.metaSize()
-		default:
-			return w.group
-		}
-	}
-	return w.group
 }
 
 func (w *writer) process(group []*command) {
@@ -474,9 +436,11 @@ func (w *writer) commit(now int64) error {
 		// the truth, and recovery rebuilds topic files from it, so they
 		// are synced on the flushLevel 1 schedule. The checkpoint moves
 		// only after they are, so the rebuild always covers them.
+		synced := time.Now()
 		if err := w.syncBinlog(); err != nil {
 			return err
 		}
+		w.expectGroup(len(w.group), time.Since(synced))
 		if err := w.scheduleFlush(now); err != nil {
 			return err
 		}

@@ -84,6 +84,9 @@ type Worker struct {
 	// MaxGroup and MaxGroupBytes bound one group commit (new keys).
 	MaxGroup      int `yaml:"maxGroup"`
 	MaxGroupBytes int `yaml:"maxGroupBytes"`
+	// GroupWaitUs is how long, in microseconds, a flushLevel 2 group may
+	// wait for the requests the writer expects next (new key).
+	GroupWaitUs int64 `yaml:"groupWaitUs"`
 }
 
 // Timeout is the timeout.* section; every value is in milliseconds.
@@ -172,6 +175,7 @@ func Default() *Config {
 			WaitMsgTimeoutLogSample: 30,
 			MaxGroup:                512,
 			MaxGroupBytes:           4194304,
+			GroupWaitUs:             500,
 		},
 		Timeout: Timeout{
 			Net:    NetTimeout{Write: 1000, Read: 5000, Idle: 1800000, Reply: 5000, Request: 60000},

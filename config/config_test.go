@@ -68,6 +68,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"timeout.server.alive":    int64(30000),
 		"delay.maxDelay":          int64(2592000000),
 		"worker.maxGroupBytes":    int64(4194304),
+		"worker.groupWaitUs":      int64(500),
 		"store.maxSlaveKeepFiles": int64(64),
 		"admin.listen":            "",
 		"admin.token":             "",
@@ -78,8 +79,8 @@ func TestSummaryListsEveryKey(t *testing.T) {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 57 { // 39 keys + 17 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 57", len(s))
+	if len(s) != 58 { // 40 keys + 17 security/replication keys (security.go) + source
+		t.Errorf("summary has %d entries, want 58", len(s))
 	}
 }
 

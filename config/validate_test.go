@@ -49,6 +49,7 @@ func TestValidate(t *testing.T) {
 		{"idle log sample 0 ok", func(c *Config) { c.Worker.WaitMsgTimeoutLogSample = 0 }, "", ""},
 		{"maxGroup 0", func(c *Config) { c.Worker.MaxGroup = 0 }, "worker.maxGroup", "0"},
 		{"maxGroupBytes small", func(c *Config) { c.Worker.MaxGroupBytes = 65535 }, "worker.maxGroupBytes", "65535"},
+		{"groupWaitUs negative", func(c *Config) { c.Worker.GroupWaitUs = -1 }, "worker.groupWaitUs", "-1"},
 		{"net write 0", func(c *Config) { c.Timeout.Net.Write = 0 }, "timeout.net.write", "0"},
 		{"net read 0", func(c *Config) { c.Timeout.Net.Read = 0 }, "timeout.net.read", "0"},
 		{"net idle 0", func(c *Config) { c.Timeout.Net.Idle = 0 }, "timeout.net.idle", "0"},

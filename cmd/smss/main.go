@@ -95,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		NoCache:       cfg.Store.NoCache,
 		BuffSize:      cfg.Worker.BuffSize,
 		MaxGroup:      cfg.Worker.MaxGroup,
+		GroupWait:     time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond,
 		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
 		IdleWake:      cfg.IdleWake(),
 		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
