@@ -52,8 +52,8 @@ type ReplicationClient struct {
 	// requires one.
 	Cert string `yaml:"cert"`
 	Key  string `yaml:"key"`
-	// LingerMs is master side: a busy replica stream (its last write
-	// carried several blocks) writes at most once per LingerMs, so a slave
+	// LingerMs is master side: a busy replica stream (its last wake-up
+	// found several blocks) writes at most once per LingerMs, so a slave
 	// receives the commits of that time in one write instead of one per
 	// commit (0 writes every commit at once).
 	LingerMs int64 `yaml:"lingerMs"`

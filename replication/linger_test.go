@@ -177,3 +177,51 @@ func TestMasterLingerLonePublisherNotDelayed(t *testing.T) {
 	cancel()
 	<-res
 }
+
+// TestMasterLingerEndsWithTheBurst: what a linger gathers does not make a
+// stream busy. After a burst, commits arriving one at a time (slower than
+// the stream wakes up) go out at once again, even though each linger would
+// have gathered several of them.
+func TestMasterLingerEndsWithTheBurst(t *testing.T) {
+	srv, cli := tcpPair(t)
+	st := newFeedStream()
+	const linger, every, singles = time.Second, 50 * time.Millisecond, 30
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := goServe(ctx, srv, nil, feedSource{st}, 0,
+		MasterOptions{AliveInterval: time.Hour, Linger: linger, Logger: quiet})
+	r := bufio.NewReader(cli)
+	cli.SetReadDeadline(time.Now().Add(60 * time.Second))
+	st.commitMany(lingerBlock(0), lingerBlock(1), lingerBlock(2)) // a burst
+	readBlocksFrom(t, r, 0, 3)
+
+	committed := make([]time.Time, 3+singles)
+	var mu sync.Mutex
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 3; i < 3+singles; i++ {
+			<-tick.C
+			mu.Lock()
+			committed[i] = time.Now()
+			mu.Unlock()
+			st.commitMany(lingerBlock(i))
+		}
+	}()
+	var worst time.Duration
+	for i := 3; i < 3+singles; i++ {
+		readBlocksFrom(t, r, i, 1)
+		mu.Lock()
+		took := time.Since(committed[i])
+		mu.Unlock()
+		// The linger the burst started ends within its first second.
+		if i >= 3+int((linger+every)/every) && took > worst {
+			worst = took
+		}
+	}
+	if worst > linger/2 {
+		t.Fatalf("after the burst, single blocks still waited up to %v (linger %v)", worst, linger)
+	}
+	cancel()
+	<-res
+}

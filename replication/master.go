@@ -64,7 +64,7 @@ type MasterOptions struct {
 	// stream apart from a single larger block.
 	FlushBytes int
 	// Linger bounds how often a busy stream writes. A stream is busy when
-	// its last write carried more than one block, i.e. commits already
+	// its last wake-up found more than one block, i.e. commits already
 	// pile up between wake-ups; its next write then waits until Linger has
 	// passed since the last one, so the blocks committed meanwhile travel
 	// in one write. A stream that sends block by block (a lone publisher,
@@ -207,7 +207,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 	}
 	var (
 		lastWrite time.Time
-		lastN     int // blocks in the last write
+		lastN     int // blocks the last wake-up found, before any lingering
 		linger    *time.Timer
 	)
 	defer func() {
@@ -217,6 +217,9 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 	}()
 	for {
 		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
+		// Busy is judged on what piled up by itself: counting what the
+		// linger gathered would keep a stream lingering forever.
+		found := n
 		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 {
 			// Busy: let this write gather what commits until Linger has
 			// passed since the last one (a full batch goes at once).
@@ -236,7 +239,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 			}
 		}
 		if len(m.out) > 0 {
-			lastWrite, lastN = time.Now(), n
+			lastWrite, lastN = time.Now(), found
 		}
 		if ferr := m.flush(); ferr != nil {
 			return ferr
