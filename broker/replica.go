@@ -230,6 +230,7 @@ type BinlogStream struct {
 	b      *Broker
 	reader *segment.Reader
 	id     uint64
+	timer  *time.Timer // Next's wait, reused
 
 	since  int64                  // ms the stream started
 	sent   atomic.Int64           // last eventId handed to the sender
@@ -299,7 +300,12 @@ func (s *BinlogStream) SetRemoteAddr(addr string) { s.remote.Store(&addr) }
 // to send it waits for the writer's next commit, up to wait (then it
 // returns 0: the caller sends an alive), or until ctx ends.
 func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn func(block []byte) error) (int, error) {
-	var timer *time.Timer
+	timerSet := false
+	defer func() {
+		if timerSet {
+			s.timer.Stop()
+		}
+	}()
 	for {
 		changed := s.b.binlog.Changed()
 		n, _, err := s.reader.Next(max, func(_, last int64, raw []byte, _ segment.Position) error {
@@ -326,13 +332,18 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 		if wait <= 0 {
 			return 0, nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
+		if !timerSet {
+			// One timer per stream, re-armed per wait.
+			if s.timer == nil {
+				s.timer = time.NewTimer(wait)
+			} else {
+				s.timer.Reset(wait)
+			}
+			timerSet = true
 		}
 		select {
 		case <-changed:
-		case <-timer.C:
+		case <-s.timer.C:
 			s.reader.Close() // hold no descriptor while idle
 			return 0, nil
 		case <-ctx.Done():
