@@ -38,18 +38,39 @@ func (w *writer) collect(c *command) []*command {
 		}
 		select {
 		case n := <-w.b.ch:
-			if n.exclusive() || metaBytes+n.metaSize() > maxGroupMetaBytes {
-				w.pending = n
+			if !w.join(n, &bytes, &metaBytes) {
 				return w.group
 			}
-			w.group = append(w.group, n)
-			bytes += n.size()
-			metaBytes += n.metaSize()
 		default:
 			return w.waitForExpected(bytes, metaBytes)
 		}
 	}
 	return w.group
+}
+
+// join adds n to the group and to its byte counts, or, when n must start
+// a group of its own (exclusive, or too much meta for this one), keeps it
+// as pending and reports false.
+func (w *writer) join(n *command, bytes, metaBytes *int) bool {
+	if n.exclusive() || *metaBytes+n.metaSize() > maxGroupMetaBytes {
+		w.pending = n
+		return false
+	}
+	w.group = append(w.group, n)
+	*bytes += n.size()
+	*metaBytes += n.metaSize()
+	return true
+}
+
+// armTimer makes *t fire after d, creating it the first time: waits that
+// recur per message reuse one timer instead of allocating one each.
+func armTimer(t **time.Timer, d time.Duration) *time.Timer {
+	if *t == nil {
+		*t = time.NewTimer(d)
+	} else {
+		(*t).Reset(d)
+	}
+	return *t
 }
 
 // expectGroup records, after a flushLevel 2 fsync, how many commands the
@@ -75,22 +96,13 @@ func (w *writer) waitForExpected(bytes, metaBytes int) []*command {
 		return w.group
 	}
 	w.waits.Add(1)
-	if w.waitTimer == nil {
-		w.waitTimer = time.NewTimer(wait)
-	} else {
-		w.waitTimer.Reset(wait)
-	}
-	defer w.waitTimer.Stop()
+	defer armTimer(&w.waitTimer, wait).Stop()
 	for len(w.group) < expect && len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
 		select {
 		case n := <-w.b.ch:
-			if n.exclusive() || metaBytes+n.metaSize() > maxGroupMetaBytes {
-				w.pending = n
+			if !w.join(n, &bytes, &metaBytes) {
 				return w.group
 			}
-			w.group = append(w.group, n)
-			bytes += n.size()
-			metaBytes += n.metaSize()
 		case <-w.waitTimer.C:
 			return w.group
 		}

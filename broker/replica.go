@@ -333,12 +333,7 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 			return 0, nil
 		}
 		if !timerSet {
-			// One timer per stream, re-armed per wait.
-			if s.timer == nil {
-				s.timer = time.NewTimer(wait)
-			} else {
-				s.timer.Reset(wait)
-			}
+			armTimer(&s.timer, wait) // one timer per stream, re-armed per wait
 			timerSet = true
 		}
 		select {

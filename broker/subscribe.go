@@ -156,11 +156,7 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 		if !timerSet {
 			// One timer per subscription, re-armed per wait: at low rates
 			// every message is a wait.
-			if s.timer == nil {
-				s.timer = time.NewTimer(wait)
-			} else {
-				s.timer.Reset(wait)
-			}
+			armTimer(&s.timer, wait)
 			timerSet = true
 		}
 		select {
