@@ -165,26 +165,10 @@ type Frame struct {
 }
 
 // ReadSubFrame reads one subscription unit. A 400 is returned as *BizError;
-// a data frame longer than maxLen as a wrapped ErrReplyTooLarge.
+// a data frame longer than maxLen as a wrapped ErrReplyTooLarge. The Body
+// is the caller's to keep (SubFrameReader reuses one instead).
 func ReadSubFrame(r io.Reader, maxLen int) (Frame, error) {
-	var h RespHeader
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return Frame{}, fmt.Errorf("read frame header: %w", err)
-	}
-	switch code := h.Code(); code {
-	case StatusOK:
-		body, err := readBody(r, h.FrameLen(), maxLen, "subscription frame")
-		if err != nil {
-			return Frame{}, err
-		}
-		return Frame{Code: code, Count: int(h.FrameCount()), Body: body}, nil
-	case StatusAlive, StatusSubEnd:
-		return Frame{Code: code}, nil
-	case StatusError:
-		return Frame{}, readErrText(r, &h)
-	default:
-		return Frame{}, fmt.Errorf("%w %d in subscription stream", ErrUnexpectedStatus, code)
-	}
+	return NewSubFrameReader(r, maxLen).Next()
 }
 
 // ReadReplicaFrame reads one replication unit (§4.3). A 400 is returned as
