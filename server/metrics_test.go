@@ -54,6 +54,25 @@ func seriesValue(s *dto.Metric) float64 {
 	return -1
 }
 
+// waitMetric waits for a series to reach want. A request is observed just
+// after its reply is written, so a client that has read the reply can see
+// the metric one step behind: poll instead of reading once.
+func waitMetric(t *testing.T, m *metrics.Metrics, name string, labels map[string]string, want float64) {
+	t.Helper()
+	var got float64
+	deadline := time.Now().Add(testDeadline)
+	for {
+		if got = metricValue(t, m, name, labels); got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s%v = %v, want %v", name, labels, got, want)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func cmdLabel(c protocol.Command) map[string]string { return map[string]string{"command": c.String()} }
 
 func kindLabel(k string) map[string]string { return map[string]string{"kind": k} }
@@ -88,12 +107,8 @@ func TestMetricsRequestsAndConnections(t *testing.T) {
 		cmd         protocol.Command
 		count, errs float64
 	}{{protocol.CmdCreate, 1, 0}, {protocol.CmdPub, 2, 1}, {protocol.CmdAlive, 1, 0}, {protocol.CmdSub, 0, 0}} {
-		if got := metricValue(t, m, "smss_request_duration_seconds", cmdLabel(tc.cmd)); got != tc.count {
-			t.Errorf("%v requests observed %v, want %v", tc.cmd, got, tc.count)
-		}
-		if got := metricValue(t, m, "smss_request_errors_total", cmdLabel(tc.cmd)); got != tc.errs {
-			t.Errorf("%v request errors %v, want %v", tc.cmd, got, tc.errs)
-		}
+		waitMetric(t, m, "smss_request_duration_seconds", cmdLabel(tc.cmd), tc.count)
+		waitMetric(t, m, "smss_request_errors_total", cmdLabel(tc.cmd), tc.errs)
 	}
 	if got := metricValue(t, m, "smss_errors_total", kindLabel(metrics.KindBusiness)); got != 1 {
 		t.Errorf("business errors %v, want 1", got)
@@ -107,11 +122,9 @@ func TestMetricsRequestsAndConnections(t *testing.T) {
 	if got := metricValue(t, m, "smss_errors_total", kindLabel(metrics.KindProtocol)); got != 1 {
 		t.Errorf("protocol errors %v, want 1", got)
 	}
+	waitMetric(t, m, "smss_request_errors_total", map[string]string{"command": "other"}, 1)
 	if got := metricValue(t, m, "smss_request_errors_total", cmdLabel(protocol.Command(5))); got != 0 {
 		t.Errorf("unknown command has its own series")
-	}
-	if got := metricValue(t, m, "smss_request_errors_total", map[string]string{"command": "other"}); got != 1 {
-		t.Errorf("unknown command errors under \"other\": %v, want 1", got)
 	}
 
 	if got := metricValue(t, m, "smss_connections_total", nil); got != 2 {
@@ -231,16 +244,12 @@ func TestMetricsSubscription(t *testing.T) {
 	if !ok || counters.DelivMsgs != 3 || counters.DelivBytes != recBytes {
 		t.Errorf("delivered %+v, want 3 messages of %d record bytes", counters, recBytes)
 	}
-	if got := metricValue(t, m, "smss_request_duration_seconds", cmdLabel(protocol.CmdSub)); got != 1 {
-		t.Errorf("sub requests observed %v, want 1", got)
-	}
+	waitMetric(t, m, "smss_request_duration_seconds", cmdLabel(protocol.CmdSub), 1)
 
 	// A refused subscription is an error of the sub command.
 	send(t, c, subReq("nope", "w", 0, 1, time.Second))
 	expect(t, c, errReply("topic not exist"))
-	if got := metricValue(t, m, "smss_request_errors_total", cmdLabel(protocol.CmdSub)); got != 1 {
-		t.Errorf("sub request errors %v, want 1", got)
-	}
+	waitMetric(t, m, "smss_request_errors_total", cmdLabel(protocol.CmdSub), 1)
 }
 
 // fakeReplica is a replication.Source whose streams never have blocks.
@@ -295,9 +304,7 @@ func TestMetricsReplicaStream(t *testing.T) {
 	if remote != c.LocalAddr().String() {
 		t.Errorf("stream told remote %q, want %q", remote, c.LocalAddr())
 	}
-	if got := metricValue(t, m, "smss_request_duration_seconds", cmdLabel(protocol.CmdReplica)); got != 1 {
-		t.Errorf("replica requests observed %v, want 1 (at the stream's start)", got)
-	}
+	waitMetric(t, m, "smss_request_duration_seconds", cmdLabel(protocol.CmdReplica), 1) // at the stream's start
 	c.Close()
 	waitFor(t, "the stream to end", func() bool { return metricValue(t, m, "smss_connections_open", nil) == 0 })
 	if got := metricValue(t, m, "smss_errors_total", kindLabel(metrics.KindReplication)); got != 0 {
@@ -310,7 +317,5 @@ func TestMetricsReplicaStream(t *testing.T) {
 	c2 := ts.dial(t)
 	send(t, c2, enc(protocol.AppendReplica(nil, 7)))
 	expect(t, c2, errReply("too old"))
-	if got := metricValue(t, m, "smss_request_errors_total", cmdLabel(protocol.CmdReplica)); got != 1 {
-		t.Errorf("replica request errors %v, want 1", got)
-	}
+	waitMetric(t, m, "smss_request_errors_total", cmdLabel(protocol.CmdReplica), 1)
 }
