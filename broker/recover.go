@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/meta"
@@ -77,7 +78,7 @@ func (b *Broker) recover() (int64, error) {
 
 	// 3. Replay the binlog from the checkpoint, rolling topics and meta
 	// forward.
-	r := &replayer{b: b, cursors: map[*topic]*cursor{}}
+	r := &replayer{b: b, cursors: map[*topic]*cursor{}, from: from, end: b.binlog.Committed(), logAt: time.Now().Add(replayProgressEvery)}
 	if _, err := b.binlog.Scan(from, r.apply); err != nil {
 		return 0, fmt.Errorf("replay binlog from %s: %w", from, err)
 	}
@@ -265,10 +266,20 @@ func (b *Broker) checkTopicTail(t *topic, binLast int64) (int64, *segment.Positi
 	return last, refill, nil
 }
 
-// cursor is the replay's position in one topic log.
+// cursor is the replay's position in one topic log. While it compares,
+// rd reads ahead from pos: one sequential reader per topic, so a replay
+// reads each topic file once however many records it checks.
 type cursor struct {
 	pos       segment.Position
 	appending bool
+	rd        *segment.Reader
+}
+
+func (c *cursor) close() {
+	if c.rd != nil {
+		c.rd.Close()
+		c.rd = nil
+	}
 }
 
 type replayer struct {
@@ -280,7 +291,15 @@ type replayer struct {
 	truncated int
 	buf       []byte
 	marks     []segment.Mark
+	// from, end and logAt serve the progress log of a long replay.
+	from, end segment.Position
+	logAt     time.Time
 }
+
+// replayProgressEvery is how often a replay that is still running says
+// where it is: start-up does not listen until it ends. A variable for
+// tests.
+var replayProgressEvery = 5 * time.Second
 
 func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) error {
 	blk, _, err := binlog.DecodeBlock(raw)
@@ -289,6 +308,11 @@ func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) er
 	}
 	r.blocks++
 	r.maxID = max(r.maxID, last)
+	if r.blocks%64 == 0 && time.Now().After(r.logAt) {
+		r.logAt = time.Now().Add(replayProgressEvery)
+		r.b.log.Info("replaying binlog", "from", r.from.String(), "at", pos.String(), "to", r.end.String(),
+			"blocks", r.blocks, "topicBlocksAppended", r.appended)
+	}
 	b := r.b
 	name := string(blk.Topic)
 	t := b.topics[name]
@@ -357,7 +381,10 @@ func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) er
 			if err := b.meta.Commit(mb); err != nil {
 				return err
 			}
-			delete(r.cursors, t)
+			if cur := r.cursors[t]; cur != nil {
+				cur.close()
+				delete(r.cursors, t)
+			}
 			b.removeTopic(t, blk.EventID)
 			b.log.Info("recovery: completed topic delete", "topic", name, "eventId", blk.EventID)
 		} else if t == nil {
@@ -397,6 +424,7 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 			if match {
 				continue
 			}
+			cur.close()
 			if err := l.TruncateTo(cur.pos); err != nil {
 				return err
 			}
@@ -422,15 +450,20 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 // compared too: a damaged byte in it decodes fine, and the binlog is what
 // slaves serve.
 func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicstore.Block) (bool, error) {
-	for {
-		var got topicstore.Block
-		found, sameRecord := false, false
-		next, err := l.ReadFrom(cur.pos, 1, func(_, _, _ int64, raw []byte) error {
+	if cur.rd == nil {
+		cur.rd = l.NewReader(cur.pos)
+	}
+	var got topicstore.Block
+	var at segment.Position
+	found, sameRecord := false, false
+	for !found {
+		n, _, err := cur.rd.Next(1, func(_, _ int64, raw []byte, next segment.Position) error {
 			tb, _, derr := topicstore.DecodeBlock(raw)
 			if derr != nil {
 				return derr
 			}
 			got, found = tb, true
+			at = segment.Position{FileID: next.FileID, Offset: next.Offset - int64(len(raw))}
 			// tb.Record is valid only during this call.
 			sameRecord = bytes.Equal(tb.Record, want.Record)
 			return nil
@@ -438,26 +471,28 @@ func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicstore.Block) 
 		if err != nil {
 			return false, err
 		}
-		if !found {
-			nf, ok := l.NextFile(cur.pos.FileID)
-			if !ok {
-				return false, nil
-			}
-			cur.pos = segment.Position{FileID: nf}
-			continue
+		if n == 0 && cur.rd.Pos().FileID >= l.Committed().FileID {
+			cur.pos = cur.rd.Pos()
+			return false, nil // the log ends before want
 		}
-		if got.EventID == want.EventID && got.SrcFileID == want.SrcFileID && got.SrcPos == want.SrcPos && sameRecord {
-			cur.pos = next
-			return true, nil
-		}
-		return false, nil
+		// n == 0 before the last file: the reader stepped over an empty
+		// file and reads on in the next one.
 	}
+	if got.EventID == want.EventID && got.SrcFileID == want.SrcFileID && got.SrcPos == want.SrcPos && sameRecord {
+		cur.pos = cur.rd.Pos()
+		return true, nil
+	}
+	// The mismatch is cut where it starts, which is in a later file than
+	// cur.pos when the reader moved on to find it.
+	cur.pos = at
+	return false, nil
 }
 
 // finish cuts topic blocks after the last one the replay vouched for and
 // fsyncs what the replay wrote.
 func (r *replayer) finish() error {
 	for t, cur := range r.cursors {
+		cur.close()
 		l := t.log
 		if !cur.appending {
 			end := l.Committed()

@@ -138,7 +138,7 @@ func startArgs(t testing.TB, dir string, args ...string) *proc {
 		}
 		return false
 	}) {
-		t.Fatalf("server did not listen within 30 s:\n%s", p.out.String())
+		t.Fatalf("server did not listen within 30 s:\n%s", p.stacks())
 	}
 	return p
 }

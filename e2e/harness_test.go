@@ -107,10 +107,21 @@ func start(t *testing.T, dir string) *proc {
 		case <-p.exited:
 			t.Fatalf("server exited during start-up: %v\n%s", p.err, p.out.String())
 		case <-deadline:
-			t.Fatalf("server did not listen within 30 s:\n%s", p.out.String())
+			t.Fatalf("server did not listen within 30 s:\n%s", p.stacks())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// stacks ends a stuck server with SIGQUIT, whose goroutine dump shows
+// where it hangs, and returns its output.
+func (p *proc) stacks() string {
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+	}
+	return p.out.String()
 }
 
 func (p *proc) kill() {

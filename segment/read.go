@@ -275,36 +275,6 @@ func (l *Log) scanAfter(id, start, size, target int64) (Position, int64, int64, 
 	return pos, prevFirst, prevLast, err
 }
 
-// ReadFrom reads whole blocks of file pos.FileID starting at pos.Offset, up
-// to maxBlocks blocks and the committed end, calling fn for each. It returns
-// the position after the last block delivered. Reads never cross files:
-// the caller moves to the next file when NextFile says so.
-func (l *Log) ReadFrom(pos Position, maxBlocks int, fn func(off, first, last int64, block []byte) error) (Position, error) {
-	committed := l.Committed()
-	if committed.Less(pos) {
-		return pos, fmt.Errorf("segment: position %s is past the committed end %s of %s", pos, committed, l.opts.Dir)
-	}
-	size, err := l.sizeOf(pos.FileID, committed)
-	if err != nil {
-		return pos, err
-	}
-	if pos.Offset >= size {
-		return pos, nil
-	}
-	n := 0
-	end, err := l.scan(pos.FileID, pos.Offset, size, func(off, first, last int64, b []byte) error {
-		if err := fn(off, first, last, b); err != nil {
-			return err
-		}
-		n++
-		if n >= maxBlocks {
-			return errStop
-		}
-		return nil
-	})
-	return Position{FileID: pos.FileID, Offset: end}, err
-}
-
 // NextFile reports the file after id when id is complete (a later file
 // exists up to the committed end), for readers that reached the end of id.
 // Files are contiguous, so it is always id+1: if retention removed that

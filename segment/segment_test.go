@@ -87,7 +87,16 @@ func TestLocateAcrossFiles(t *testing.T) {
 					}
 					// The expected answer: first block whose first id > target.
 					var got int64 = -1
-					l.ReadFrom(loc.Pos, 1, func(_, first, _ int64, _ []byte) error { got = first; return nil })
+					rd := l.NewReader(loc.Pos)
+					rd.Next(1, func(first, _ int64, b []byte, next Position) error {
+						// Only a block exactly at loc.Pos counts: the reader
+						// would step past the end of a file.
+						if (Position{FileID: next.FileID, Offset: next.Offset - int64(len(b))}) == loc.Pos {
+							got = first
+						}
+						return nil
+					})
+					rd.Close()
 					want := int64(-1)
 					prev := int64(0)
 					for i, last := range lasts {
