@@ -179,3 +179,54 @@ func TestReplayReadsTopicFilesOnce(t *testing.T) {
 	}
 	t.Logf("store %d bytes, recovery read %d", store, read)
 }
+
+// Regression: locating a subscriber's or a slave's start read a 256 KiB
+// chunk for every block it looked at (a file's first eventId, the check of
+// an index entry, the scan from it), so each subscribe and replica start
+// read and allocated over half a MiB to find a position within an index
+// interval.
+func TestStartPositionsReadLittle(t *testing.T) {
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.Logger = quietLog; o.MaxLogSize = 1 << 20 })
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	var batch []byte
+	for i := 0; i < 10; i++ {
+		batch = append(batch, rec(strings.Repeat("m", 150)+strconv.Itoa(i))...)
+	}
+	var firsts []int64
+	for i := 0; i < 1500; i++ {
+		id, err := b.Publish(ctx, []byte("t"), batch, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		firsts = append(firsts, id)
+	}
+	const limit = 128 << 10
+	for i, at := range []int{750, 200, 1400} {
+		after := firsts[at] + 9 // the last eventId of a binlog block
+		before := readBytes(t)
+		s, err := b.Subscribe([]byte("t"), []byte("w"+strconv.Itoa(i)), after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := readBytes(t) - before
+		s.Close()
+		if read > limit {
+			t.Fatalf("subscribe after %d read %d bytes (limit %d)", after, read, limit)
+		}
+		before = readBytes(t)
+		rs, err := b.ReplicaStream(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read = readBytes(t) - before
+		rs.Close()
+		if read > limit {
+			t.Fatalf("replica start after %d read %d bytes (limit %d)", after, read, limit)
+		}
+	}
+}

@@ -197,12 +197,13 @@ func (b *Broker) pruneFigures() {
 // appends nothing, so it cannot disturb the writer's own Log).
 func (b *Broker) closedTopicFigures(t *topic) (segment.Position, metrics.TopicStats) {
 	unknown := metrics.TopicStats{Bytes: -1, Files: -1, Messages: -1, FirstEventID: -1, LastEventID: -1, LastWriteTime: -1}
-	// segment.Open creates a missing directory: never do that for a topic
-	// that was just deleted (its directory moved to the trash).
+	// Read-only: the view must neither re-create the directory of a topic
+	// that was just deleted (moved to the trash) nor rewrite index files
+	// that the writer's own Log, opened meanwhile, may be appending to.
 	if _, err := os.Stat(t.dir); err != nil {
 		return segment.Position{}, unknown
 	}
-	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic, Logger: b.log})
+	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic, Logger: b.log, ReadOnly: true})
 	if err != nil {
 		return segment.Position{}, unknown
 	}

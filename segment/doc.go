@@ -17,7 +17,14 @@
 //     for the first block of a file and then at most every IndexInterval
 //     bytes. Index files are never fsynced and never trusted over the log:
 //     every entry used is checked against the block it points to, and a file
-//     whose index fails the check is searched by scanning and its index is
-//     rebuilt. Original smss ignores names other than "<id>.log", so the
-//     index files do not disturb it.
+//     whose index fails the check, is missing, or falls short of the log (a
+//     block after its last entry that the writer would have indexed) is
+//     searched by scanning and its index is rebuilt, so that the scan is not
+//     repeated by every lookup. Only the Log whose writer may still append to
+//     a file writes its index; a ReadOnly view never writes one. Original
+//     smss ignores names other than "<id>.log", so the index files do not
+//     disturb it.
+//   - Lookups (Locate, FirstEventID, LastBlock) read about an index interval,
+//     not a whole read chunk; a Reader's buffer follows what it reads and is
+//     freed by Close, so waiting readers hold none.
 package segment

@@ -27,7 +27,15 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // in the middle of an append leaves them.
 func (e *CorruptError) Torn() bool { return errors.Is(e.Err, ErrIncomplete) }
 
-const readChunk = 256 << 10
+// A scan reads firstChunk bytes first and doubles each read up to
+// readChunk: most scans stop after one block (firstID, verifyEntry) or
+// within an index interval (scanAfter, LastBlock), and a fixed 256 KiB
+// first read made every such lookup read and allocate that much; a scan of
+// a whole file still reads in readChunk pieces after a few reads.
+const (
+	firstChunk = 4 << 10
+	readChunk  = 256 << 10
+)
 
 // scan decodes the blocks of file id in [from, limit) and calls fn for each
 // whole block with its offset, eventIds and bytes (valid only during the
@@ -54,7 +62,7 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 		}
 		limit = st.Size()
 	}
-	back := make([]byte, min(int64(readChunk), max(limit-from, 64)))
+	back := make([]byte, min(int64(firstChunk), max(limit-from, 64)))
 	r, w := 0, 0   // unconsumed bytes are back[r:w]
 	off := from    // file offset of back[r]
 	readTo := from // file offset of back[w]
@@ -79,15 +87,24 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 		if off >= limit {
 			break
 		}
-		// Make room: move the partial block to the front, grow when it
-		// already fills the buffer (a block larger than one chunk).
+		// Make room: move the partial block to the front, and grow when
+		// it already fills the buffer (a block larger than one chunk) or,
+		// after the first read, to double the next read up to readChunk
+		// (never past the bytes left to read).
 		if r > 0 {
 			copy(back, back[r:w])
 			w -= r
 			r = 0
 		}
-		if w == len(back) {
-			nb := make([]byte, 2*len(back))
+		size := len(back)
+		switch {
+		case w == len(back):
+			size = 2 * len(back)
+		case readTo > from && len(back) < readChunk:
+			size = int(min(int64(2*len(back)), readChunk, int64(w)+limit-readTo))
+		}
+		if size > len(back) {
+			nb := make([]byte, size)
 			copy(nb, back[:w])
 			back = nb
 		}
@@ -208,8 +225,18 @@ func (l *Log) Locate(target int64) (Located, error) {
 	if err != nil {
 		return Located{}, err
 	}
-	start := l.indexStart(id, target, size, committed)
-	pos, prevFirst, prevLast, err := l.scanAfter(id, start, size, target)
+	start, last := l.indexStart(id, target, size)
+	checkGap := last && l.indexable(id)
+	pos, prevFirst, prevLast, err := l.scanAfter(id, start, size, target, checkGap)
+	if errors.Is(err, errIndexGap) {
+		// Rebuild the index once rather than scan this far at every
+		// lookup; if that fails, scan anyway.
+		l.log.Warn("segment index falls short of its log; rebuilding", "file", l.indexPath(id), "lastEntry", start)
+		if l.buildIndex(id, size, nil) == nil {
+			start, _ = l.indexStart(id, target, size)
+		}
+		pos, prevFirst, prevLast, err = l.scanAfter(id, start, size, target, false)
+	}
 	if err != nil {
 		return Located{}, err
 	}
@@ -220,34 +247,37 @@ func (l *Log) Locate(target int64) (Located, error) {
 }
 
 // indexStart returns an offset of a block boundary in file id whose block's
-// first eventId is <= target, using the index when it can be verified.
-func (l *Log) indexStart(id, target, size int64, committed Position) int64 {
+// first eventId is <= target, using the index when it can be verified, and
+// whether no later index entry bounds a scan from there (it is the last
+// entry, or the index was of no use).
+func (l *Log) indexStart(id, target, size int64) (int64, bool) {
 	for attempt := 0; attempt < 2; attempt++ {
 		r, err := openIndex(l.indexPath(id))
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) && id != committed.FileID && attempt == 0 {
-				if berr := buildIndex(l, id, size); berr == nil {
+			if errors.Is(err, os.ErrNotExist) && attempt == 0 && l.indexable(id) {
+				if berr := l.buildIndex(id, size, nil); berr == nil {
 					continue
 				}
 			}
-			return 0
+			return 0, true
 		}
-		e, ok, err := r.search(target, size)
+		e, i, ok, err := r.search(target, size)
+		n := r.n
 		r.close()
 		if err != nil || !ok {
-			return 0
+			return 0, true
 		}
 		if l.verifyEntry(id, e, size) {
-			return e.off
+			return e.off, i == n-1
 		}
 		// The index lies: rebuild it (not for the file being appended,
 		// whose index the writer owns) and try once more.
 		l.log.Warn("segment index does not match its log; rebuilding", "file", l.indexPath(id), "offset", e.off)
-		if id == committed.FileID || buildIndex(l, id, size) != nil {
-			return 0
+		if !l.indexable(id) || l.buildIndex(id, size, nil) != nil {
+			return 0, true
 		}
 	}
-	return 0
+	return 0, true
 }
 
 func (l *Log) verifyEntry(id int64, e entry, size int64) bool {
@@ -260,11 +290,19 @@ func (l *Log) verifyEntry(id int64, e entry, size int64) bool {
 }
 
 // scanAfter scans file id from start and returns the position of the first
-// block whose first eventId > target and the last eventId before it.
-func (l *Log) scanAfter(id, start, size, target int64) (Position, int64, int64, error) {
+// block whose first eventId > target and the last eventId before it. With
+// checkGap, start is the index's last entry and the scan fails with
+// errIndexGap when it meets a block that entry should have been followed by.
+func (l *Log) scanAfter(id, start, size, target int64, checkGap bool) (Position, int64, int64, error) {
 	pos := Position{FileID: id, Offset: size}
 	prevFirst, prevLast := int64(0), int64(0)
+	gap := l.gapCheck(start)
 	_, err := l.scan(id, start, size, func(off, first, last int64, _ []byte) error {
+		if checkGap {
+			if err := gap(off); err != nil {
+				return err
+			}
+		}
 		if first > target {
 			pos.Offset = off
 			return errStop

@@ -11,7 +11,14 @@ import (
 // (retention removed it, or the log was deleted).
 var ErrFileRemoved = errors.New("log file removed")
 
-const readerBuf = 64 << 10
+// A reader's buffer starts at what is there to read, at least
+// readerFirstBuf, and doubles up to readerBuf while reads keep filling it
+// (more, only for a block that does not fit). Close drops it: a reader
+// that waits for new blocks (an idle subscriber or slave) holds no buffer.
+const (
+	readerFirstBuf = 4 << 10
+	readerBuf      = 64 << 10
+)
 
 // Reader reads whole committed blocks sequentially from a position, across
 // files. It keeps one file open and one read-ahead buffer, so its memory is
@@ -48,16 +55,14 @@ func (l *Log) NewReader(pos Position) *Reader { return &Reader{l: l, pos: pos, f
 // Pos returns the position of the next block.
 func (r *Reader) Pos() Position { return r.pos }
 
-// Close releases the open file; the reader can still be used and reopens it.
+// Close releases the open file and the buffer; the reader can still be
+// used and reopens them.
 func (r *Reader) Close() {
 	if r.f != nil {
 		r.f.Close()
 		r.f = nil
 	}
-	r.fid, r.filled = -1, 0
-	if cap(r.buf) > readerBuf {
-		r.buf = nil // do not pin a large block's buffer while idle
-	}
+	r.fid, r.filled, r.buf = -1, 0, nil
 }
 
 // Next delivers up to max whole committed blocks to fn, never crossing a
@@ -105,7 +110,7 @@ func (r *Reader) Next(max int, fn func(first, last int64, block []byte, next Pos
 	}
 }
 
-func (r *Reader) deliver(max int, limit int64, fn func(first, last int64, block []byte, next Position) error) (int, error) {
+func (r *Reader) deliver(maxBlocks int, limit int64, fn func(first, last int64, block []byte, next Position) error) (int, error) {
 	if r.f == nil || r.fid != r.pos.FileID {
 		r.Close()
 		f, err := os.Open(r.l.Path(r.pos.FileID))
@@ -117,12 +122,12 @@ func (r *Reader) deliver(max int, limit int64, fn func(first, last int64, block 
 		}
 		r.f, r.fid = f, r.pos.FileID
 		if r.buf == nil {
-			r.buf = make([]byte, readerBuf)
+			r.buf = make([]byte, min(max(limit-r.pos.Offset, readerFirstBuf), readerBuf))
 		}
 		r.start, r.filled = r.pos.Offset, 0
 	}
 	n := 0
-	for n < max && r.pos.Offset < limit {
+	for n < maxBlocks && r.pos.Offset < limit {
 		rel := int(r.pos.Offset - r.start)
 		if rel < 0 || rel > r.filled {
 			r.start, r.filled, rel = r.pos.Offset, 0, 0
@@ -151,17 +156,26 @@ func (r *Reader) deliver(max int, limit int64, fn func(first, last int64, block 
 }
 
 // fill moves the unread bytes (from rel) to the front of the buffer and
-// reads more, growing the buffer when one block does not fit.
+// reads more, growing the buffer when one block does not fit, or up to
+// readerBuf when more is there to read than fits.
 func (r *Reader) fill(rel int, limit int64) error {
 	copy(r.buf, r.buf[rel:r.filled])
 	r.filled -= rel
 	r.start += int64(rel)
-	if r.filled == len(r.buf) {
-		nb := make([]byte, 2*len(r.buf))
+	avail := limit - (r.start + int64(r.filled))
+	size := len(r.buf)
+	switch {
+	case r.filled == len(r.buf):
+		size = 2 * len(r.buf)
+	case len(r.buf) < readerBuf && avail > int64(len(r.buf)-r.filled):
+		size = min(2*len(r.buf), readerBuf)
+	}
+	if size > len(r.buf) {
+		nb := make([]byte, size)
 		copy(nb, r.buf[:r.filled])
 		r.buf = nb
 	}
-	want := min(int64(len(r.buf)-r.filled), limit-(r.start+int64(r.filled)))
+	want := min(int64(len(r.buf)-r.filled), avail)
 	if want <= 0 {
 		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w before the committed end", ErrIncomplete)}
 	}

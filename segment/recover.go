@@ -48,7 +48,7 @@ func (l *Log) ScanTail(fn func(pos Position, first, last int64, block []byte) er
 		if st.Size() == 0 {
 			continue
 		}
-		start := l.lastIndexed(id, st.Size())
+		start, _ := l.lastIndexed(id, st.Size())
 		off, err := l.scan(id, start, st.Size(), func(off, first, last int64, b []byte) error {
 			return fn(Position{FileID: id, Offset: off}, first, last, b)
 		})
@@ -61,11 +61,12 @@ func (l *Log) ScanTail(fn func(pos Position, first, last int64, block []byte) er
 }
 
 // lastIndexed returns the offset of the last index entry of file id that
-// points at a real block boundary, or 0.
-func (l *Log) lastIndexed(id, size int64) int64 {
+// points at a real block boundary, or 0, and whether that entry is the
+// index's last one.
+func (l *Log) lastIndexed(id, size int64) (int64, bool) {
 	r, err := openIndex(l.indexPath(id))
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer r.close()
 	for i := r.n - 1; i >= 0 && i >= r.n-4; i-- {
@@ -74,10 +75,10 @@ func (l *Log) lastIndexed(id, size int64) int64 {
 			continue
 		}
 		if l.verifyEntry(id, e, size) {
-			return e.off
+			return e.off, i == r.n-1
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // TruncateTo cuts the log at pos: file pos.FileID is truncated to
@@ -209,7 +210,11 @@ func (l *Log) RemoveFile(id int64) error {
 
 // LastBlock returns a copy of the last whole block of file id (nil if it has
 // none), found from the file's last verifiable index entry rather than by
-// reading the whole file. Retention uses it to learn a file's newest time.
+// reading the whole file. Retention uses it to learn a file's newest time,
+// and the operator views a log's last eventId. When the index of a file
+// the writer is done with is missing, lies at its end or falls short of the
+// log, the one full read that finds the block also rebuilds the index, so
+// it is not repeated at every call.
 func (l *Log) LastBlock(id int64) ([]byte, error) {
 	committed := l.Committed()
 	if id > committed.FileID {
@@ -220,9 +225,38 @@ func (l *Log) LastBlock(id int64) ([]byte, error) {
 		return nil, err
 	}
 	var last []byte
-	_, err = l.scan(id, l.lastIndexed(id, size), size, func(_, _, _ int64, b []byte) error {
+	start, sound := l.lastIndexed(id, size)
+	rebuild := l.indexable(id)
+	if !sound && rebuild && size > 0 {
+		return l.lastBlockRebuilding(id, size)
+	}
+	gap := l.gapCheck(start)
+	_, err = l.scan(id, start, size, func(off, _, _ int64, b []byte) error {
+		if rebuild {
+			if err := gap(off); err != nil {
+				return err
+			}
+		}
 		last = append(last[:0], b...)
 		return nil
 	})
+	if errors.Is(err, errIndexGap) {
+		return l.lastBlockRebuilding(id, size)
+	}
+	return last, err
+}
+
+// lastBlockRebuilding is LastBlock by a full read of the file that rebuilds
+// its index on the way.
+func (l *Log) lastBlockRebuilding(id, size int64) ([]byte, error) {
+	l.log.Warn("segment index missing or short of its log; rebuilding", "file", l.indexPath(id))
+	var last []byte
+	err := l.buildIndex(id, size, func(_ int64, b []byte) { last = append(last[:0], b...) })
+	var iwe *indexWriteError
+	if errors.As(err, &iwe) {
+		// The block was found; only the index is missing still.
+		l.log.Warn("segment index not rebuilt", "file", l.indexPath(id), "err", err)
+		return last, nil
+	}
 	return last, err
 }

@@ -25,7 +25,7 @@ type Decoder func(buf []byte) (first, last int64, n int, err error)
 
 // Options configure a Log. Zero values take the documented defaults.
 type Options struct {
-	// Dir holds the files. It is created if missing.
+	// Dir holds the files. It is created if missing (unless ReadOnly).
 	Dir string
 	// MaxFileSize is the roll threshold in bytes (store.maxLogSize).
 	MaxFileSize int64
@@ -41,6 +41,10 @@ type Options struct {
 	// OpenFile opens the file appends go to. Default os.OpenFile; tests
 	// inject failing writes and fsyncs through it.
 	OpenFile func(path string, flag int, perm os.FileMode) (File, error)
+	// ReadOnly makes the Log a view of a directory that another Log may
+	// be appending to: it refuses appends and never rewrites index files
+	// (it cannot know which file the other one's writer owns).
+	ReadOnly bool
 }
 
 // File is what the writer needs of an open log file.
@@ -98,6 +102,13 @@ type Log struct {
 	committed Position
 	changed   chan struct{}
 	closed    bool
+	// appendID is the file this process's writer created last (-1: none):
+	// the only one whose index the writer may still append to. Every other
+	// file's index belongs to lookups, which rebuild it when it is missing
+	// or falls short of its log.
+	appendID int64
+
+	buildMu sync.Mutex // one index rebuild at a time (they share a temporary name)
 }
 
 // Open lists dir and prepares a Log whose next append creates file
@@ -119,14 +130,16 @@ func Open(opts Options) (*Log, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("segment: create dir %s: %w", opts.Dir, err)
+	if !opts.ReadOnly { // a view never creates the directory it looks at
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("segment: create dir %s: %w", opts.Dir, err)
+		}
 	}
 	ids, err := listIDs(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{opts: opts, log: lg, files: ids, firstIDs: map[int64]int64{}, changed: make(chan struct{}), lastIndex: -1}
+	l := &Log{opts: opts, log: lg, files: ids, firstIDs: map[int64]int64{}, changed: make(chan struct{}), lastIndex: -1, appendID: -1}
 	l.curID = 0
 	if len(ids) > 0 {
 		last := ids[len(ids)-1]
@@ -249,6 +262,9 @@ func (l *Log) ensureFile() error {
 	if l.cur != nil {
 		return nil
 	}
+	if l.opts.ReadOnly {
+		return fmt.Errorf("segment: %s is opened read-only", l.opts.Dir)
+	}
 	path := l.Path(l.curID)
 	if l.reopen {
 		return l.reopenCurrent()
@@ -271,6 +287,7 @@ func (l *Log) ensureFile() error {
 		l.files = append(l.files, l.curID)
 	}
 	delete(l.firstIDs, l.curID)
+	l.appendID = l.curID
 	l.mu.Unlock()
 	// The directory entry must be durable before anything in the file can
 	// be acknowledged as synced.
