@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -557,11 +559,17 @@ func (panickySource) Subscribers() []metrics.SubscriberInfo { panic("boom") }
 
 func TestSamplerSurvivesPanickingSource(t *testing.T) {
 	e := newEnv(t, "", true, func(o *Options) { o.Source = panickySource{metricstest.NewFake(fixture())} })
-	deadline := time.After(5 * time.Second)
+	// Every sample panics, so the count keeps rising: wait for two (the
+	// sampler survived the first), not for exactly two, which a poll
+	// delayed past a sample interval would miss.
+	panics := regexp.MustCompile(`(?m)^smss_errors_total\{kind="panic"\} (\d+)$`)
+	deadline := time.After(10 * time.Second)
 	for {
 		w := e.do(http.MethodGet, "/metrics", "", nil)
-		if strings.Contains(w.Body.String(), `smss_errors_total{kind="panic"} 2`) {
-			break
+		if m := panics.FindStringSubmatch(w.Body.String()); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n >= 2 {
+				break
+			}
 		}
 		select {
 		case <-deadline:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,13 +52,21 @@ func TestPoolExhaustionAndRecovery(t *testing.T) {
 	if waited := time.Since(start); waited < 100*time.Millisecond || waited > 5*time.Second {
 		t.Errorf("waited %v, want about the 100ms wait timeout", waited)
 	}
-	// A context deadline shorter than the wait timeout wins.
+	// A context deadline shorter than the wait timeout wins. On a pool of
+	// its own whose wait timeout is far off: with 100ms, a waiter
+	// descheduled for that long would find both expired and pick either.
+	c2 := dialT(t, f.addr(), Options{MaxConns: 1, WaitTimeout: time.Minute})
+	only, err := c2.pool.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	err = c.Alive(short)
+	err = c2.Alive(short)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("call with 10ms deadline on an exhausted pool: %v", err)
 	}
+	c2.pool.put(only, false)
 
 	c.pool.put(a, false)
 	c.pool.put(b, false)
@@ -104,14 +113,17 @@ func TestPoolWaiterGetsReturnedConnection(t *testing.T) {
 // A reply that arrives after the caller gave up must never be read as the
 // reply of the next call (spec §10.27): the timed-out connection is dropped.
 func TestTimedOutConnectionIsDiscarded(t *testing.T) {
-	var first atomic.Bool
 	release := make(chan struct{})
 	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
 		for {
-			if _, err := readReq(r); err != nil {
+			req, err := readReq(r)
+			if err != nil {
 				return
 			}
-			if first.CompareAndSwap(false, true) {
+			// Keyed on the topic, not on arrival order: a slow request the
+			// client gave up on before writing it must not make the fake
+			// hold the next call's request instead.
+			if string(req.Topic) == "slow" {
 				<-release
 				c.Write(protocol.AppendReplyError(nil, "late reply"))
 				continue
@@ -120,19 +132,64 @@ func TestTimedOutConnectionIsDiscarded(t *testing.T) {
 		}
 	})
 	defer close(release)
-	c := dialT(t, f.addr(), Options{})
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	err := c.DeleteTopic(short, "t")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("first call: %v, want deadline exceeded", err)
-	}
-	if n := c.pool.idleCount(); n != 0 {
-		t.Fatalf("timed-out connection returned to the pool (%d idle)", n)
+	var d writeCountingDialer
+	c := dialT(t, f.addr(), Options{DialContext: d.dial, HealthCheckInterval: -1})
+	// The 50ms deadline may pass before the request is even written on a
+	// loaded machine; then no late reply is pending and the case is not
+	// exercised, so try again.
+	for attempt := 1; ; attempt++ {
+		written := d.writes.Load()
+		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := c.DeleteTopic(short, "slow")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first call: %v, want deadline exceeded", err)
+		}
+		if n := c.pool.idleCount(); n != 0 {
+			t.Fatalf("timed-out connection returned to the pool (%d idle)", n)
+		}
+		if d.writes.Load() > written {
+			break
+		}
+		if attempt == 20 {
+			t.Fatal("the slow request was never written within its 50ms deadline")
+		}
 	}
 	if err := c.DeleteTopic(ctxT(t, 5*time.Second), "t"); err != nil {
 		t.Fatalf("second call read someone else's reply: %v", err)
 	}
+}
+
+// writeCountingDialer dials connections that count the writes they
+// complete.
+type writeCountingDialer struct{ writes atomic.Int32 }
+
+func (d *writeCountingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &writeCountingConn{Conn: nc, d: d}, nil
+}
+
+type writeCountingConn struct {
+	net.Conn
+	d *writeCountingDialer
+}
+
+func (c *writeCountingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err == nil && n == len(p) {
+		c.d.writes.Add(1)
+	}
+	return n, err
+}
+
+// SyscallConn keeps the pool's idle-connection probe working on the
+// wrapped socket.
+func (c *writeCountingConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
 }
 
 func TestCancelInterruptsCall(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 )
 
 // TestTopicLifetime (about 11 s: a create refuses lifetimes under 10 s)
-// creates a topic that lives 10.3 s with two subscribers on it: at its
+// creates a topic that lives 10.8 s with two subscribers on it: at its
 // expiry both get 255 within 1 s, publishing to it fails, and a topic
 // re-created under the same name starts empty.
 func TestTopicLifetime(t *testing.T) {
@@ -20,7 +20,9 @@ func TestTopicLifetime(t *testing.T) {
 	writeConfig(t, dir, "timeout:\n  server:\n    alive: 500\n")
 	p := start(t, dir)
 	c := dial(t, p.addr)
-	expireAt := time.Now().UnixMilli() + 10_300
+	// 800 ms over the 10 s minimum: the server checks against its own
+	// clock when the request arrives, which a loaded machine can delay.
+	expireAt := time.Now().UnixMilli() + 10_800
 	if err := c.create("life", expireAt); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestTopicLifetime(t *testing.T) {
 	if got := bizText(c.pub("life", record(nil, "after"))); got != "topic not exist" {
 		t.Errorf("pub to the expired topic: %q", got)
 	}
-	if !waitUntil(2*time.Second, func() bool { return strings.Contains(p.out.String(), "expired topic deleted") }) {
+	if !waitUntil(10*time.Second, func() bool { return strings.Contains(p.out.String(), "expired topic deleted") }) {
 		t.Errorf("no log line for the reap")
 	}
 	if err := c.create("life", 0); err != nil {

@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -207,18 +210,26 @@ func TestRateLimitedPerAddress(t *testing.T) {
 	lim := auth.NewLimiter(auth.LimiterOptions{Free: 3, BaseDelay: time.Minute})
 	s := startSecure(t, lim, authtest.User{Name: "alice", Password: "pw"})
 	c := s.dial(t)
+	var lockedAt time.Time
 	for i := range 3 {
+		lockedAt = time.Now() // the lockout starts with the third failure, after this
 		if err := login(t, c, "alice", "bad"); !errors.Is(err, protocol.ErrAuthFailed) {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 	}
 	// Locked out now: even the right password is refused unheard, on any
-	// connection from this address.
+	// connection from this address. The wait is rounded up to whole
+	// seconds: 60s, unless this machine took a second or more to get here.
+	retryIn := regexp.MustCompile(`^too many failed authentication attempts; retry in (\d+)s$`)
 	for _, conn := range []net.Conn{c, s.dial(t)} {
 		err := login(t, conn, "alice", "pw")
 		var be *protocol.BizError
-		if !errors.As(err, &be) || be.Msg != "too many failed authentication attempts; retry in 60s" {
+		if !errors.As(err, &be) || !retryIn.MatchString(be.Msg) {
 			t.Fatalf("login during lockout: %v", err)
+		}
+		secs, _ := strconv.Atoi(retryIn.FindStringSubmatch(be.Msg)[1])
+		if low := 60 - int(math.Ceil(time.Since(lockedAt).Seconds())); secs < low || secs > 60 {
+			t.Fatalf("login during lockout: %q, want a wait of %d to 60s", be.Msg, low)
 		}
 	}
 	// Another address is not affected (Linux routes all of 127/8 to lo).

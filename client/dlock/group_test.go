@@ -159,7 +159,14 @@ func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
 	waitFor(t, "5 in the handler", func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(seen, 5) })
 	store.revoke()
 	close(block)
-	waitFor(t, "re-acquired and 7 saved", func() bool { p, n := store.get(); return p == 7 && n == 2 })
+	// 7 is saved before it is acknowledged: stopping as soon as the save
+	// shows could cancel the subscription before the ack and AfterAck.
+	waitFor(t, "re-acquired, 7 saved and acknowledged", func() bool {
+		p, n := store.get()
+		mu.Lock()
+		defer mu.Unlock()
+		return p == 7 && n == 2 && len(acked) > 0 && acked[len(acked)-1] == 7
+	})
 	stop()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
