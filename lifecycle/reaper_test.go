@@ -9,6 +9,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/backofftest"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
@@ -193,15 +194,28 @@ type fakeReaper struct {
 	scans    atomic.Int64
 	failExp  bool
 	deleteOK bool
+	// attempts records the calls that a backoff spaces out: scans when
+	// recordScans, else deletes.
+	attempts    backofftest.Recorder
+	recordScans bool
 }
 
-func (f *fakeReaper) ExpiredTopics(int64) ([]string, error) { f.scans.Add(1); return f.expired, nil }
+func (f *fakeReaper) ExpiredTopics(int64) ([]string, error) {
+	f.scans.Add(1)
+	if f.recordScans {
+		f.attempts.Attempt()
+	}
+	return f.expired, nil
+}
 func (f *fakeReaper) Topic(string) (meta.Topic, bool, error) {
 	return f.topic, f.topic.Name != "", nil
 }
 func (f *fakeReaper) NextExpiry() (int64, bool, error) { return f.next, f.next != 0, nil }
 func (f *fakeReaper) ExpireTopic(context.Context, string, int64) (bool, error) {
 	f.expires.Add(1)
+	if !f.recordScans {
+		f.attempts.Attempt()
+	}
 	if f.failExp {
 		return false, errors.New("injected: read-only file system")
 	}
@@ -214,27 +228,18 @@ func TestReaperBacksOff(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    *fakeReaper
-		n    func(f *fakeReaper) int64
 	}{
-		{"delete fails", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1, failExp: true},
-			func(f *fakeReaper) int64 { return f.expires.Load() }},
-		{"expiry never clears", &fakeReaper{next: 1},
-			func(f *fakeReaper) int64 { return f.scans.Load() }},
-		{"writer refuses the delete", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1},
-			func(f *fakeReaper) int64 { return f.expires.Load() }},
+		{"delete fails", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1, failExp: true}},
+		{"expiry never clears", &fakeReaper{next: 1, recordScans: true}},
+		{"writer refuses the delete", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReaper(tc.f, ReaperOptions{})
 			r.Start()
 			defer stopReaper(t, r)
-			deadline := time.Now().Add(time.Second)
-			for time.Now().Before(deadline) {
-				r.Notify(time.Now().UnixMilli()) // hooks must not cut backoffs short
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n := tc.n(tc.f); n < 2 || n > 5 {
-				t.Fatalf("%d attempts in 1 s, want 2..5 (100 ms doubling backoff)", n)
-			}
+			// Hooks must not cut backoffs short: attempts at 0, 100,
+			// 300, 700 ms at the earliest.
+			tc.f.attempts.Expect(t, 4, 100*time.Millisecond, time.Minute, func() { r.Notify(time.Now().UnixMilli()) })
 		})
 	}
 }

@@ -78,7 +78,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	}
 	s.setState(StateStreaming, "after", from)
 	now := time.Now()
-	s.update(func(st *Status) { st.ConnectedSince, st.NextRetry = now, time.Time{} })
+	s.update(func(st *Status) { st.ConnectedSince, st.NextRetry, st.RetryIn = now, time.Time{}, 0 })
 	dc.timeout = s.opts.SilenceTimeout
 	return s.stream(ctx, conn, br, from)
 }

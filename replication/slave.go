@@ -145,9 +145,10 @@ type Status struct {
 	// ConnectedSince is when the current stream was opened; zero when not
 	// streaming.
 	ConnectedSince time.Time
-	LastFrameAt    time.Time // last frame (data or alive) from the master
-	NextRetry      time.Time // when connecting after a failure: next attempt
-	Blocks         int64     // blocks applied by this process
+	LastFrameAt    time.Time     // last frame (data or alive) from the master
+	NextRetry      time.Time     // when connecting after a failure: next attempt
+	RetryIn        time.Duration // the backoff that NextRetry came from
+	Blocks         int64         // blocks applied by this process
 }
 
 // ErrStopped is wrapped by the error Run returns when replication stopped
@@ -257,7 +258,7 @@ func (s *Slave) Run(ctx context.Context) error {
 		}
 		next := time.Now().Add(delay)
 		s.update(func(st *Status) {
-			st.LastError, st.NextRetry = err.Error(), next
+			st.LastError, st.NextRetry, st.RetryIn = err.Error(), next, delay
 			st.Reconnects++
 		})
 		s.setState(StateConnecting)

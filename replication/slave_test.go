@@ -242,24 +242,33 @@ func TestBackoffDoublesAndCaps(t *testing.T) {
 	sb := openBroker(t, t.TempDir(), true, nil)
 	defer sb.Close()
 	s, _ := runSlave(t, sb, SlaveOptions{MasterAddr: addr, MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond})
+	// RetryIn is the backoff chosen, not the time left when this loop
+	// happens to look: a late poll cannot make it look shorter. A poll may
+	// miss a retry, so only the order and the bounds are exact.
 	var delays []time.Duration
 	last := 0
+	deadline := time.Now().Add(20 * time.Second)
 	for len(delays) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d retries observed: %v", len(delays), delays)
+		}
 		st := s.Status()
 		if st.Reconnects != last && !st.NextRetry.IsZero() {
 			last = st.Reconnects
-			delays = append(delays, time.Until(st.NextRetry))
+			delays = append(delays, st.RetryIn)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// The first observed delays grow; the later ones sit at the cap.
 	for i, d := range delays {
-		if d > 40*time.Millisecond {
-			t.Fatalf("delay %d is %v, over the 40 ms cap (%v)", i, d, delays)
+		if d != 10*time.Millisecond && d != 20*time.Millisecond && d != 40*time.Millisecond {
+			t.Fatalf("delay %d is %v, not a doubling of 10 ms capped at 40 ms (%v)", i, d, delays)
+		}
+		if i > 0 && d < delays[i-1] {
+			t.Fatalf("delays shrank without progress: %v", delays)
 		}
 	}
-	if delays[len(delays)-1] < 20*time.Millisecond {
-		t.Fatalf("delays did not grow towards the cap: %v", delays)
+	if delays[len(delays)-1] != 40*time.Millisecond {
+		t.Fatalf("delays did not reach the 40 ms cap: %v", delays)
 	}
 }
 

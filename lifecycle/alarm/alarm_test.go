@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/backofftest"
 )
 
 func nowMs() int64 { return time.Now().UnixMilli() }
@@ -91,31 +93,18 @@ func TestSetWakesEarlyAndIsKeptDuringARun(t *testing.T) {
 }
 
 func TestBackoffDoesNotSpin(t *testing.T) {
-	var runs atomic.Int64
-	var setCalls atomic.Bool
+	var rec backofftest.Recorder
 	a := New(Options{Name: "t", Job: func(_ context.Context, now int64) (int64, error) {
-		runs.Add(1)
+		rec.Attempt()
 		return 0, errors.New("disk on fire")
 	}})
 	a.Start()
 	defer stop(t, a)
-	// Hooks keep reporting due work; they must not cut the backoff short.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; i < 1000; i++ {
-			a.Set(nowMs())
-			setCalls.Store(true)
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	<-done
-	// About 1 s passed: runs at 0, 100, 300, 700 ms (the next at 1500).
-	got := runs.Load()
-	if got < 2 || got > 5 {
-		t.Errorf("%d runs in about 1 s with a failing job, want 2..5 (100 ms doubling backoff)", got)
-	}
-	if a.Failures() != got {
+	// Hooks keep reporting due work; they must not cut the backoff short:
+	// runs at 0, 100, 300, 700 ms at the earliest.
+	rec.Expect(t, 4, 100*time.Millisecond, 30*time.Second, func() { a.Set(nowMs()) })
+	stop(t, a)
+	if got := int64(rec.Count()); a.Failures() != got {
 		t.Errorf("failures %d, runs %d", a.Failures(), got)
 	}
 }
