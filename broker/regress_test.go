@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/rchar"
 	"github.com/smssmq/smss/topicstore"
 )
 
@@ -80,27 +81,6 @@ func (s *syncBuf) String() string {
 
 func (s *syncBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(s, nil)) }
 
-// readBytes is the bytes this process has read through read syscalls
-// (rchar), page cache included: what recovery costs in copies.
-func readBytes(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		t.Skipf("no /proc/self/io: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("rchar %q: %v", v, err)
-			}
-			return n
-		}
-	}
-	t.Skip("no rchar in /proc/self/io")
-	return 0
-}
-
 func dirBytes(t *testing.T, dir string) int64 {
 	t.Helper()
 	var n int64
@@ -157,10 +137,10 @@ func TestReplayReadsTopicFilesOnce(t *testing.T) {
 
 	defer func(d time.Duration) { replayProgressEvery = d }(replayProgressEvery)
 	replayProgressEvery = 0 // and it reports progress
-	before := readBytes(t)
+	before := rchar.Read(t)
 	logs := &syncBuf{}
 	b = openTest(t, dir, func(o *Options) { o.Logger = logs.logger() })
-	read := readBytes(t) - before
+	read := rchar.Read(t) - before
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,22 +188,22 @@ func TestStartPositionsReadLittle(t *testing.T) {
 	const limit = 128 << 10
 	for i, at := range []int{750, 200, 1400} {
 		after := firsts[at] + 9 // the last eventId of a binlog block
-		before := readBytes(t)
+		before := rchar.Read(t)
 		s, err := b.Subscribe([]byte("t"), []byte("w"+strconv.Itoa(i)), after)
 		if err != nil {
 			t.Fatal(err)
 		}
-		read := readBytes(t) - before
+		read := rchar.Read(t) - before
 		s.Close()
 		if read > limit {
 			t.Fatalf("subscribe after %d read %d bytes (limit %d)", after, read, limit)
 		}
-		before = readBytes(t)
+		before = rchar.Read(t)
 		rs, err := b.ReplicaStream(after)
 		if err != nil {
 			t.Fatal(err)
 		}
-		read = readBytes(t) - before
+		read = rchar.Read(t) - before
 		rs.Close()
 		if read > limit {
 			t.Fatalf("replica start after %d read %d bytes (limit %d)", after, read, limit)

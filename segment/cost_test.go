@@ -5,40 +5,19 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
-)
 
-// readBytes is what this process has read through read syscalls (rchar),
-// page cache included.
-func readBytes(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		t.Skipf("no /proc/self/io: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("rchar %q: %v", v, err)
-			}
-			return n
-		}
-	}
-	t.Skip("no rchar in /proc/self/io")
-	return 0
-}
+	"github.com/smssmq/smss/internal/rchar"
+)
 
 // costOf returns the bytes read and allocated by f.
 func costOf(t *testing.T, f func()) (read, alloc int64) {
 	t.Helper()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	r := readBytes(t)
+	r := rchar.Read(t)
 	f()
-	read = readBytes(t) - r
+	read = rchar.Read(t) - r
 	runtime.ReadMemStats(&after)
 	return read, int64(after.TotalAlloc - before.TotalAlloc)
 }
@@ -56,15 +35,7 @@ func fillFiles(t *testing.T, l *Log, files int64) int64 {
 			data = append(data, testBlock(id, id, 180)...)
 			id++
 		}
-		if _, err := l.Append(data, marks); err != nil {
-			t.Fatal(err)
-		}
-		l.Commit()
-		if l.Full() {
-			if err := l.Roll(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		appendGroup(t, l, data, marks)
 	}
 	return id - 1
 }

@@ -32,6 +32,21 @@ func testDecode(buf []byte) (int64, int64, int, error) {
 	return int64(binary.LittleEndian.Uint64(buf[4:])), int64(binary.LittleEndian.Uint64(buf[12:])), 4 + n, nil
 }
 
+// appendGroup appends and commits one group as the writer does, rolling
+// to a new file when the current one is full.
+func appendGroup(t *testing.T, l *Log, data []byte, marks []Mark) {
+	t.Helper()
+	if _, err := l.Append(data, marks); err != nil {
+		t.Fatal(err)
+	}
+	l.Commit()
+	if l.Full() {
+		if err := l.Roll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // fill appends blocks with ids 1..n (block i covers ids [first, first+k-1]
 // with k = 1 + i%3) in groups of g blocks.
 func fill(t *testing.T, l *Log, blocks, g int) (lasts []int64) {
@@ -47,15 +62,7 @@ func fill(t *testing.T, l *Log, blocks, g int) (lasts []int64) {
 			id += k
 			lasts = append(lasts, id-1)
 		}
-		if _, err := l.Append(data, marks); err != nil {
-			t.Fatal(err)
-		}
-		l.Commit()
-		if l.Full() {
-			if err := l.Roll(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		appendGroup(t, l, data, marks)
 	}
 	return lasts
 }
