@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -133,38 +132,16 @@ func (p *powerFiles) release() {
 // is badger's to recover, and here it is at least as new as the logs).
 func diskImage(t *testing.T, dir, dst string, synced map[string]int64, rng *rand.Rand, torn bool) {
 	t.Helper()
-	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
+	copyDirKeep(t, dir, dst, func(path, rel string, size int64) int64 {
+		if !strings.HasSuffix(path, ".log") || strings.HasPrefix(rel, "meta") {
+			return size
 		}
-		rel, _ := filepath.Rel(dir, path)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o755)
+		keep := min(synced[path], size) // 0 if it was never fsynced
+		if torn && size > keep {
+			keep += rng.Int64N(size - keep + 1)
 		}
-		keep := info.Size()
-		if strings.HasSuffix(path, ".log") && !strings.Contains(rel, "meta") {
-			keep = synced[path] // 0 if it was never fsynced
-			if torn && info.Size() > keep {
-				keep += rng.Int64N(info.Size() - keep + 1)
-			}
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.Create(target)
-		if err != nil {
-			return err
-		}
-		defer out.Close()
-		_, err = io.CopyN(out, in, keep)
-		return err
+		return keep
 	})
-	if err != nil {
-		t.Fatalf("disk image: %v", err)
-	}
 }
 
 type ackedMsg struct {

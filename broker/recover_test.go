@@ -42,6 +42,13 @@ func fillStore(t *testing.T, dir string) {
 
 func copyDir(t *testing.T, src, dst string) {
 	t.Helper()
+	copyDirKeep(t, src, dst, func(_, _ string, size int64) int64 { return size })
+}
+
+// copyDirKeep copies src to dst keeping, of each file, the first
+// keep(path, path relative to src, size) bytes.
+func copyDirKeep(t *testing.T, src, dst string, keep func(path, rel string, size int64) int64) {
+	t.Helper()
 	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -61,7 +68,7 @@ func copyDir(t *testing.T, src, dst string) {
 			return err
 		}
 		defer out.Close()
-		_, err = io.Copy(out, in)
+		_, err = io.CopyN(out, in, keep(p, rel, info.Size()))
 		return err
 	})
 	if err != nil {
