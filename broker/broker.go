@@ -99,8 +99,16 @@ type Broker struct {
 	topicRoot string
 	trashDir  string
 
-	mu     sync.RWMutex // guards topics and closed
+	mu     sync.RWMutex // guards topics
 	topics map[string]*topic
+
+	// sendMu is held shared by every submitter while it puts commands on
+	// ch (which may block while ch is full) and exclusively by Close to set
+	// closed, so nothing is queued after the writer's final drain. It must
+	// not be b.mu: the writer takes b.mu exclusively (opening a topic log,
+	// adding or removing a topic) while submitters wait on a full ch, and
+	// that deadlocked the writer.
+	sendMu sync.RWMutex
 	closed bool
 
 	ch      chan *command
@@ -224,14 +232,14 @@ func (b *Broker) emptyTrash() {
 // queued, fsyncs, writes a checkpoint and closes the files and the meta
 // store.
 func (b *Broker) Close() error {
-	b.mu.Lock()
+	b.sendMu.Lock()
 	if b.closed {
-		b.mu.Unlock()
+		b.sendMu.Unlock()
 		<-b.done
 		return nil
 	}
 	b.closed = true
-	b.mu.Unlock()
+	b.sendMu.Unlock()
 	close(b.stop)
 	<-b.done
 	err := b.w.shutdown()
@@ -280,18 +288,18 @@ func (b *Broker) sample() bool {
 }
 
 func (b *Broker) submit(ctx context.Context, c *command) error {
-	b.mu.RLock()
+	b.sendMu.RLock()
 	if b.closed {
-		b.mu.RUnlock()
+		b.sendMu.RUnlock()
 		return ErrClosed
 	}
 	select {
 	case b.ch <- c:
 	case <-ctx.Done():
-		b.mu.RUnlock()
+		b.sendMu.RUnlock()
 		return ctx.Err()
 	}
-	b.mu.RUnlock()
+	b.sendMu.RUnlock()
 	// Once queued, the command will be executed; wait for its outcome even
 	// if ctx ends, so the caller never reports failure for a stored write.
 	<-c.done

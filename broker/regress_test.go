@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/internal/rchar"
+	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicstore"
 )
 
@@ -209,4 +210,117 @@ func TestStartPositionsReadLittle(t *testing.T) {
 			t.Fatalf("replica start after %d read %d bytes (limit %d)", after, read, limit)
 		}
 	}
+}
+
+// Regression (found by smss-torture at full speed): submitters held the
+// broker's topic lock (shared) while they waited for room in a full
+// command queue, and the writer takes that lock exclusively to add or
+// remove a topic or to open a topic's log. A slave applying a catch-up
+// batch longer than worker.buffSize with a create or delete in it (or a
+// master with more waiting publishers than the queue holds) deadlocked:
+// the writer waited for the lock, the submitters for the writer.
+func TestFullQueueDoesNotDeadlockTheWriter(t *testing.T) {
+	ctx := context.Background()
+	mdir := t.TempDir()
+	m := openTest(t, mdir, func(o *Options) { o.Logger = quietLog })
+	pub := func(i int) {
+		if _, err := m.Publish(ctx, []byte("t"+strconv.Itoa(i%4)), rec("m"+strconv.Itoa(i)), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := m.CreateTopic(ctx, []byte("t"+strconv.Itoa(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 30; i++ {
+		pub(i)
+	}
+	if _, err := m.DeleteTopic(ctx, []byte("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateTopic(ctx, []byte("t1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 30; i < 40; i++ {
+		pub(i)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var raws [][]byte
+	bl, err := segment.Open(segment.Options{Dir: filepath.Join(mdir, "binlog"), Decode: decodeBinlog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bl.Scan(segment.Position{}, func(_ segment.Position, _, _ int64, raw []byte) error {
+		raws = append(raws, append([]byte(nil), raw...))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("slave batch", func(t *testing.T) {
+		s := openTest(t, t.TempDir(), func(o *Options) { o.Slave = true; o.BuffSize = 2; o.Logger = quietLog })
+		defer s.Close()
+		// Without the fix this waits until the context ends.
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		last, n, err := s.ApplyReplicatedBatch(c, raws)
+		if err != nil || n != len(raws) {
+			t.Fatalf("applied %d of %d blocks (last eventId %d): %v", n, len(raws), last, err)
+		}
+	})
+
+	t.Run("master publishers", func(t *testing.T) {
+		dir := t.TempDir()
+		b := openTest(t, dir, func(o *Options) { o.BuffSize = 1; o.Logger = quietLog })
+		for i := 0; i < 8; i++ {
+			if _, err := b.CreateTopic(ctx, []byte("p"+strconv.Itoa(i)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Reopened, every topic's log is opened by the writer on its
+		// first publish, under the topic lock.
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b = openTest(t, dir, func(o *Options) { o.BuffSize = 1; o.Logger = quietLog })
+		defer b.Close()
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 20; i++ {
+					name := []byte("p" + strconv.Itoa((g+i)%8))
+					if _, err := b.Publish(c, name, rec("x"), 1); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if g == 0 { // and topics come and go meanwhile
+					for i := 0; i < 20; i++ {
+						name := []byte("q" + strconv.Itoa(i))
+						if _, err := b.CreateTopic(c, name, 0); err != nil {
+							errs <- err
+							return
+						}
+						if _, err := b.DeleteTopic(c, name); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("publish with a full queue: %v", err)
+		}
+	})
 }

@@ -93,9 +93,9 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 	if len(cmds) == 0 {
 		return 0, 0, bad
 	}
-	b.mu.RLock()
+	b.sendMu.RLock()
 	if b.closed {
-		b.mu.RUnlock()
+		b.sendMu.RUnlock()
 		return 0, 0, ErrClosed
 	}
 	sent := 0
@@ -109,7 +109,7 @@ func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 			break
 		}
 	}
-	b.mu.RUnlock()
+	b.sendMu.RUnlock()
 	for _, c := range cmds[:sent] {
 		<-c.done
 	}

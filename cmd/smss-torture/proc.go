@@ -194,6 +194,23 @@ func (s *server) kill() {
 	<-exited
 }
 
+// dump ends a stuck server with SIGQUIT: the Go runtime writes every
+// goroutine's stack to its log before it exits, which shows where it hangs.
+func (s *server) dump() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		s.kill()
+	}
+}
+
 // term stops the server with SIGTERM and requires a clean exit.
 func (s *server) term() error {
 	s.mu.Lock()

@@ -303,7 +303,9 @@ func (r *run) checkSlave() error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the slave did not catch up within %v: %d of %d bytes", catchUpTimeout, ss, ms)
+			r.slave.dump()
+			r.master.dump()
+			return fmt.Errorf("the slave did not catch up within %v: %d of %d bytes (goroutine dumps in both logs)", catchUpTimeout, ss, ms)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
