@@ -94,6 +94,7 @@ type Log struct {
 	lastIndex int64 // offset of the last index entry of the current file, -1 if none
 	idxBuf    []byte
 	unsynced  bool
+	slowSync  bool // the last Sync was slow: the next one goes through the runtime (syncCurrent)
 	reopen    bool // the current file exists and was closed by CloseIdle
 
 	mu        sync.Mutex
@@ -332,7 +333,7 @@ func (l *Log) Sync() error {
 	if l.cur == nil || !l.unsynced {
 		return nil
 	}
-	if err := l.cur.Sync(); err != nil {
+	if err := l.syncCurrent(); err != nil {
 		return fmt.Errorf("%w: fsync %s: %v", ErrFatal, l.Path(l.curID), err)
 	}
 	l.unsynced = false
@@ -356,13 +357,19 @@ func (l *Log) SyncHandle() File {
 func (l *Log) Unsynced() bool { return l.unsynced }
 
 // Commit publishes the current end as visible to readers and wakes them.
-func (l *Log) Commit() {
+func (l *Log) Commit() { close(l.CommitQuiet()) }
+
+// CommitQuiet commits like Commit, but hands the caller the channel of
+// the readers waiting for this commit instead of closing it; the caller
+// must close it. The data is visible at once (Committed moves here); only
+// the wake-up is the caller's to time.
+func (l *Log) CommitQuiet() chan struct{} {
 	l.mu.Lock()
 	l.committed = Position{FileID: l.curID, Offset: l.curSize}
 	ch := l.changed
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
-	close(ch)
+	return ch
 }
 
 // Committed returns the last committed end position. Readers may read every

@@ -207,3 +207,37 @@ func TestFileNames(t *testing.T) {
 		t.Fatalf("next id %d", l.Position().FileID)
 	}
 }
+
+// CommitQuiet makes the group visible at once but leaves the wake-up of
+// the readers waiting for it to the caller (the broker wakes them after
+// answering the group's submitters).
+func TestCommitQuietWakesOnlyWhenClosed(t *testing.T) {
+	l, err := Open(Options{Dir: t.TempDir(), Decode: testDecode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	waiting := l.Changed()
+	blk := testBlock(1, 1, 10)
+	if _, err := l.Append(blk, []Mark{{EventID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := l.CommitQuiet()
+	if got, want := l.Committed(), (Position{FileID: l.Files()[0], Offset: int64(len(blk))}); got != want {
+		t.Fatalf("committed after CommitQuiet = %+v, want %+v", got, want)
+	}
+	select {
+	case <-waiting:
+		t.Fatal("CommitQuiet woke the waiting readers itself")
+	default:
+	}
+	if l.Changed() == waiting {
+		t.Fatal("a reader arriving after CommitQuiet would wait for a commit that happened")
+	}
+	close(ch)
+	select {
+	case <-waiting:
+	default:
+		t.Fatal("closing the returned channel did not wake the readers waiting for the commit")
+	}
+}
