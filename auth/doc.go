@@ -51,4 +51,10 @@
 //   - Failed handshakes are limited per remote IP (Limiter): a few may
 //     come back to back, then each further failure locks the address out
 //     for an exponentially growing time.
+//   - TLS material that can be reloaded (ServerTLS, ClientTLS) is swapped
+//     as a whole: a handshake uses the certificate, key and CA bundle of
+//     one successful load, never a mix. A reload that fails (unreadable
+//     file, no PEM, key not matching the certificate, certificate expired
+//     or not yet valid) changes nothing, and its *TLSFileError names the
+//     file. Established connections keep what they negotiated.
 package auth

@@ -24,6 +24,7 @@ type Auth struct {
 }
 
 // TLS is the tls.* section: an optional TLS listener beside the plain one.
+// SIGHUP re-reads Cert, Key and ClientCA for new connections.
 type TLS struct {
 	// Listen is host:port of the TLS listener; "" means none.
 	Listen string `yaml:"listen"`
@@ -35,7 +36,8 @@ type TLS struct {
 }
 
 // ReplicationClient is the replication.* section: how a slave connects to
-// its master (-role slave).
+// its master (-role slave). SIGHUP re-reads CA, Cert and Key for the next
+// connection (not PasswordFile).
 type ReplicationClient struct {
 	// User and PasswordFile log in to a master that requires
 	// authentication; the user needs the replication role. The file holds

@@ -64,8 +64,17 @@ func NewPKI(t testing.TB) *PKI {
 }
 
 // Issue writes a certificate and key named name.pem and name-key.pem,
-// signed by the CA, for the given usage.
+// signed by the CA, for the given usage, valid from an hour ago for a day
+// (so servers under test warn that it expires soon).
 func (p *PKI) Issue(t testing.TB, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	return p.IssueValid(t, name, usage, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// IssueValid is Issue with the given validity period (expired or not yet
+// valid certificates for tests of their refusal). The subject's common
+// name is name.
+func (p *PKI) IssueValid(t testing.TB, name string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (certFile, keyFile string) {
 	t.Helper()
 	key := newKey(t)
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
@@ -75,8 +84,8 @@ func (p *PKI) Issue(t testing.TB, name string, usage x509.ExtKeyUsage) (certFile
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     []string{"localhost"},

@@ -7,6 +7,12 @@
 // connections (10 s at most; a second signal cuts that short), then the
 // broker finishes its in-flight group, fsyncs and closes.
 //
+// SIGHUP (reload.go) re-reads the users file (auth.enabled), the TLS
+// listener's certificate, key and client CAs (tls.listen) and a slave's
+// TLS material for its master (replication.useTLS); a file that fails to
+// load leaves the previous state in force. With none of these configured
+// SIGHUP keeps its default action and ends the process.
+//
 // With admin.listen set (admin.go), the admin HTTP endpoint starts before
 // recovery, so /healthz answers and /readyz says why it is not ready while
 // a large data directory is recovered; it stops before the broker closes.
@@ -130,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 // serve runs the network server until a signal, a fatal broker error or a
 // server failure, then shuts the server down. The caller closes the broker.
 func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) int {
-	sec, err := setupSecurity(cfg, logger)
+	sec, listenerTLS, err := setupSecurity(cfg, logger)
 	if err != nil {
 		logger.Error("cannot set up authentication or TLS", "err", err)
 		return exitUsage
@@ -171,9 +177,10 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 	}
 	addr := srv.Addr()
 	warnExposure(logger, srv, sec.Auth != nil)
-	defer reloadOnHUP(srv, sec.Auth != nil, logger)()
-	logger.Info("smss listening", "addr", addr.String(), "role", role, "data", cfg.Store.Path)
-	adm.setListen(addr.String())
+	hup := &reloader{log: logger, listener: listenerTLS}
+	if sec.Auth != nil {
+		hup.users = srv.ReloadUsers
+	}
 	if role == roleSlave {
 		r, err := startReplication(cfg, fl.masterHost, fl.masterPort, fl.event, b, logger)
 		if err != nil {
@@ -183,7 +190,12 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		}
 		adm.setReplication(r)
 		defer r.Stop()
+		hup.master = r.tls
 	}
+	// Before "smss listening", which tells scripts they may send SIGHUP.
+	defer reloadOnHUP(hup)()
+	logger.Info("smss listening", "addr", addr.String(), "role", role, "data", cfg.Store.Path)
+	adm.setListen(addr.String())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve() }()

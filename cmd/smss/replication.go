@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
@@ -20,6 +21,9 @@ type replicaRunner struct {
 	slave  *replication.Slave
 	cancel context.CancelFunc
 	done   chan struct{}
+	// tls is the TLS material for the master, nil without
+	// replication.useTLS.
+	tls *auth.ClientTLS
 
 	// The last apply step: its last eventId and when (unix ns), for the
 	// admin endpoint's lag.
@@ -35,11 +39,11 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if masterHost == "" {
 		return nil, errors.New("smss: -role slave needs -host (the master's address)")
 	}
-	dial, err := masterDialer(cfg, masterHost, logger)
+	dial, ct, err := masterDialer(cfg, masterHost, logger)
 	if err != nil {
 		return nil, err
 	}
-	r := &replicaRunner{done: make(chan struct{})}
+	r := &replicaRunner{done: make(chan struct{}), tls: ct}
 	s, err := replication.NewSlave(b, replication.SlaveOptions{
 		DialContext:   dial,
 		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),

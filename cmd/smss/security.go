@@ -2,13 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
+	"time"
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/client"
@@ -18,28 +20,31 @@ import (
 
 // setupSecurity builds the server's authentication and TLS listener from
 // the auth.* and tls.* keys. An unreadable users file or certificate is a
-// configuration error.
-func setupSecurity(cfg *config.Config, logger *slog.Logger) (server.Security, error) {
+// configuration error. The returned ServerTLS (nil without tls.listen) is
+// the listener's material, which SIGHUP reloads.
+func setupSecurity(cfg *config.Config, logger *slog.Logger) (server.Security, *auth.ServerTLS, error) {
 	var sec server.Security
 	if cfg.Auth.Enabled {
 		store, err := auth.OpenStore(cfg.Auth.UsersFile, logger.With("component", "auth"))
 		if err != nil {
-			return sec, fmt.Errorf("auth.usersFile: %w", err)
+			return sec, nil, fmt.Errorf("auth.usersFile: %w", err)
 		}
 		lim := auth.NewLimiter(auth.LimiterOptions{Free: cfg.Auth.MaxFailures, BaseDelay: cfg.Lockout(),
 			MaxDelay: cfg.MaxLockout()})
 		if sec.Auth, err = auth.NewAuthenticator(store, lim); err != nil {
-			return sec, err
+			return sec, nil, err
 		}
 	}
-	if cfg.TLS.Listen != "" {
-		tc, err := auth.ServerTLSConfig(cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA)
-		if err != nil {
-			return sec, fmt.Errorf("tls.cert/tls.key/tls.clientCA: %w", err)
-		}
-		sec.TLS, sec.TLSListen = tc, cfg.TLS.Listen
+	if cfg.TLS.Listen == "" {
+		return sec, nil, nil
 	}
-	return sec, nil
+	st, err := auth.NewServerTLS(cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA)
+	if err != nil {
+		return sec, nil, fmt.Errorf("%s: %w", listenerKeys.of(err), err)
+	}
+	logCertificate(logger, "TLS certificate loaded", listenerKeys.cert, st.Leaf(), time.Now())
+	sec.TLS, sec.TLSListen = st.Config(), cfg.TLS.Listen
+	return sec, st, nil
 }
 
 // warnExposure logs the listeners reachable from other hosts without
@@ -58,67 +63,80 @@ func warnExposure(logger *slog.Logger, srv *server.Server, authOn bool) {
 	}
 }
 
-// reloadOnHUP re-reads the users file on every SIGHUP until the returned
-// stop is called. Without authentication SIGHUP keeps its default action.
-func reloadOnHUP(srv *server.Server, authOn bool, logger *slog.Logger) (stop func()) {
-	if !authOn {
-		return func() {}
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		for {
-			select {
-			case <-hup:
-				if err := srv.ReloadUsers(); err != nil {
-					logger.Error("SIGHUP: users file not reloaded; the previous users stay in force", "err", err)
-				} else {
-					logger.Info("SIGHUP: users file reloaded")
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
-		<-exited
-	}
-}
-
 // masterDialer opens a slave's connection to its master per the
 // replication.* keys: TLS (verified as masterHost unless serverName is
-// set) and a login. nil means a plain connection.
-func masterDialer(cfg *config.Config, masterHost string, logger *slog.Logger) (client.DialFunc, error) {
+// set) and a login. nil means a plain connection. The returned ClientTLS
+// (nil without replication.useTLS) is the TLS material, which SIGHUP
+// reloads for the next connection.
+func masterDialer(cfg *config.Config, masterHost string, logger *slog.Logger) (client.DialFunc, *auth.ClientTLS, error) {
 	r := cfg.Replication
-	var tc *tls.Config
+	var ct *auth.ClientTLS
 	if r.UseTLS {
 		name := r.ServerName
 		if name == "" {
 			name = masterHost
 		}
-		c, err := auth.ClientTLSConfig(r.CA, name, r.Cert, r.Key)
-		if err != nil {
-			return nil, fmt.Errorf("replication.ca/cert/key: %w", err)
+		var err error
+		if ct, err = auth.NewClientTLS(r.CA, name, r.Cert, r.Key); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", masterKeys.of(err), err)
 		}
-		tc = c
+		if leaf := ct.Leaf(); leaf != nil {
+			logCertificate(logger, "replication client certificate loaded", masterKeys.cert, leaf, time.Now())
+		}
 	}
 	var creds *client.Credentials
 	if r.User != "" {
 		pw, err := readPasswordFile(r.PasswordFile, logger)
 		if err != nil {
-			return nil, fmt.Errorf("replication.passwordFile: %w", err)
+			return nil, nil, fmt.Errorf("replication.passwordFile: %w", err)
 		}
 		creds = &client.Credentials{User: r.User, Password: pw}
 	}
-	if tc == nil && creds == nil {
-		return nil, nil
+	if ct == nil {
+		if creds == nil {
+			return nil, nil, nil
+		}
+		dial, err := client.SecureDialer(nil, nil, creds)
+		return dial, nil, err
 	}
-	return client.SecureDialer(nil, tc, creds)
+	link := &masterLink{tls: ct, creds: creds}
+	if _, err := link.dialer(); err != nil {
+		return nil, nil, err
+	}
+	return link.DialContext, ct, nil
+}
+
+// masterLink dials the master with the TLS material in force: a reload
+// gives the next connection a dialer built on the new configuration.
+type masterLink struct {
+	tls   *auth.ClientTLS
+	creds *client.Credentials
+
+	mu   sync.Mutex
+	cfg  *tls.Config // what dial was built on
+	dial client.DialFunc
+}
+
+func (m *masterLink) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial, err := m.dialer()
+	if err != nil {
+		return nil, err
+	}
+	return dial(ctx, network, addr)
+}
+
+func (m *masterLink) dialer() (client.DialFunc, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cfg := m.tls.Config(); cfg != m.cfg {
+		// A new dialer repeats the login's key derivation once.
+		dial, err := client.SecureDialer(nil, cfg, m.creds)
+		if err != nil {
+			return nil, err
+		}
+		m.cfg, m.dial = cfg, dial
+	}
+	return m.dial, nil
 }
 
 // readPasswordFile returns the file's content without trailing newlines.
