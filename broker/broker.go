@@ -137,6 +137,8 @@ type topic struct {
 	subMu   sync.Mutex
 	subs    map[string]struct{} // active subscribers by who
 	lastUse int64               // writer only: ms of the last append
+
+	blocks blockCounter // blocks the writer committed, per file (count.go)
 }
 
 // Open recovers the data directory and starts the writer.
@@ -191,6 +193,7 @@ func Open(opts Options) (*Broker, error) {
 	b.w = newWriter(b, next)
 	go b.w.run()
 	go b.emptyTrash()
+	b.stats.counts.start(b)
 	return b, nil
 }
 
@@ -240,9 +243,11 @@ func (b *Broker) Close() error {
 	}
 	b.closed = true
 	b.sendMu.Unlock()
+	b.stats.counts.halt() // a long message count ends while the writer drains
 	close(b.stop)
 	<-b.done
 	err := b.w.shutdown()
+	b.stats.counts.finish()
 	if cerr := b.closeMeta(); cerr != nil && err == nil {
 		err = cerr
 	}

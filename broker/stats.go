@@ -32,6 +32,8 @@ type statsState struct {
 	topics  map[string]*topicFigures
 	binlog  fileSizes
 
+	counts countState // message counts (count.go)
+
 	delayMu   sync.Mutex
 	delayAt   time.Time
 	delayTook time.Duration
@@ -118,9 +120,10 @@ type topicFigures struct {
 }
 
 // TopicStats returns the on-disk figures of topic name (metrics.Source):
-// the bytes and count of its committed log files, its first and last
-// eventIds and the time of its newest message. Messages is -1: eventIds are
-// shared by all topics, so a count needs a full scan.
+// the bytes and count of its committed log files, the number of messages
+// in them, its first and last eventIds and the time of its newest message.
+// Messages is -1 until a background count of the files from before this
+// process (or written before the count existed) is done (count.go).
 func (b *Broker) TopicStats(name string) (metrics.TopicStats, bool) {
 	b.mu.RLock()
 	t := b.topics[name]
@@ -136,6 +139,16 @@ func (b *Broker) TopicStats(name string) (metrics.TopicStats, bool) {
 }
 
 func (b *Broker) topicFigures(t *topic, l *segment.Log) metrics.TopicStats {
+	st := b.diskFigures(t, l)
+	// Not cached with the rest: it changes when a background count ends.
+	st.Messages = b.stats.counts.messages(t, l)
+	if st.Messages < 0 && st.Bytes == 0 {
+		st.Messages = 0 // a new topic's log, not opened yet: nothing to count
+	}
+	return st
+}
+
+func (b *Broker) diskFigures(t *topic, l *segment.Log) metrics.TopicStats {
 	b.stats.cacheMu.Lock()
 	defer b.stats.cacheMu.Unlock()
 	if b.stats.topics == nil {
