@@ -22,7 +22,6 @@ type Config struct {
 	Limit      Limit      `yaml:"limit"`
 	Delay      Delay      `yaml:"delay"`
 	Admin      Admin      `yaml:"admin"`
-	Runtime    Runtime    `yaml:"runtime"`
 	// Security (security.go): authentication, the TLS listener, and how a
 	// slave connects to its master.
 	Auth        Auth              `yaml:"auth"`
@@ -147,15 +146,6 @@ type Admin struct {
 	Token string `yaml:"token" secret:"true"`
 }
 
-// Runtime is the runtime.* section (new): settings of the Go runtime.
-type Runtime struct {
-	// KeepSysmonAwake re-executes the server once at start with
-	// schedtrace added to GODEBUG, which keeps the runtime's monitor thread
-	// out of the deep sleep that every request otherwise pays to end
-	// (cmd/smss/sysmon.go).
-	KeepSysmonAwake bool `yaml:"keepSysmonAwake"`
-}
-
 // Default returns the shipped values of spec §9.1 plus the defaults of the
 // keys this implementation adds. config.yaml must parse to exactly this.
 func Default() *Config {
@@ -195,7 +185,6 @@ func Default() *Config {
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
 		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
 		Delay:       Delay{MaxDelay: 2592000000},
-		Runtime:     Runtime{KeepSysmonAwake: true},
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5},
 	}

@@ -55,7 +55,6 @@ const (
 )
 
 func main() {
-	keepSysmonAwake(os.Args, os.Stderr)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
@@ -86,11 +85,6 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 	role := fl.resolveRole(logger)
 	logger.Info("config in effect", cfg.Summary()...)
-	if cfg.Runtime.KeepSysmonAwake && !sysmonAwake() {
-		// In-process tests, an operator's own GODEBUG schedtrace, or a
-		// failed re-execution (main).
-		logger.Info("runtime.keepSysmonAwake: the Go runtime's monitor thread may deep-sleep", "GODEBUG", os.Getenv("GODEBUG"))
-	}
 
 	adm, err := startAdmin(cfg, role, logger)
 	if err != nil {
