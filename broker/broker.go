@@ -438,12 +438,8 @@ func (b *Broker) topicDir(name string) string {
 	return topicstore.Dir(b.topicRoot, []byte(name), b.opts.FolderCount)
 }
 
-// Binlog exposes the binlog for background jobs (retention) of this process.
-func (b *Broker) Binlog() *segment.Log { return b.binlog }
-
-// TopicLogs calls fn with every topic's log (opened through the writer when
-// needed), in name order. Used by retention.
-func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
+// topicsByName is a snapshot of the live topics in name order.
+func (b *Broker) topicsByName() []*topic {
 	b.mu.RLock()
 	ts := make([]*topic, 0, len(b.topics))
 	for _, t := range b.topics {
@@ -451,7 +447,16 @@ func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
 	}
 	b.mu.RUnlock()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].meta.Name < ts[j].meta.Name })
-	for _, t := range ts {
+	return ts
+}
+
+// Binlog exposes the binlog for background jobs (retention) of this process.
+func (b *Broker) Binlog() *segment.Log { return b.binlog }
+
+// TopicLogs calls fn with every topic's log (opened through the writer when
+// needed), in name order. Used by retention.
+func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
+	for _, t := range b.topicsByName() {
 		l, err := b.readLog(t)
 		if err != nil {
 			if errors.Is(err, protocol.ErrTopicNotExist) {

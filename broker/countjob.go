@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -71,21 +70,7 @@ func (cs *countState) finish() {
 		return
 	}
 	<-cs.done
-	for _, t := range cs.liveTopics() {
-		cs.b.mu.RLock()
-		l := t.log
-		cs.b.mu.RUnlock()
-		if l == nil {
-			continue
-		}
-		v := t.blocks.view(l)
-		files := l.Files()
-		cs.mu.Lock()
-		tc := cs.state(t)
-		tc.resolve(&v, files, logSize(l), countFinal)
-		cs.mu.Unlock()
-		cs.persist(t, tc)
-	}
+	cs.resolveAll(countFinal)
 }
 
 func (cs *countState) run() {
@@ -101,18 +86,6 @@ func (cs *countState) run() {
 		case <-cs.kick:
 		}
 	}
-}
-
-func (cs *countState) liveTopics() []*topic {
-	b := cs.b
-	b.mu.RLock()
-	live := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		live = append(live, t)
-	}
-	b.mu.RUnlock()
-	sort.Slice(live, func(i, j int) bool { return live[i].meta.Name < live[j].meta.Name })
-	return live
 }
 
 // countPass is the progress of one pass over the topics, for the log.
@@ -141,7 +114,7 @@ func (p *countPass) tick(log func(msg string, args ...any), off int64) {
 // pass visits every live topic: forgets deleted ones, takes the writer's
 // final counts, counts what is not counted, saves sidecars.
 func (cs *countState) pass() {
-	live := cs.liveTopics()
+	live := cs.b.topicsByName()
 	cs.mu.Lock()
 	cs.passes++
 	full := cs.passes%fullVisitEvery == 1
@@ -175,8 +148,12 @@ func (cs *countState) pass() {
 // captureAll takes the final counts of the files the writer is done with
 // out of every topic's ring, without reading any file: a long count of
 // one topic must not let the others' rings wrap.
-func (cs *countState) captureAll() {
-	for _, t := range cs.liveTopics() {
+func (cs *countState) captureAll() { cs.resolveAll(countCapture) }
+
+// resolveAll takes every live topic's counts from the writer's ring in
+// mode (no file is read); countFinal also saves the sidecars.
+func (cs *countState) resolveAll(mode countMode) {
+	for _, t := range cs.b.topicsByName() {
 		cs.b.mu.RLock()
 		l := t.log
 		cs.b.mu.RUnlock()
@@ -187,8 +164,11 @@ func (cs *countState) captureAll() {
 		files := l.Files()
 		cs.mu.Lock()
 		tc := cs.state(t)
-		tc.resolve(&v, files, logSize(l), countCapture)
+		tc.resolve(&v, files, logSize(l), mode)
 		cs.mu.Unlock()
+		if mode == countFinal {
+			cs.persist(t, tc)
+		}
 	}
 }
 
