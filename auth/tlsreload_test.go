@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,56 +47,19 @@ func writeFile(t *testing.T, dst string, data []byte) {
 // one) on a line, then echoes. A failed handshake closes the connection.
 func serveTLS(t *testing.T, cfg *tls.Config) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, nc)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer nc.Close()
-				tc := tls.Server(nc, cfg)
-				tc.SetDeadline(time.Now().Add(tlsTestDeadline))
-				if err := tc.Handshake(); err != nil {
-					return
-				}
-				peer := "-"
-				if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
-					peer = pc[0].Subject.CommonName
-				}
-				if _, err := io.WriteString(tc, peer+"\n"); err != nil {
-					return
-				}
-				io.Copy(tc, tc)
-			}()
+	return authtest.ServeTLS(t, cfg, tlsTestDeadline, func(tc *tls.Conn, err error) {
+		if err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
+		peer := "-"
+		if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+			peer = pc[0].Subject.CommonName
 		}
-		mu.Unlock()
-		wg.Wait()
+		if _, err := io.WriteString(tc, peer+"\n"); err != nil {
+			return
+		}
+		io.Copy(tc, tc)
 	})
-	return ln.Addr().String()
 }
 
 // tlsConn is a client connection to serveTLS.

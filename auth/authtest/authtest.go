@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +186,53 @@ func WriteUsers(t testing.TB, path string, us ...User) {
 	if err := Users(t, us...).WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ServeTLS runs a TLS server on a loopback port with cfg until the test
+// ends and returns its address. Each connection gets deadline for
+// everything, completes its handshake, and is handed to handle with the
+// handshake's error; the connection is closed when handle returns, and
+// every one still open when the test ends.
+func ServeTLS(t testing.TB, cfg *tls.Config, deadline time.Duration, handle func(c *tls.Conn, handshakeErr error)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer nc.Close()
+				tc := tls.Server(nc, cfg)
+				tc.SetDeadline(time.Now().Add(deadline))
+				handle(tc, tc.Handshake())
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }

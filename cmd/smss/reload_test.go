@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -151,50 +150,16 @@ func TestSIGHUPReloadsListenerCertificate(t *testing.T) {
 // reports the common name each connection presented, then echoes.
 func peerServer(t *testing.T, cfg *tls.Config) (addr string, peers <-chan string) {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ch := make(chan string, 16)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, nc)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer nc.Close()
-				tc := nc.(*tls.Conn)
-				tc.SetDeadline(time.Now().Add(waitLimit))
-				if err := tc.Handshake(); err != nil {
-					ch <- "handshake failed: " + err.Error()
-					return
-				}
-				ch <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
-				io.Copy(tc, tc)
-			}()
+	addr = authtest.ServeTLS(t, cfg, waitLimit, func(tc *tls.Conn, err error) {
+		if err != nil {
+			ch <- "handshake failed: " + err.Error()
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+		ch <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+		io.Copy(tc, tc)
 	})
-	return ln.Addr().String(), ch
+	return addr, ch
 }
 
 func nextPeer(t *testing.T, peers <-chan string) string {
