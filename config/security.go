@@ -36,8 +36,8 @@ type TLS struct {
 }
 
 // ReplicationClient is the replication.* section: how a slave connects to
-// its master (-role slave). SIGHUP re-reads CA, Cert and Key for the next
-// connection (not PasswordFile).
+// its master (-role slave). SIGHUP re-reads CA, Cert, Key and
+// PasswordFile for the next connection.
 type ReplicationClient struct {
 	// User and PasswordFile log in to a master that requires
 	// authentication; the user needs the replication role. The file holds

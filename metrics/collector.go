@@ -52,9 +52,11 @@ var (
 	descDelayed      = desc("delayed_pending", "Delayed messages not yet applied.")
 	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
 	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
+	descCertExpiry   = desc("tls_certificate_expiry_timestamp_seconds", "NotAfter of a TLS certificate in force, Unix seconds; key is its configuration key.", "key")
 	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
-		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs}
+		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
+		descCertExpiry}
 )
 
 // sourceCollector turns the Source into gauges at scrape time.
@@ -83,6 +85,13 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge(descLastID, float64(info.LastEventID))
 	e.gauge(descBinlogBytes, float64(info.BinlogBytes))
 	e.gauge(descBinlogFiles, float64(info.BinlogFiles))
+	seenCert := map[string]bool{}
+	for _, c := range info.Certificates {
+		if k := labelValue(c.Key); !seenCert[k] {
+			seenCert[k] = true
+			e.gauge(descCertExpiry, float64(c.NotAfter)/1000, k)
+		}
+	}
 
 	if topics, err := src.Topics(); err != nil {
 		c.m.sourceErr.Add(1)

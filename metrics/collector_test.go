@@ -40,7 +40,12 @@ func fakeState() metricstest.State {
 			{RemoteAddr: "10.0.0.2:5000", Position: 70, LagEvents: 20},
 		}},
 		Delays: delays,
-		Info:   metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, BinlogBytes: 1 << 20, BinlogFiles: 2},
+		Info: metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, BinlogBytes: 1 << 20, BinlogFiles: 2,
+			Certificates: []metrics.CertificateInfo{
+				{Key: "tls.cert", Subject: "CN=server", NotAfter: 1_800_000_000_000},
+				{Key: "replication.cert", Subject: "CN=slave", NotAfter: 1_800_000_500_000},
+				{Key: "tls.cert", Subject: "CN=duplicate", NotAfter: 1}, // same series: the first wins
+			}},
 	}
 }
 
@@ -81,6 +86,8 @@ func TestSourceCollector(t *testing.T) {
 		{"smss_delayed_pending_due", map[string]string{"within": "10m"}, 1},
 		{"smss_delayed_pending_due", map[string]string{"within": "1h"}, 0},
 		{"smss_delayed_pending_due", map[string]string{"within": "later"}, 1},
+		{"smss_tls_certificate_expiry_timestamp_seconds", map[string]string{"key": "tls.cert"}, 1_800_000_000},
+		{"smss_tls_certificate_expiry_timestamp_seconds", map[string]string{"key": "replication.cert"}, 1_800_000_500},
 	}
 	for _, tc := range tests {
 		if got := value(t, f, tc.name, tc.labels); got != tc.want {
@@ -102,8 +109,12 @@ func TestSourceCollector(t *testing.T) {
 		s.Replication = metrics.ReplicationInfo{Role: metrics.RoleSlave, Master: &metrics.MasterLink{
 			Addr: "10.0.0.1:12301", State: metrics.LinkStreaming, LagEvents: -1, LagSeconds: 1.5}}
 		s.FailTopics = true
+		s.Info.Certificates = nil
 	})
 	f = families(t, m)
+	if _, ok := f["smss_tls_certificate_expiry_timestamp_seconds"]; ok {
+		t.Error("certificate expiry exported without a certificate")
+	}
 	if got := value(t, f, "smss_replication_connected", nil); got != 1 {
 		t.Errorf("replication_connected = %v", got)
 	}

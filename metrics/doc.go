@@ -1,7 +1,8 @@
 // Package metrics holds smss's Prometheus instrumentation: the collectors,
 // a small recording API for the hot paths, and the Source interface through
 // which state that is cheaper to read at scrape time (topics, subscribers,
-// replication, delays) reaches /metrics and the admin API.
+// replication, delays, TLS certificates) reaches /metrics and the admin
+// API.
 //
 // Invariants:
 //   - A Metrics owns its own prometheus.Registry; nothing is registered on
@@ -49,6 +50,11 @@
 //	  replication_connected, replication_lag_events,
 //	  replication_lag_seconds                                          (slave)
 //	  delayed_pending, delayed_pending_due{within}
+//	  tls_certificate_expiry_timestamp_seconds{key}
+//	                                           NotAfter (Unix s) of the certificate in force, read
+//	                                           at each scrape so reloads show; key tls.cert (the
+//	                                           listener) or replication.cert (a slave's client
+//	                                           certificate), present only when configured
 //	  source_errors_total                      scrapes where the Source failed
 //	plus the standard go_* and process_* families (Options.NoRuntime drops them)
 package metrics

@@ -208,4 +208,18 @@ type ServerInfo struct {
 	// Config is the configuration in effect as dotted key → value, with
 	// secrets removed (config.Config.Summary does both).
 	Config map[string]any `json:"config"`
+	// Certificates are the TLS certificates this process presents, as in
+	// force now (after any reload); absent when none is configured.
+	Certificates []CertificateInfo `json:"certificates,omitempty"`
+}
+
+// CertificateInfo is one TLS certificate the process presents.
+type CertificateInfo struct {
+	// Key is the configuration key naming the certificate file:
+	// "tls.cert" (the TLS listener) or "replication.cert" (a slave's
+	// client certificate for its master).
+	Key     string `json:"key"`
+	Subject string `json:"subject"`
+	// NotAfter is when the certificate expires (ms).
+	NotAfter int64 `json:"notAfter"`
 }

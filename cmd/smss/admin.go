@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"runtime/debug"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
@@ -120,6 +122,14 @@ func (a *adminEndpoint) setReplication(r *replicaRunner) {
 	}
 }
 
+// setListenerTLS attaches the TLS listener's material (nil: none), whose
+// certificate the metrics report.
+func (a *adminEndpoint) setListenerTLS(st *auth.ServerTLS) {
+	if a != nil {
+		a.src.listenerTLS.Store(st)
+	}
+}
+
 // shutdown stops the admin server; call it before closing the broker, whose
 // state the server reads. It may be called more than once.
 func (a *adminEndpoint) shutdown() {
@@ -150,6 +160,9 @@ type adminSource struct {
 	b      atomic.Pointer[broker.Broker]
 	listen atomic.Pointer[string]
 	repl   atomic.Pointer[replicaRunner]
+	// listenerTLS is the TLS listener's material, read at every scrape so
+	// a reloaded certificate shows.
+	listenerTLS atomic.Pointer[auth.ServerTLS]
 
 	mu         sync.Mutex
 	reconnects int  // replication sessions already counted as errors
@@ -245,7 +258,26 @@ func (s *adminSource) ServerInfo() metrics.ServerInfo {
 	if a := s.listen.Load(); a != nil {
 		in.ListenAddr = *a
 	}
+	in.Certificates = s.certificates()
 	return in
+}
+
+// certificates are the certificates in force: the TLS listener's and a
+// slave's client certificate for its master.
+func (s *adminSource) certificates() []metrics.CertificateInfo {
+	var out []metrics.CertificateInfo
+	add := func(key string, leaf *x509.Certificate) {
+		if leaf != nil {
+			out = append(out, metrics.CertificateInfo{Key: key, Subject: leaf.Subject.String(), NotAfter: leaf.NotAfter.UnixMilli()})
+		}
+	}
+	if st := s.listenerTLS.Load(); st != nil {
+		add(listenerKeys.cert, st.Leaf())
+	}
+	if r := s.repl.Load(); r != nil && r.link != nil && r.link.tls != nil {
+		add(masterKeys.cert, r.link.tls.Leaf())
+	}
+	return out
 }
 
 // Replication implements metrics.Source: the broker's view (a master's

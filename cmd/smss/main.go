@@ -8,10 +8,11 @@
 // broker finishes its in-flight group, fsyncs and closes.
 //
 // SIGHUP (reload.go) re-reads the users file (auth.enabled), the TLS
-// listener's certificate, key and client CAs (tls.listen) and a slave's
-// TLS material for its master (replication.useTLS); a file that fails to
-// load leaves the previous state in force. With none of these configured
-// SIGHUP keeps its default action and ends the process.
+// listener's certificate, key and client CAs (tls.listen), and a slave's
+// TLS material (replication.useTLS) and password file (replication.user)
+// for its next connection to the master; a file that fails to load leaves
+// the previous state in force. With none of these configured SIGHUP keeps
+// its default action and ends the process.
 //
 // With admin.listen set (admin.go), the admin HTTP endpoint starts before
 // recovery, so /healthz answers and /readyz says why it is not ready while
@@ -176,6 +177,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		return exitFailure
 	}
 	addr := srv.Addr()
+	adm.setListenerTLS(listenerTLS)
 	warnExposure(logger, srv, sec.Auth != nil)
 	hup := &reloader{log: logger, listener: listenerTLS}
 	if sec.Auth != nil {
@@ -190,7 +192,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		}
 		adm.setReplication(r)
 		defer r.Stop()
-		hup.master = r.tls
+		hup.master = r.link
 	}
 	// Before "smss listening", which tells scripts they may send SIGHUP.
 	defer reloadOnHUP(hup)()

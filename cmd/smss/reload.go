@@ -50,9 +50,10 @@ type reloader struct {
 	// listener is the TLS listener's material (tls.listen); nil without
 	// one.
 	listener *auth.ServerTLS
-	// master is a slave's TLS material for its master
-	// (replication.useTLS); nil on a master or without TLS.
-	master *auth.ClientTLS
+	// master is a slave's link to its master: its TLS material
+	// (replication.useTLS) and password (replication.user); nil on a
+	// master or when the slave has neither.
+	master *masterLink
 }
 
 // empty reports whether there is nothing to reload.
@@ -79,22 +80,35 @@ func (r *reloader) reload() {
 			logCertificate(r.log, "SIGHUP: TLS listener certificate reloaded", listenerKeys.cert, r.listener.Leaf(), time.Now())
 		}
 	}
-	if r.master != nil {
-		const ok = "SIGHUP: replication TLS material reloaded; the next connection to the master uses it"
-		err := r.master.Reload()
-		leaf := r.master.Leaf()
-		switch {
-		case err != nil:
-			r.log.Error("SIGHUP: replication TLS material not reloaded; the previous CAs and client certificate stay in force",
-				"key", masterKeys.of(err), "err", err)
-			if leaf != nil {
-				warnExpiry(r.log, masterKeys.cert, leaf, time.Now())
-			}
-		case leaf != nil:
-			logCertificate(r.log, ok, masterKeys.cert, leaf, time.Now())
-		default: // no client certificate: the CA bundle (or the system roots)
-			r.log.Info(ok, "key", masterKeys.ca)
+	if r.master != nil && r.master.tls != nil {
+		r.reloadMasterTLS(r.master.tls)
+	}
+	if r.master != nil && r.master.user != "" {
+		if err := r.master.reloadPassword(); err != nil {
+			r.log.Error("SIGHUP: replication password file not reloaded; the previous password stays in force",
+				"key", passwordKey, "err", err)
+		} else {
+			r.log.Info("SIGHUP: replication password file reloaded; the next connection to the master logs in with it",
+				"key", passwordKey)
 		}
+	}
+}
+
+func (r *reloader) reloadMasterTLS(ct *auth.ClientTLS) {
+	const ok = "SIGHUP: replication TLS material reloaded; the next connection to the master uses it"
+	err := ct.Reload()
+	leaf := ct.Leaf()
+	switch {
+	case err != nil:
+		r.log.Error("SIGHUP: replication TLS material not reloaded; the previous CAs and client certificate stay in force",
+			"key", masterKeys.of(err), "err", err)
+		if leaf != nil {
+			warnExpiry(r.log, masterKeys.cert, leaf, time.Now())
+		}
+	case leaf != nil:
+		logCertificate(r.log, ok, masterKeys.cert, leaf, time.Now())
+	default: // no client certificate: the CA bundle (or the system roots)
+		r.log.Info(ok, "key", masterKeys.ca)
 	}
 }
 

@@ -187,12 +187,13 @@ func TestReloadSlaveTLS(t *testing.T) {
 	cfg.Replication.UseTLS, cfg.Replication.CA, cfg.Replication.Cert, cfg.Replication.Key = true, caFile, certFile, keyFile
 	logs := newSink()
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	dial, ct, err := masterDialer(cfg, "127.0.0.1", logger)
-	if err != nil || ct == nil || dial == nil {
-		t.Fatalf("masterDialer: %v, %v", ct, err)
+	link, err := masterDialer(cfg, "127.0.0.1", logger)
+	if err != nil || link == nil || link.tls == nil {
+		t.Fatalf("masterDialer: %v, %v", link, err)
 	}
+	dial := link.DialContext
 	logs.waitLine(t, `msg="replication client certificate loaded" key=replication.cert subject="CN=client"`)
-	r := &reloader{log: logger, master: ct}
+	r := &reloader{log: logger, master: link}
 	if r.empty() {
 		t.Fatal("a slave with TLS has nothing to reload")
 	}
@@ -244,6 +245,9 @@ func TestReloadSlaveTLS(t *testing.T) {
 	connect()
 	if p := nextPeer(t, peers); p != "client2" {
 		t.Fatalf("after a failed reload the master saw %q", p)
+	}
+	if strings.Contains(logs.String(), "password file") {
+		t.Fatalf("a password reload without replication.user:\n%s", logs.String())
 	}
 }
 
@@ -320,11 +324,18 @@ const hupChildEnv = "SMSS_TEST_HUP_CHILD"
 // hupIgnored is the child's answer when it inherited an ignored SIGHUP.
 const hupIgnored = "SIGHUP-IGNORED-AT-START"
 
+// hupReloaded is the line TestSIGHUPHelperProcess waits for, by mode.
+var hupReloaded = map[string]string{
+	"tls":      "SIGHUP: TLS listener certificate reloaded",
+	"password": "SIGHUP: replication password file reloaded",
+}
+
 // TestSIGHUPDefaultAction runs a child process that sends itself SIGHUP:
 // with nothing to reload the signal keeps its default action and ends it;
-// with a TLS listener configured it is caught and reloads.
+// with a TLS listener or a slave's password file configured it is caught
+// and reloads.
 func TestSIGHUPDefaultAction(t *testing.T) {
-	for _, mode := range []string{"empty", "tls"} {
+	for _, mode := range []string{"empty", "tls", "password"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
 			defer cancel()
@@ -344,8 +355,8 @@ func TestSIGHUPDefaultAction(t *testing.T) {
 				if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGHUP {
 					t.Fatalf("child ended with %v, want killed by SIGHUP\n%s", err, out)
 				}
-			case "tls":
-				if err != nil || !strings.Contains(string(out), "SIGHUP: TLS listener certificate reloaded") {
+			default:
+				if err != nil || !strings.Contains(string(out), hupReloaded[mode]) {
 					t.Fatalf("child: %v\n%s", err, out)
 				}
 			}
@@ -366,13 +377,23 @@ func TestSIGHUPHelperProcess(t *testing.T) {
 	}
 	logs := newSink()
 	r := &reloader{log: slog.New(slog.NewTextHandler(logs, nil))}
-	if mode == "tls" {
+	switch mode {
+	case "tls":
 		pki := authtest.NewPKI(t)
 		st, err := auth.NewServerTLS(pki.ServerCert, pki.ServerKey, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.listener = st
+	case "password":
+		cfg := config.Default()
+		cfg.Replication.User, cfg.Replication.PasswordFile = "repl", filepath.Join(t.TempDir(), "password")
+		installBytes(t, cfg.Replication.PasswordFile, []byte("secret"))
+		link, err := masterDialer(cfg, "127.0.0.1", r.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.master = link
 	}
 	defer reloadOnHUP(r)()
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
@@ -380,5 +401,9 @@ func TestSIGHUPHelperProcess(t *testing.T) {
 	}
 	// "empty" is killed before this line is logged; a survivor fails
 	// after waitLimit at the latest.
-	os.Stdout.WriteString(logs.waitLine(t, "SIGHUP: TLS listener certificate reloaded") + "\n")
+	want := hupReloaded[mode]
+	if want == "" {
+		want = hupReloaded["tls"]
+	}
+	os.Stdout.WriteString(logs.waitLine(t, want) + "\n")
 }

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/replication"
 )
@@ -21,9 +21,9 @@ type replicaRunner struct {
 	slave  *replication.Slave
 	cancel context.CancelFunc
 	done   chan struct{}
-	// tls is the TLS material for the master, nil without
-	// replication.useTLS.
-	tls *auth.ClientTLS
+	// link dials the master with the TLS material and password SIGHUP
+	// reloads; nil for a plain connection without a login.
+	link *masterLink
 
 	// The last apply step: its last eventId and when (unix ns), for the
 	// admin endpoint's lag.
@@ -39,11 +39,15 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if masterHost == "" {
 		return nil, errors.New("smss: -role slave needs -host (the master's address)")
 	}
-	dial, ct, err := masterDialer(cfg, masterHost, logger)
+	link, err := masterDialer(cfg, masterHost, logger)
 	if err != nil {
 		return nil, err
 	}
-	r := &replicaRunner{done: make(chan struct{}), tls: ct}
+	var dial client.DialFunc
+	if link != nil {
+		dial = link.DialContext
+	}
+	r := &replicaRunner{done: make(chan struct{}), link: link}
 	s, err := replication.NewSlave(b, replication.SlaveOptions{
 		DialContext:   dial,
 		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),

@@ -63,58 +63,63 @@ func warnExposure(logger *slog.Logger, srv *server.Server, authOn bool) {
 	}
 }
 
+// passwordKey is the configuration key of the replication password file.
+const passwordKey = "replication.passwordFile"
+
 // masterDialer opens a slave's connection to its master per the
 // replication.* keys: TLS (verified as masterHost unless serverName is
-// set) and a login. nil means a plain connection. The returned ClientTLS
-// (nil without replication.useTLS) is the TLS material, which SIGHUP
-// reloads for the next connection.
-func masterDialer(cfg *config.Config, masterHost string, logger *slog.Logger) (client.DialFunc, *auth.ClientTLS, error) {
+// set) and a login. A nil link means a plain connection, with nothing to
+// reload; otherwise dial with link.DialContext, and SIGHUP reloads the
+// link's TLS material and password for the next connection.
+func masterDialer(cfg *config.Config, masterHost string, logger *slog.Logger) (*masterLink, error) {
 	r := cfg.Replication
-	var ct *auth.ClientTLS
+	if !r.UseTLS && r.User == "" {
+		return nil, nil
+	}
+	link := &masterLink{user: r.User, passwordFile: r.PasswordFile, log: logger}
 	if r.UseTLS {
 		name := r.ServerName
 		if name == "" {
 			name = masterHost
 		}
-		var err error
-		if ct, err = auth.NewClientTLS(r.CA, name, r.Cert, r.Key); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", masterKeys.of(err), err)
+		ct, err := auth.NewClientTLS(r.CA, name, r.Cert, r.Key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", masterKeys.of(err), err)
 		}
 		if leaf := ct.Leaf(); leaf != nil {
 			logCertificate(logger, "replication client certificate loaded", masterKeys.cert, leaf, time.Now())
 		}
+		link.tls = ct
 	}
-	var creds *client.Credentials
 	if r.User != "" {
 		pw, err := readPasswordFile(r.PasswordFile, logger)
 		if err != nil {
-			return nil, nil, fmt.Errorf("replication.passwordFile: %w", err)
+			return nil, fmt.Errorf("%s: %w", passwordKey, err)
 		}
-		creds = &client.Credentials{User: r.User, Password: pw}
+		link.password = pw
 	}
-	if ct == nil {
-		if creds == nil {
-			return nil, nil, nil
-		}
-		dial, err := client.SecureDialer(nil, nil, creds)
-		return dial, nil, err
-	}
-	link := &masterLink{tls: ct, creds: creds}
 	if _, err := link.dialer(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return link.DialContext, ct, nil
+	return link, nil
 }
 
-// masterLink dials the master with the TLS material in force: a reload
-// gives the next connection a dialer built on the new configuration.
+// masterLink dials the master with the TLS material and the password in
+// force: a reload of either gives the next connection a dialer built on
+// the new one, while open connections keep what they negotiated.
 type masterLink struct {
-	tls   *auth.ClientTLS
-	creds *client.Credentials
+	tls          *auth.ClientTLS // nil without replication.useTLS
+	user         string          // "" without a login
+	passwordFile string
+	log          *slog.Logger
 
-	mu   sync.Mutex
-	cfg  *tls.Config // what dial was built on
-	dial client.DialFunc
+	// mu guards what the dialer was built on; a password reload holds it
+	// from reading the file to installing the new dialer, so reloads are
+	// serialised and an older read never wins.
+	mu       sync.Mutex
+	password string
+	cfg      *tls.Config
+	dial     client.DialFunc
 }
 
 func (m *masterLink) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -125,18 +130,59 @@ func (m *masterLink) DialContext(ctx context.Context, network, addr string) (net
 	return dial(ctx, network, addr)
 }
 
+// dialer returns the dialer for the material in force, building a new one
+// after a TLS reload.
 func (m *masterLink) dialer() (client.DialFunc, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cfg := m.tls.Config(); cfg != m.cfg {
-		// A new dialer repeats the login's key derivation once.
-		dial, err := client.SecureDialer(nil, cfg, m.creds)
+	if cfg := m.tlsConfig(); m.dial == nil || cfg != m.cfg {
+		dial, err := m.build(cfg, m.password)
 		if err != nil {
 			return nil, err
 		}
 		m.cfg, m.dial = cfg, dial
 	}
 	return m.dial, nil
+}
+
+// reloadPassword re-reads replication.passwordFile for the next
+// connection. On error the password in force stays.
+func (m *masterLink) reloadPassword() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pw, err := readPasswordFile(m.passwordFile, m.log)
+	if err != nil {
+		return err
+	}
+	// A login's keys are derived once per dialer: a new password needs a
+	// new one. Building it now reports a password the login cannot use
+	// (SASLprep) here rather than on every reconnect.
+	cfg := m.tlsConfig()
+	dial, err := m.build(cfg, pw)
+	if err != nil {
+		return err
+	}
+	m.password, m.cfg, m.dial = pw, cfg, dial
+	return nil
+}
+
+func (m *masterLink) tlsConfig() *tls.Config {
+	if m.tls == nil {
+		return nil
+	}
+	return m.tls.Config()
+}
+
+func (m *masterLink) build(cfg *tls.Config, password string) (client.DialFunc, error) {
+	var creds *client.Credentials
+	if m.user != "" {
+		creds = &client.Credentials{User: m.user, Password: password}
+	}
+	dial, err := client.SecureDialer(nil, cfg, creds)
+	if err != nil {
+		return nil, fmt.Errorf("replication.user/%s: %w", passwordKey, err)
+	}
+	return dial, nil
 }
 
 // readPasswordFile returns the file's content without trailing newlines.

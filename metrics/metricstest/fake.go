@@ -101,6 +101,7 @@ func (f *Fake) ServerInfo() metrics.ServerInfo {
 		}
 		i.Config = c
 	}
+	i.Certificates = append([]metrics.CertificateInfo(nil), i.Certificates...)
 	return i
 }
 
