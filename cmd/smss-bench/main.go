@@ -47,6 +47,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "floor" {
+		return runFloor(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
