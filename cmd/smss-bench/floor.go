@@ -9,7 +9,14 @@ package main
 // then replies. Not a message queue: nothing is stored, acks are read and
 // ignored, and a message published while no subscriber is live is lost.
 //
-//	smss-bench floor --listen 127.0.0.1:7000 &
+// With --writer, a publish first takes smss's shape, without its logic: the
+// connection's goroutine hands the payload to one writer goroutine, which
+// gathers what is queued into a group, writes the group twice to a temp
+// file (binlog and topic file) and hands every publish back; then the
+// connection's goroutine delivers and replies. The difference between the
+// two modes is what the single writer costs in Go by itself.
+//
+//	smss-bench floor --listen 127.0.0.1:7000 [--writer] &
 //	smss-bench e2e --addr 127.0.0.1:7000 --pid $!
 
 import (
@@ -20,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +40,7 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("smss-bench floor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	withWriter := fs.Bool("writer", false, "hand publishes to one writer goroutine that writes them to a temp file twice")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -43,8 +52,19 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "smss-bench floor:", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "floor server listening on", ln.Addr())
 	fl := newFloor(ln)
+	if *withWriter {
+		f, err := os.CreateTemp("", "smss-bench-floor-*")
+		if err != nil {
+			ln.Close()
+			fmt.Fprintln(stderr, "smss-bench floor:", err)
+			return 1
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		fl.startWriter(f)
+	}
+	fmt.Fprintln(stdout, "floor server listening on", ln.Addr())
 	context.AfterFunc(ctx, func() { fl.close() })
 	fl.serve()
 	return 0
@@ -53,6 +73,9 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 type floorServer struct {
 	ln     net.Listener
 	nextID atomic.Int64
+	// submit reaches the writer goroutine (--writer); nil without it.
+	submit  chan floorPub
+	stopped chan struct{} // closed when the writer has returned
 
 	mu    sync.Mutex
 	subs  map[string]*floorSub // topic → its live subscriber
@@ -72,7 +95,13 @@ func newFloor(ln net.Listener) *floorServer {
 
 // serve accepts until the listener closes, then waits for its connections.
 func (f *floorServer) serve() {
-	defer f.wg.Wait()
+	defer func() {
+		f.wg.Wait()
+		if f.submit != nil {
+			close(f.submit)
+			<-f.stopped
+		}
+	}()
 	for {
 		c, err := f.ln.Accept()
 		if err != nil {
@@ -103,10 +132,58 @@ func (f *floorServer) close() {
 	}
 }
 
+// floorPub is one publish handed to the writer; done is signalled once the
+// group holding it is written.
+type floorPub struct {
+	payload []byte
+	done    chan error
+}
+
+// startWriter starts the writer goroutine of --writer on file w. It ends
+// when serve has returned (no publisher is left) and closes stopped.
+func (f *floorServer) startWriter(w io.Writer) {
+	f.submit = make(chan floorPub, 1024)
+	f.stopped = make(chan struct{})
+	go func() {
+		defer close(f.stopped)
+		var group []floorPub
+		var buf []byte
+		for p := range f.submit {
+			group, buf = append(group[:0], p), append(buf[:0], p.payload...)
+		gather:
+			for {
+				select {
+				case p, ok := <-f.submit:
+					if !ok {
+						break gather
+					}
+					group, buf = append(group, p), append(buf, p.payload...)
+				default:
+					break gather
+				}
+			}
+			_, err := w.Write(buf) // the binlog's copy
+			if err == nil {
+				_, err = w.Write(buf) // the topic file's
+			}
+			for _, p := range group {
+				p.done <- err
+			}
+		}
+	}()
+}
+
+// write hands payload to the writer and waits for its group (--writer).
+func (f *floorServer) write(payload []byte, done chan error) error {
+	f.submit <- floorPub{payload: payload, done: done}
+	return <-done
+}
+
 func (f *floorServer) conn(c net.Conn) {
 	rr := protocol.NewRequestReader(bufio.NewReader(c), protocol.DefaultLimits())
 	var req protocol.Request
 	var out []byte
+	done := make(chan error, 1)
 	for {
 		err := rr.Read(&req)
 		var re *protocol.RequestError
@@ -125,6 +202,12 @@ func (f *floorServer) conn(c net.Conn) {
 			f.subscribe(c, string(req.Topic))
 			return
 		case protocol.CmdPub:
+			if f.submit != nil {
+				if err := f.write(req.Payload, done); err != nil {
+					out = protocol.AppendReplyError(out, "floor server: "+err.Error())
+					break
+				}
+			}
 			f.deliver(string(req.Topic), req.Payload)
 			out = protocol.AppendReplyOK(out)
 		case protocol.CmdCreate, protocol.CmdAlive:

@@ -60,7 +60,7 @@ type options struct {
 
 const usageText = `usage: smss-bench <pub|sub|e2e|repl> [flags]
        smss-bench compare --workload <pub|sub|e2e> [flags]
-       smss-bench floor [--listen host:port]
+       smss-bench floor [--listen host:port] [--writer]
 
 Starts the server itself (smss built with go build, or redis-server) on a
 free loopback port with its data in a temp directory, unless --addr names a
@@ -80,7 +80,8 @@ workloads:
            pairs) and print both side by side with their ratio.
   floor    serve a stand-in server with no storage and no hand-offs, for
            the other workloads' --addr: what Go and this machine cost by
-           themselves (e2e latency, server CPU), smss's floor.
+           themselves (e2e latency, server CPU), smss's floor. --writer
+           adds smss's shape: publishes go through one writer goroutine.
 
 flags:
 `
