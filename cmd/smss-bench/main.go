@@ -10,6 +10,10 @@
 // directory, and everything started is killed and removed on exit,
 // including on Ctrl-C (children also get SIGKILL if the tool itself dies).
 //
+// `smss-bench floor` serves a stand-in server with no storage (floor.go)
+// for the workloads' --addr: the cost of Go and of this machine alone,
+// which smss's own figures are read against.
+//
 // Definitions used in the output:
 //   - msgs/s counts messages (records), MB/s their bodies (10^6 bytes).
 //   - pub latency is per request (send to reply); e2e and repl latency is
