@@ -29,6 +29,7 @@ type feedStream struct {
 	mu      sync.Mutex
 	blocks  [][]byte
 	changed chan struct{} // closed and replaced on every commit
+	taken   atomic.Int64  // blocks Next has delivered
 }
 
 func newFeedStream() *feedStream { return &feedStream{changed: make(chan struct{})} }
@@ -54,6 +55,7 @@ func (s *feedStream) Next(ctx context.Context, max int, wait time.Duration, fn f
 				return 0, err
 			}
 		}
+		s.taken.Add(int64(n))
 		if n > 0 || wait <= 0 {
 			return n, nil
 		}
@@ -179,45 +181,48 @@ func TestMasterLingerLonePublisherNotDelayed(t *testing.T) {
 }
 
 // TestMasterLingerEndsWithTheBurst: what a linger gathers does not make a
-// stream busy. After a burst, commits arriving one at a time (slower than
-// the stream wakes up) go out at once again, even though each linger would
-// have gathered several of them.
+// stream busy. After a burst, a commit that arrives alone waits for the
+// linger, which gathers several more; the commits after that, arriving one
+// at a time, go out at once again.
+//
+// Each step waits for the master to have taken the blocks before it
+// commits more, so every wake-up finds exactly what the test means it to
+// however slowly a loaded machine runs the master: paced commits would
+// pile up behind a late wake-up and make the stream busy for real.
 func TestMasterLingerEndsWithTheBurst(t *testing.T) {
 	srv, cli := tcpPair(t)
+	cc := &countingConn{Conn: srv}
 	st := newFeedStream()
-	const linger, every, singles = time.Second, 50 * time.Millisecond, 30
+	const linger, gathered, singles = 2 * time.Second, 5, 10
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	res := goServe(ctx, srv, nil, feedSource{st}, 0,
+	res := goServe(ctx, cc, nil, feedSource{st}, 0,
 		MasterOptions{AliveInterval: time.Hour, Linger: linger, Logger: quiet})
 	r := bufio.NewReader(cli)
 	cli.SetReadDeadline(time.Now().Add(60 * time.Second))
 	st.commitMany(lingerBlock(0), lingerBlock(1), lingerBlock(2)) // a burst
 	readBlocksFrom(t, r, 0, 3)
 
-	committed := make([]time.Time, 3+singles)
-	var mu sync.Mutex
-	go func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for i := 3; i < 3+singles; i++ {
-			<-tick.C
-			mu.Lock()
-			committed[i] = time.Now()
-			mu.Unlock()
-			st.commitMany(lingerBlock(i))
-		}
-	}()
+	// One block alone: the stream is busy since the burst, so the master
+	// takes it and lingers; what commits meanwhile joins its write.
+	st.commitMany(lingerBlock(3))
+	waitFor(t, 10*time.Second, "the master to take the block after the burst", func() bool { return st.taken.Load() == 4 })
+	for i := 4; i < 4+gathered; i++ {
+		st.commitMany(lingerBlock(i))
+	}
+	readBlocksFrom(t, r, 3, 1+gathered)
+	if w := cc.writes.Load(); w != 2 {
+		t.Fatalf("%d writes for the burst and the linger after it, want 2 (the linger gathers %d blocks)", w, 1+gathered)
+	}
+
+	// The wake-up before the linger found one block: single commits now go
+	// out at once, far sooner than the linger.
 	var worst time.Duration
-	for i := 3; i < 3+singles; i++ {
+	for i := 4 + gathered; i < 4+gathered+singles; i++ {
+		committed := time.Now()
+		st.commitMany(lingerBlock(i))
 		readBlocksFrom(t, r, i, 1)
-		mu.Lock()
-		took := time.Since(committed[i])
-		mu.Unlock()
-		// The linger the burst started ends within its first second.
-		if i >= 3+int((linger+every)/every) && took > worst {
-			worst = took
-		}
+		worst = max(worst, time.Since(committed))
 	}
 	if worst > linger/2 {
 		t.Fatalf("after the burst, single blocks still waited up to %v (linger %v)", worst, linger)

@@ -81,11 +81,17 @@ func TestFullSyncFromZero(t *testing.T) {
 	m := openBroker(t, mdir, false, nil)
 	defer m.Close()
 	populate(t, m, "1")
-	ms := serveMaster(t, m, "", MasterOptions{AliveInterval: 200 * time.Millisecond})
+	// Alives every 100 ms of idleness keep the stream open through
+	// populate's idle spell (about a second, waiting for a topic to
+	// expire). The slave gives up after 600 ms of silence rather than the
+	// default 200 ms: a loaded machine may hold the master back half a
+	// second, and the stream must stay open (no reconnect) all the same.
+	ms := serveMaster(t, m, "", MasterOptions{AliveInterval: 100 * time.Millisecond})
 
 	sb := openBroker(t, sdir, true, nil)
 	defer sb.Close()
-	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, AliveInterval: 200 * time.Millisecond})
+	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, AliveInterval: 100 * time.Millisecond,
+		SilenceTimeout: 600 * time.Millisecond})
 	waitCaughtUp(t, s, m, 20*time.Second)
 	// Live replication of new writes on the open stream.
 	populate(t, m, "2")

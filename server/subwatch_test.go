@@ -226,26 +226,36 @@ func TestSubWatcherAckTimeout(t *testing.T) {
 // time, over several ack timeouts and with idle spells longer than one,
 // must never be cut off. The sleeps are the slow subscriber being
 // simulated, not waits for a condition.
+//
+// Each ack is sent a fifth of the timeout after its frame is read, so a
+// loaded machine has 4/5 of the timeout (800 ms) to get the frame to the
+// test and the ack back before the server may rightly give up; six such
+// frames (1.2 timeouts) still outlast a deadline armed once and never
+// moved, however slowly they go.
 func TestSubWatcherAckTimeoutIsPerFrame(t *testing.T) {
-	const ackTimeout = 300 * time.Millisecond
+	const (
+		ackTimeout = time.Second
+		ackDelay   = ackTimeout / 5
+		frames     = 6
+	)
 	spy, ts, pub := startSpy(t, nil)
 	c := ts.dial(t)
 	subscribeIdle(t, spy, c, ackTimeout)
 	id := int64(2)
 	for round := 0; round < 2; round++ {
-		// Four acks a third of the timeout apart outlast a deadline armed
-		// once and never moved.
-		for i := 0; i < 4; i++ {
+		for i := 0; i < frames; i++ {
 			pubIDs(t, pub, "s", id)
 			expectData(t, c, id)
-			time.Sleep(ackTimeout / 3)
+			time.Sleep(ackDelay)
 			send(t, c, ack(0))
 			id++
 		}
-		time.Sleep(ackTimeout * 2) // idle: the deadline fires with no ack pending
+		// Idle: the deadline, due at most a timeout after the last frame
+		// (ackDelay before its ack), fires with no ack pending.
+		time.Sleep(ackTimeout + ackTimeout/2)
 	}
 	handOver(t, spy, c, pub, id)
-	time.Sleep(ackTimeout / 3)
+	time.Sleep(ackDelay)
 	send(t, c, append(ack(1), aliveReq()...))
 	expect(t, c, aliveReply())
 }

@@ -19,6 +19,10 @@ import (
 	"github.com/smssmq/smss/client/internal/testserver"
 )
 
+// authTTL is long: the TTL plays no part in these tests, and each acquire
+// gets TTL/3 (10 s), which a TLS handshake on a loaded machine never needs.
+const authTTL = 30 * time.Second
+
 // A group store on a Redis that requires AUTH: the lock takes whatever
 // *redis.Client the caller configured, with Username/Password (ACL users)
 // or Password alone (requirepass).
@@ -35,7 +39,7 @@ func TestGroupWithRedisAuth(t *testing.T) {
 	}
 
 	anon := redisClient(t, rs.Addr)
-	if _, err := NewGroup(anon, "orders", "billing", Options{TTL: time.Second}).TryAcquire(ctx); err == nil ||
+	if _, err := NewGroup(anon, "orders", "billing", Options{TTL: authTTL}).TryAcquire(ctx); err == nil ||
 		!strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("acquire without AUTH: %v", err)
 	}
@@ -45,7 +49,7 @@ func TestGroupWithRedisAuth(t *testing.T) {
 	} {
 		rdb := redis.NewClient(opts)
 		t.Cleanup(func() { rdb.Close() })
-		g := NewGroup(rdb, "orders", "billing-"+opts.Username, Options{TTL: time.Second})
+		g := NewGroup(rdb, "orders", "billing-"+opts.Username, Options{TTL: authTTL})
 		lease, err := g.TryAcquire(ctx)
 		if err != nil {
 			t.Fatalf("acquire as %q: %v", opts.Username, err)
@@ -63,7 +67,7 @@ func TestGroupWithRedisAuth(t *testing.T) {
 	// The ACL user cannot touch keys outside its pattern.
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, Username: "locker", Password: "lock-pw"})
 	defer rdb.Close()
-	if _, err := NewGroup(rdb, "orders", "billing", Options{TTL: time.Second, KeyPrefix: "other:"}).TryAcquire(ctx); err == nil ||
+	if _, err := NewGroup(rdb, "orders", "billing", Options{TTL: authTTL, KeyPrefix: "other:"}).TryAcquire(ctx); err == nil ||
 		!strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("acquire outside the ACL key pattern: %v", err)
 	}
@@ -118,7 +122,7 @@ func TestGroupWithRedisTLS(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	g := NewGroup(rdb, "orders", "billing", Options{TTL: time.Second})
+	g := NewGroup(rdb, "orders", "billing", Options{TTL: authTTL})
 	lease, err := g.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -130,10 +134,10 @@ func TestGroupWithRedisTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without the client certificate, or the password, nothing works.
-	if _, err := NewGroup(newClient(pki.ClientConfig(t, false), "tls-pw"), "orders", "b2", Options{TTL: time.Second}).TryAcquire(ctx); err == nil {
+	if _, err := NewGroup(newClient(pki.ClientConfig(t, false), "tls-pw"), "orders", "b2", Options{TTL: authTTL}).TryAcquire(ctx); err == nil {
 		t.Fatal("acquired without a client certificate")
 	}
-	_, err = NewGroup(newClient(pki.ClientConfig(t, true), ""), "orders", "b3", Options{TTL: time.Second}).TryAcquire(ctx)
+	_, err = NewGroup(newClient(pki.ClientConfig(t, true), ""), "orders", "b3", Options{TTL: authTTL}).TryAcquire(ctx)
 	if err == nil || errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("acquire without the password: %v", err)
 	}
