@@ -27,7 +27,7 @@ type RSS struct {
 	IdleKiB   int64 `json:"idle_kib"` // VmRSS before the timed phase
 	MaxKiB    int64 `json:"max_kib"`  // highest VmRSS sampled during it (every 100 ms)
 	EndKiB    int64 `json:"end_kib"`  // VmRSS right after it
-	HWMKiB    int64 `json:"hwm_kib"`  // VmHWM at the end (peak since the process started)
+	HWMKiB    int64 `json:"hwm_kib"`  // VmHWM at the end (peak since the process started), at least MaxKiB
 	SlaveKiB  int64 `json:"slave_kib,omitempty"`
 	SlaveHWM  int64 `json:"slave_hwm_kib,omitempty"`
 	SampledAt int   `json:"samples"`

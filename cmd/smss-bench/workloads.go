@@ -153,6 +153,10 @@ func (m *measure) end(stored int64) *Result {
 	if m.sampler != nil {
 		res.RSS.MaxKiB, res.RSS.SampledAt = m.sampler.finish()
 		res.RSS.EndKiB, res.RSS.HWMKiB, _ = procMem(m.inst.pid)
+		// VmHWM can read below a VmRSS sampled earlier: the kernel's RSS
+		// counters are approximate and it raises the high-water mark only
+		// at some events. The peak is at least what was seen.
+		res.RSS.HWMKiB = max(res.RSS.HWMKiB, res.RSS.MaxKiB)
 		if m.inst.slave != nil {
 			res.RSS.SlaveKiB, res.RSS.SlaveHWM, _ = procMem(m.inst.slave.pid())
 		}
