@@ -340,8 +340,8 @@ func (s *Slave) readFrame(br *bufio.Reader, b *batch) error {
 
 func (s *Slave) readErr(what string, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("the master sent nothing for %v (silence timeout, about twice its alive interval): %w",
-			s.opts.SilenceTimeout, err)
+		return fmt.Errorf("the master sent nothing for %v (the silence timeout; an idle master sends an alive every %v): %w",
+			s.opts.SilenceTimeout, s.opts.AliveInterval, err)
 	}
 	return fmt.Errorf("read %s from master: %w", what, err)
 }
