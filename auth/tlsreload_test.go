@@ -20,28 +20,6 @@ import (
 
 const tlsTestDeadline = 10 * time.Second
 
-// install replaces dst by a copy of src the way an operator should rotate
-// files: a temporary file renamed over the old one.
-func install(t *testing.T, dst, src string) {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, dst, data)
-}
-
-func writeFile(t *testing.T, dst string, data []byte) {
-	t.Helper()
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // serveTLS runs a TLS server on cfg: each connection completes the
 // handshake, sends the common name of the client certificate ("-" without
 // one) on a line, then echoes. A failed handshake closes the connection.
@@ -121,9 +99,9 @@ func serverFiles(t *testing.T, pki *authtest.PKI) (cert, key, ca string) {
 	t.Helper()
 	dir := t.TempDir()
 	cert, key, ca = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
-	install(t, cert, pki.ServerCert)
-	install(t, key, pki.ServerKey)
-	install(t, ca, pki.CAFile)
+	authtest.Install(t, cert, pki.ServerCert)
+	authtest.Install(t, key, pki.ServerKey)
+	authtest.Install(t, ca, pki.CAFile)
 	return cert, key, ca
 }
 
@@ -144,8 +122,8 @@ func TestServerTLSReloadRotatesCertificate(t *testing.T) {
 	old.echo(t, "before")
 
 	cert2, key2 := pki.Issue(t, "server2", x509.ExtKeyUsageServerAuth)
-	install(t, certFile, cert2)
-	install(t, keyFile, key2)
+	authtest.Install(t, certFile, cert2)
+	authtest.Install(t, keyFile, key2)
 	if err := st.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,21 +158,27 @@ func TestServerTLSFailedReloadKeepsPrevious(t *testing.T) {
 		{name: "certificate missing", file: auth.TLSCert, is: fs.ErrNotExist,
 			breakIt: func(t *testing.T, cert, key, ca string) { os.Remove(cert) }},
 		{name: "certificate not PEM", file: auth.TLSCert, inReason: "no PEM certificate",
-			breakIt: func(t *testing.T, cert, key, ca string) { writeFile(t, cert, []byte("not a certificate")) }},
+			breakIt: func(t *testing.T, cert, key, ca string) { authtest.InstallBytes(t, cert, []byte("not a certificate")) }},
 		{name: "key not PEM", file: auth.TLSKey,
-			breakIt: func(t *testing.T, cert, key, ca string) { writeFile(t, key, []byte("not a key")) }},
+			breakIt: func(t *testing.T, cert, key, ca string) { authtest.InstallBytes(t, key, []byte("not a key")) }},
 		{name: "key of another certificate", file: auth.TLSKey, inReason: "does not match",
-			breakIt: func(t *testing.T, cert, key, ca string) { install(t, cert, otherCert) }},
+			breakIt: func(t *testing.T, cert, key, ca string) { authtest.Install(t, cert, otherCert) }},
 		{name: "expired certificate", file: auth.TLSCert, is: auth.ErrCertValidity, inReason: "expired at",
-			breakIt: func(t *testing.T, cert, key, ca string) { install(t, cert, expiredCert); install(t, key, expiredKey) }},
+			breakIt: func(t *testing.T, cert, key, ca string) {
+				authtest.Install(t, cert, expiredCert)
+				authtest.Install(t, key, expiredKey)
+			}},
 		{name: "certificate not yet valid", file: auth.TLSCert, is: auth.ErrCertValidity, inReason: "not valid before",
-			breakIt: func(t *testing.T, cert, key, ca string) { install(t, cert, futureCert); install(t, key, futureKey) }},
+			breakIt: func(t *testing.T, cert, key, ca string) {
+				authtest.Install(t, cert, futureCert)
+				authtest.Install(t, key, futureKey)
+			}},
 		// A good certificate does not go into force beside a bad CA bundle.
 		{name: "client CA not PEM", file: auth.TLSCA, inReason: "no PEM certificate",
 			breakIt: func(t *testing.T, cert, key, ca string) {
-				install(t, cert, goodCert)
-				install(t, key, goodKey)
-				writeFile(t, ca, []byte("-----BEGIN NOTHING-----\n"))
+				authtest.Install(t, cert, goodCert)
+				authtest.Install(t, key, goodKey)
+				authtest.InstallBytes(t, ca, []byte("-----BEGIN NOTHING-----\n"))
 			}},
 		{name: "client CA missing", file: auth.TLSCA, is: fs.ErrNotExist,
 			breakIt: func(t *testing.T, cert, key, ca string) { os.Remove(ca) }},
@@ -237,9 +221,9 @@ func TestServerTLSFailedReloadKeepsPrevious(t *testing.T) {
 			old.echo(t, "still up")
 
 			// Repaired files load again.
-			install(t, certFile, goodCert)
-			install(t, keyFile, goodKey)
-			install(t, caFile, pki.CAFile)
+			authtest.Install(t, certFile, goodCert)
+			authtest.Install(t, keyFile, goodKey)
+			authtest.Install(t, caFile, pki.CAFile)
 			if err := st.Reload(); err != nil {
 				t.Fatal(err)
 			}
@@ -272,7 +256,7 @@ func TestServerTLSReloadClientCA(t *testing.T) {
 	}
 	resumed.echo(t, "resumed")
 
-	install(t, caFile, pki2.CAFile)
+	authtest.Install(t, caFile, pki2.CAFile)
 	if err := st.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -295,9 +279,9 @@ func TestClientTLSReload(t *testing.T) {
 	pki := authtest.NewPKI(t)
 	dir := t.TempDir()
 	caFile, certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	install(t, caFile, pki.CAFile)
-	install(t, certFile, pki.ClientCert)
-	install(t, keyFile, pki.ClientKey)
+	authtest.Install(t, caFile, pki.CAFile)
+	authtest.Install(t, certFile, pki.ClientCert)
+	authtest.Install(t, keyFile, pki.ClientKey)
 	ct, err := auth.NewClientTLS(caFile, "localhost", certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -309,8 +293,8 @@ func TestClientTLSReload(t *testing.T) {
 	}
 
 	cert2, key2 := pki.Issue(t, "client2", x509.ExtKeyUsageClientAuth)
-	install(t, certFile, cert2)
-	install(t, keyFile, key2)
+	authtest.Install(t, certFile, cert2)
+	authtest.Install(t, keyFile, key2)
 	if err := ct.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -324,21 +308,21 @@ func TestClientTLSReload(t *testing.T) {
 
 	// Failed reloads change nothing.
 	expCert, expKey := pki.IssueValid(t, "expired", x509.ExtKeyUsageClientAuth, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
-	install(t, certFile, expCert)
-	install(t, keyFile, expKey)
+	authtest.Install(t, certFile, expCert)
+	authtest.Install(t, keyFile, expKey)
 	var fe *auth.TLSFileError
 	if err := ct.Reload(); !errors.As(err, &fe) || fe.File != auth.TLSCert || !errors.Is(err, auth.ErrCertValidity) {
 		t.Fatalf("reload of an expired client certificate: %v", err)
 	}
-	install(t, certFile, cert2)
-	writeFile(t, keyFile, []byte("garbage"))
+	authtest.Install(t, certFile, cert2)
+	authtest.InstallBytes(t, keyFile, []byte("garbage"))
 	if err := ct.Reload(); !errors.As(err, &fe) || fe.File != auth.TLSKey || fe.Path != keyFile {
 		t.Fatalf("reload of a broken key: %v", err)
 	}
 	if ct.Config() != cfg2 || ct.Leaf().Subject.CommonName != "client2" {
 		t.Fatal("a failed reload replaced the configuration")
 	}
-	install(t, keyFile, key2)
+	authtest.Install(t, keyFile, key2)
 
 	// The master moves to another CA: trusted once the bundle is replaced.
 	pki2 := authtest.NewPKI(t)
@@ -346,7 +330,7 @@ func TestClientTLSReload(t *testing.T) {
 	if _, err := dialTLS(t, addr2, ct.Config()); err == nil {
 		t.Fatal("a server of an unknown CA was trusted")
 	}
-	install(t, caFile, pki2.CAFile)
+	authtest.Install(t, caFile, pki2.CAFile)
 	if err := ct.Reload(); err != nil {
 		t.Fatal(err)
 	}

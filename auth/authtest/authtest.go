@@ -236,3 +236,27 @@ func ServeTLS(t testing.TB, cfg *tls.Config, deadline time.Duration, handle func
 	})
 	return ln.Addr().String()
 }
+
+// Install replaces dst by a copy of src the way an operator should rotate
+// a file: a temporary file renamed over the old one, so a reload never
+// reads half a file.
+func Install(t testing.TB, dst, src string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	InstallBytes(t, dst, data)
+}
+
+// InstallBytes is Install with the new content given.
+func InstallBytes(t testing.TB, dst string, data []byte) {
+	t.Helper()
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -66,10 +66,10 @@ func TestCertificateExpiryMetric(t *testing.T) {
 	for _, name := range []string{"server.pem", "server-key.pem", "client.pem", "client-key.pem"} {
 		files[name] = filepath.Join(dir, name)
 	}
-	install(t, files["server.pem"], pki.ServerCert)
-	install(t, files["server-key.pem"], pki.ServerKey)
-	install(t, files["client.pem"], pki.ClientCert)
-	install(t, files["client-key.pem"], pki.ClientKey)
+	authtest.Install(t, files["server.pem"], pki.ServerCert)
+	authtest.Install(t, files["server-key.pem"], pki.ServerKey)
+	authtest.Install(t, files["client.pem"], pki.ClientCert)
+	authtest.Install(t, files["client-key.pem"], pki.ClientKey)
 	// A loopback port nothing listens on: the slave keeps retrying, and
 	// still reports its client certificate.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,11 +123,11 @@ func TestCertificateExpiryMetric(t *testing.T) {
 	// Certificates valid for 90 and 60 days replace the one-day ones.
 	now := time.Now()
 	cert, key := pki.IssueValid(t, "server2", x509.ExtKeyUsageServerAuth, now.Add(-time.Hour), now.Add(90*24*time.Hour))
-	install(t, files["server.pem"], cert)
-	install(t, files["server-key.pem"], key)
+	authtest.Install(t, files["server.pem"], cert)
+	authtest.Install(t, files["server-key.pem"], key)
 	cert, key = pki.IssueValid(t, "client2", x509.ExtKeyUsageClientAuth, now.Add(-time.Hour), now.Add(60*24*time.Hour))
-	install(t, files["client.pem"], cert)
-	install(t, files["client-key.pem"], key)
+	authtest.Install(t, files["client.pem"], cert)
+	authtest.Install(t, files["client-key.pem"], key)
 	rotated := map[string]float64{"tls.cert": notAfter(t, files["server.pem"]), "replication.cert": notAfter(t, files["client.pem"])}
 	for k, v := range rotated {
 		if v-initial[k] < 24*3600 {
@@ -140,8 +140,8 @@ func TestCertificateExpiryMetric(t *testing.T) {
 	check("after SIGHUP", rotated)
 
 	// A failed reload changes nothing.
-	installBytes(t, files["server-key.pem"], []byte("not a key"))
-	installBytes(t, files["client-key.pem"], []byte("not a key"))
+	authtest.InstallBytes(t, files["server-key.pem"], []byte("not a key"))
+	authtest.InstallBytes(t, files["client-key.pem"], []byte("not a key"))
 	sendHUP(t)
 	in.out.waitLine(t, `msg="SIGHUP: TLS listener certificate not reloaded`)
 	in.out.waitLine(t, `msg="SIGHUP: replication TLS material not reloaded`)

@@ -61,7 +61,7 @@ func testPasswordReload(t *testing.T, useTLS bool) {
 	setUsers := func(password string) {
 		t.Helper()
 		authtest.WriteUsers(t, usersFile+".new", authtest.User{Name: "repl", Password: password, Roles: []string{auth.RoleReplication}})
-		install(t, usersFile, usersFile+".new")
+		authtest.Install(t, usersFile, usersFile+".new")
 	}
 	setUsers(first)
 	conf := "auth:\n  enabled: true\n  usersFile: " + strconv.Quote(usersFile) + "\n"
@@ -81,7 +81,7 @@ func testPasswordReload(t *testing.T, useTLS bool) {
 	}
 
 	pwFile := filepath.Join(dir, "repl.password")
-	installBytes(t, pwFile, []byte(first+"\n"))
+	authtest.InstallBytes(t, pwFile, []byte(first+"\n"))
 	cfg := config.Default()
 	cfg.Replication.User, cfg.Replication.PasswordFile = "repl", pwFile
 	if useTLS {
@@ -128,7 +128,7 @@ func testPasswordReload(t *testing.T, useTLS bool) {
 		t.Fatalf("login with the old password after the master changed it: %v", err)
 	}
 
-	installBytes(t, pwFile, []byte(second+"\n"))
+	authtest.InstallBytes(t, pwFile, []byte(second+"\n"))
 	hup()
 	if line := logs.waitLines(t, "SIGHUP: replication password file reloaded", 2); !strings.Contains(line, "level=INFO") ||
 		!strings.Contains(line, "key=replication.passwordFile") {
@@ -142,10 +142,10 @@ func testPasswordReload(t *testing.T, useTLS bool) {
 		name, want string
 		breakIt    func()
 	}{
-		{"empty", "is empty", func() { installBytes(t, pwFile, []byte("\n")) }},
+		{"empty", "is empty", func() { authtest.InstallBytes(t, pwFile, []byte("\n")) }},
 		{"missing", "no such file", func() { os.Remove(pwFile) }},
 		// SASLprep prohibits control characters: no login can use it.
-		{"unusable", "replication.user/replication.passwordFile", func() { installBytes(t, pwFile, []byte("bad\apassword")) }},
+		{"unusable", "replication.user/replication.passwordFile", func() { authtest.InstallBytes(t, pwFile, []byte("bad\apassword")) }},
 	} {
 		tc.breakIt()
 		hup()

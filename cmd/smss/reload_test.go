@@ -24,27 +24,6 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// install replaces dst by a copy of src as an operator should rotate a
-// file: a temporary file renamed over the old one.
-func install(t *testing.T, dst, src string) {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	installBytes(t, dst, data)
-}
-
-func installBytes(t *testing.T, dst string, data []byte) {
-	t.Helper()
-	if err := os.WriteFile(dst+".tmp", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(dst+".tmp", dst); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // sendHUP delivers a real SIGHUP to this test process. The guard keeps
 // SIGHUP caught for the rest of the test, so a handler that failed to
 // register shows as a missing log line instead of killing the test binary.
@@ -79,8 +58,8 @@ func TestSIGHUPReloadsListenerCertificate(t *testing.T) {
 	pki := authtest.NewPKI(t)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	install(t, certFile, pki.ServerCert)
-	install(t, keyFile, pki.ServerKey)
+	authtest.Install(t, certFile, pki.ServerCert)
+	authtest.Install(t, keyFile, pki.ServerKey)
 	in := start(t, "tls:\n  listen: 127.0.0.1:0\n  cert: "+strconv.Quote(certFile)+"\n  key: "+strconv.Quote(keyFile)+"\n")
 
 	// PKI certificates live a day: the start-up warns about it.
@@ -109,8 +88,8 @@ func TestSIGHUPReloadsListenerCertificate(t *testing.T) {
 
 	// A 90-day certificate: no expiry warning for it.
 	cert2, key2 := pki.IssueValid(t, "server2", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(90*24*time.Hour))
-	install(t, certFile, cert2)
-	install(t, keyFile, key2)
+	authtest.Install(t, certFile, cert2)
+	authtest.Install(t, keyFile, key2)
 	sendHUP(t)
 	if line := in.out.waitLine(t, `msg="SIGHUP: TLS listener certificate reloaded"`); !strings.Contains(line, "level=INFO") ||
 		!strings.Contains(line, "subject=\"CN=server2\"") || !strings.Contains(line, "key=tls.cert") {
@@ -123,7 +102,7 @@ func TestSIGHUPReloadsListenerCertificate(t *testing.T) {
 		t.Fatalf("the connection made before the reload: %v", err)
 	}
 
-	installBytes(t, keyFile, []byte("not a key"))
+	authtest.InstallBytes(t, keyFile, []byte("not a key"))
 	sendHUP(t)
 	line := in.out.waitLine(t, `msg="SIGHUP: TLS listener certificate not reloaded`)
 	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "key=tls.key") || !strings.Contains(line, keyFile) {
@@ -180,9 +159,9 @@ func TestReloadSlaveTLS(t *testing.T) {
 	pki := authtest.NewPKI(t)
 	dir := t.TempDir()
 	caFile, certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	install(t, caFile, pki.CAFile)
-	install(t, certFile, pki.ClientCert)
-	install(t, keyFile, pki.ClientKey)
+	authtest.Install(t, caFile, pki.CAFile)
+	authtest.Install(t, certFile, pki.ClientCert)
+	authtest.Install(t, keyFile, pki.ClientKey)
 	cfg := config.Default()
 	cfg.Replication.UseTLS, cfg.Replication.CA, cfg.Replication.Cert, cfg.Replication.Key = true, caFile, certFile, keyFile
 	logs := newSink()
@@ -226,8 +205,8 @@ func TestReloadSlaveTLS(t *testing.T) {
 	}
 
 	cert2, key2 := pki.Issue(t, "client2", x509.ExtKeyUsageClientAuth)
-	install(t, certFile, cert2)
-	install(t, keyFile, key2)
+	authtest.Install(t, certFile, cert2)
+	authtest.Install(t, keyFile, key2)
 	r.reload()
 	logs.waitLine(t, `level=INFO msg="SIGHUP: replication TLS material reloaded; the next connection to the master uses it" key=replication.cert subject="CN=client2"`)
 	connect()
@@ -236,7 +215,7 @@ func TestReloadSlaveTLS(t *testing.T) {
 	}
 	echo(old)
 
-	installBytes(t, keyFile, []byte("garbage"))
+	authtest.InstallBytes(t, keyFile, []byte("garbage"))
 	r.reload()
 	line := logs.waitLine(t, `msg="SIGHUP: replication TLS material not reloaded`)
 	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "key=replication.key") {
@@ -260,15 +239,15 @@ func TestReloadListenerErrorsNameTheKey(t *testing.T) {
 		breakIt   func(t *testing.T, cert, key, ca string)
 	}{
 		{"cert", "tls.cert", func(t *testing.T, cert, key, ca string) { os.Remove(cert) }},
-		{"key", "tls.key", func(t *testing.T, cert, key, ca string) { installBytes(t, key, []byte("x")) }},
-		{"ca", "tls.clientCA", func(t *testing.T, cert, key, ca string) { installBytes(t, ca, []byte("x")) }},
+		{"key", "tls.key", func(t *testing.T, cert, key, ca string) { authtest.InstallBytes(t, key, []byte("x")) }},
+		{"ca", "tls.clientCA", func(t *testing.T, cert, key, ca string) { authtest.InstallBytes(t, ca, []byte("x")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cert, key, ca := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
-			install(t, cert, pki.ServerCert)
-			install(t, key, pki.ServerKey)
-			install(t, ca, pki.CAFile)
+			authtest.Install(t, cert, pki.ServerCert)
+			authtest.Install(t, key, pki.ServerKey)
+			authtest.Install(t, ca, pki.CAFile)
 			cfg := config.Default()
 			cfg.TLS = config.TLS{Listen: "127.0.0.1:0", Cert: cert, Key: key, ClientCA: ca}
 			logs := newSink()
@@ -388,7 +367,7 @@ func TestSIGHUPHelperProcess(t *testing.T) {
 	case "password":
 		cfg := config.Default()
 		cfg.Replication.User, cfg.Replication.PasswordFile = "repl", filepath.Join(t.TempDir(), "password")
-		installBytes(t, cfg.Replication.PasswordFile, []byte("secret"))
+		authtest.InstallBytes(t, cfg.Replication.PasswordFile, []byte("secret"))
 		link, err := masterDialer(cfg, "127.0.0.1", r.log)
 		if err != nil {
 			t.Fatal(err)
