@@ -4,21 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
 )
 
-// Client is a pool of connections to one smss server. It is safe for
-// concurrent use.
+// Client is a pool of connections to one smss server, or to several of a
+// master/slave group (Options.Addrs). It is safe for concurrent use.
 type Client struct {
-	addr string
-	opts Options
-	pool *pool
+	addr  string // the first address
+	addrs []string
+	opts  Options
+	pool  *pool // pools[0]
+	pools []*pool
+
+	discovering chan struct{} // held by the one call finding the master
+
+	mu       sync.Mutex
+	master   int    // index of the last known master; -1 none
+	cursor   int    // where the search for a master starts
+	noStatus []bool // the server answered status "don't support action"
 }
 
 // Dial connects to the server at addr ("host:port") and returns a Client
-// whose pool already holds that first connection.
+// whose pool already holds that first connection. With Options.Addrs the
+// client's addresses are addr followed by Addrs (addr may then be ""), and
+// Dial succeeds when one of them, tried in that order, accepts a
+// connection.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	o := opts.withDefaults()
 	secured, err := SecureDialer(o.DialContext, o.TLS, o.Credentials)
@@ -26,50 +39,70 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("smss client: %w", err)
 	}
 	o.DialContext = secured
-	c := &Client{addr: addr, opts: o}
-	first, err := dialConn(ctx, &c.opts, addr)
-	if err != nil {
-		return nil, fmt.Errorf("smss client: %w", err)
+	addrs := addrList(addr, o.Addrs)
+	if len(addrs) == 0 {
+		return nil, errors.New("smss client: no address")
 	}
-	c.pool = newPool(addr, &c.opts)
-	c.pool.putIdle(first)
+	c := &Client{addr: addrs[0], addrs: addrs, opts: o, master: -1,
+		discovering: make(chan struct{}, 1), noStatus: make([]bool, len(addrs))}
+	var first *conn
+	var errs []error
+	at := 0
+	for i, a := range addrs {
+		if first, err = dialConn(ctx, &c.opts, a); err == nil {
+			at = i
+			break
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if first == nil {
+		return nil, fmt.Errorf("smss client: %w", errors.Join(errs...))
+	}
+	c.pools = make([]*pool, len(addrs))
+	for i, a := range addrs {
+		c.pools[i] = newPool(a, &c.opts)
+	}
+	c.pool = c.pools[0]
+	c.pools[at].putIdle(first)
 	return c, nil
 }
 
-// Addr is the server address the Client was dialled with.
+// Addr is the server address the Client was dialled with (the first of
+// Addrs).
 func (c *Client) Addr() string { return c.addr }
 
 // Close closes the idle connections and stops the health check. Calls in
 // flight finish; their connections are closed when returned.
 func (c *Client) Close() error {
-	c.pool.close()
+	for _, p := range c.pools {
+		p.close()
+	}
 	return nil
 }
 
-// call runs one request/reply exchange on a pooled connection.
-func (c *Client) call(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-	}
-	cn, err := c.pool.get(ctx)
-	if err != nil {
-		return nil, c.wrap(op, topic, err)
-	}
-	body, err := cn.roundTrip(ctx, req, kind, c.opts.MaxReplyBytes, c.opts.RequestTimeout, topic)
-	c.pool.put(cn, err != nil && !IsServerError(err))
-	if err != nil {
-		return nil, c.wrap(op, topic, err)
-	}
-	return body, nil
+// call runs a request that is not a publish (see do).
+func (c *Client) call(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind, ck callKind) ([]byte, error) {
+	return c.do(ctx, op, topic, req, kind, policy{kind: ck})
 }
 
 func (c *Client) wrap(op, topic string, err error) error {
-	if topic != "" {
-		return fmt.Errorf("smss %s %q at %s: %w", op, topic, c.addr, err)
+	if len(c.addrs) > 1 {
+		if topic != "" {
+			return fmt.Errorf("smss %s %q: %w", op, topic, err)
+		}
+		return fmt.Errorf("smss %s: %w", op, err)
 	}
-	return fmt.Errorf("smss %s at %s: %w", op, c.addr, err)
+	return c.wrapAt(op, topic, c.addr, err)
+}
+
+func (c *Client) wrapAt(op, topic, addr string, err error) error {
+	if topic != "" {
+		return fmt.Errorf("smss %s %q at %s: %w", op, topic, addr, err)
+	}
+	return fmt.Errorf("smss %s at %s: %w", op, addr, err)
 }
 
 // encodeErr wraps a request that could not be encoded (nothing was sent).
@@ -78,14 +111,22 @@ func (c *Client) encodeErr(op, topic string, err error) error {
 }
 
 // Publish publishes one message to topic.
+//
+// Unless Options.DisableMessageIDs is set, the message carries a fresh
+// random id (header smss-msg-id, 32 hex characters) unless it already has
+// one, and a failure whose outcome is unknown (lost connection, timeout,
+// "write not confirmed") is retried with the same id within
+// Options.MaxRetries; a dedupe-capable server stores it once. See the
+// package documentation for what a retry guarantees.
 func (c *Client) Publish(ctx context.Context, topic string, msg *Message) error {
 	return c.PublishBatch(ctx, topic, []*Message{msg})
 }
 
 // PublishBatch publishes msgs in one request: they are stored together and
-// get consecutive eventIds, all or none.
+// get consecutive eventIds, all or none. The message id (see Publish) is on
+// the first message and covers the whole request.
 func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []*Message) error {
-	records, err := appendRecords(msgs)
+	records, id, err := publishRecords(msgs, !c.opts.DisableMessageIDs)
 	if err != nil {
 		return c.encodeErr("publish", topic, err)
 	}
@@ -93,14 +134,16 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []*Message
 	if err != nil {
 		return c.encodeErr("publish", topic, err)
 	}
-	_, err = c.call(ctx, "publish", topic, req, protocol.ReplyPlain)
+	_, err = c.do(ctx, "publish", topic, req, protocol.ReplyPlain, policy{kind: publishCall, hasID: id != ""})
 	return err
 }
 
 // PublishDelay publishes msgs (in one batch) delay from now; the server
-// refuses delays under 1 s. Precision is a millisecond.
+// refuses delays under 1 s. Precision is a millisecond. Message ids and
+// retries are as for Publish: a dedupe-capable server applies a retried
+// delay once, due when the first attempt made it due.
 func (c *Client) PublishDelay(ctx context.Context, topic string, delay time.Duration, msgs ...*Message) error {
-	records, err := appendRecords(msgs)
+	records, id, err := publishRecords(msgs, !c.opts.DisableMessageIDs)
 	if err != nil {
 		return c.encodeErr("delay publish", topic, err)
 	}
@@ -108,7 +151,7 @@ func (c *Client) PublishDelay(ctx context.Context, topic string, delay time.Dura
 	if err != nil {
 		return c.encodeErr("delay publish", topic, err)
 	}
-	_, err = c.call(ctx, "delay publish", topic, req, protocol.ReplyPlain)
+	_, err = c.do(ctx, "delay publish", topic, req, protocol.ReplyPlain, policy{kind: publishCall, hasID: id != ""})
 	return err
 }
 
@@ -140,7 +183,7 @@ func (c *Client) createTopic(ctx context.Context, topic string, expireAt int64) 
 	if err != nil {
 		return c.encodeErr("create topic", topic, err)
 	}
-	_, err = c.call(ctx, "create topic", topic, req, protocol.ReplyPlain)
+	_, err = c.call(ctx, "create topic", topic, req, protocol.ReplyPlain, manageCall)
 	return err
 }
 
@@ -151,7 +194,7 @@ func (c *Client) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return c.encodeErr("delete topic", topic, err)
 	}
-	_, err = c.call(ctx, "delete topic", topic, req, protocol.ReplyPlain)
+	_, err = c.call(ctx, "delete topic", topic, req, protocol.ReplyPlain, manageCall)
 	return err
 }
 
@@ -161,7 +204,7 @@ func (c *Client) TopicInfo(ctx context.Context, topic string) (*TopicInfo, error
 	if err != nil {
 		return nil, c.encodeErr("topic info", topic, err)
 	}
-	body, err := c.call(ctx, "topic info", topic, req, protocol.ReplyJSON)
+	body, err := c.call(ctx, "topic info", topic, req, protocol.ReplyJSON, readCall)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +225,7 @@ func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
 	if err != nil {
 		return nil, c.encodeErr("list topics", "", err)
 	}
-	body, err := c.call(ctx, "list topics", "", req, protocol.ReplyJSON)
+	body, err := c.call(ctx, "list topics", "", req, protocol.ReplyJSON, readCall)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +242,7 @@ func (c *Client) Alive(ctx context.Context) error {
 	if err != nil {
 		return c.encodeErr("alive", "", err)
 	}
-	_, err = c.call(ctx, "alive", "", req, protocol.ReplyPlain)
+	_, err = c.call(ctx, "alive", "", req, protocol.ReplyPlain, readCall)
 	return err
 }
 

@@ -30,6 +30,7 @@ const (
 	kindEventIDUnavailable
 	kindAuthFailed
 	kindPermissionDenied
+	kindNotConfirmed
 )
 
 func (e *ServerError) Error() string { return "smss server: " + e.Msg }
@@ -83,6 +84,12 @@ var (
 	// ErrPermissionDenied: the user may not run this command on this topic
 	// (the text names the missing permission).
 	ErrPermissionDenied = sentinel(kindPermissionDenied, "permission denied")
+	// ErrWriteNotConfirmed: a master with replication.syncSlaves refused to
+	// acknowledge a write its slaves did not confirm in time ("write not
+	// confirmed by N slave(s) ..."). The write is stored on the master and
+	// may still be replicated; a publish with a message id retries it
+	// (a dedupe server answers the retry 200 without storing it again).
+	ErrWriteNotConfirmed = sentinel(kindNotConfirmed, "write not confirmed")
 )
 
 // Client-side errors.
@@ -102,6 +109,14 @@ var (
 	// ErrProtocol: the server sent something this client cannot parse; the
 	// connection was dropped.
 	ErrProtocol = errors.New("smss client: protocol error")
+	// ErrNoMaster: none of several addresses is a reachable master (each
+	// reachable one reported or proved to be a slave). The error names
+	// what each address answered.
+	ErrNoMaster = errors.New("smss client: no reachable master")
+	// ErrRetriesExhausted: a call failed on every attempt its retry budget
+	// (Options.MaxRetries) allowed. The error also wraps the last
+	// attempt's cause.
+	ErrRetriesExhausted = errors.New("smss client: retries exhausted")
 )
 
 // newServerError classifies a 400 text. topic is the topic of the request,
@@ -140,6 +155,8 @@ func classify(msg, topic string) errKind {
 		return kindSubscriberExists
 	case strings.HasPrefix(msg, "invalid topic name"):
 		return kindInvalidTopicName
+	case strings.HasPrefix(msg, "write not confirmed"):
+		return kindNotConfirmed
 	case strings.HasPrefix(msg, "permission denied:"):
 		return kindPermissionDenied
 	case strings.HasPrefix(msg, "authentication "), strings.HasPrefix(msg, "too many failed authentication"),

@@ -35,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{"eventId 1 is older than the oldest retained binlog block (9)", "", ErrEventIDUnavailable},
 		{"eventId 3 is inside a binlog block (the block covers 2..4); resume from its first or last eventId", "", ErrEventIDUnavailable},
 		{"replication position is gone: file removed", "", ErrEventIDUnavailable},
+		{"write not confirmed by 1 slave(s) within 2000 ms; it is stored on the master and may still be replicated", "", ErrWriteNotConfirmed},
 	} {
 		err := fmt.Errorf("wrapped: %w", toServerError(protocol.NewBizError(tc.msg), tc.topic))
 		if !errors.Is(err, tc.want) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -60,20 +59,6 @@ func (m *Message) appendRecord(dst []byte) ([]byte, error) {
 		}
 	}
 	return protocol.AppendRecord(dst, rec)
-}
-
-func appendRecords(msgs []*Message) ([]byte, error) {
-	if len(msgs) == 0 {
-		return nil, ErrNoMessages
-	}
-	var out []byte
-	for i, m := range msgs {
-		var err error
-		if out, err = m.appendRecord(out); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-	}
-	return out, nil
 }
 
 // Delivery is a message received by a subscriber.

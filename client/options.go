@@ -10,6 +10,48 @@ import (
 
 // Options configure a Client. Zero fields take the defaults named below.
 type Options struct {
+	// Addrs are further servers ("host:port") of the same master/slave
+	// group. The address given to Dial comes first, then Addrs in order
+	// (duplicates and empty strings dropped); Dial(ctx, "", opts) uses
+	// Addrs alone. With one address the client behaves as it always did:
+	// no status round trip, every call goes there. With several it finds
+	// the master among them (README "Several addresses and message ids"):
+	// it asks each server's status (command 34) and takes the master with
+	// the highest epoch; a server that does not know the command (an
+	// original smss) is tried by sending the request, and one refusing
+	// with "just master can ..." is skipped. The master found is remembered
+	// until a call to it fails, then found again. Writes and topic
+	// management go to the master; topic info, list and alive to the master
+	// if there is one, else to any reachable server. Subscribers made with
+	// Client.NewSubscriber connect to the first reachable server, any role.
+	Addrs []string
+	// MaxRetries is how many times Publish, PublishBatch and PublishDelay
+	// send their request again after a failure that allows it (see
+	// DisableMessageIDs); moving to another server after a slave's refusal counts
+	// as one. With several addresses the other calls use the same budget to
+	// move to another server. Default 5; negative means never retry.
+	MaxRetries int
+	// RetryBackoff and MaxRetryBackoff bound the wait before a retry: it
+	// starts at RetryBackoff, doubles per retry up to MaxRetryBackoff and is
+	// jittered to between half and all of that (as the Subscriber's
+	// reconnect). Defaults 100 ms and 2 s.
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// AttemptTimeout bounds one attempt of a call (connection wait, write,
+	// read); an attempt that runs out is a timeout and, for a publish with
+	// a message id, is retried. The whole call, retries and waits included,
+	// stays bounded by its context (or RequestTimeout). Default 10 s;
+	// negative means no bound per attempt.
+	AttemptTimeout time.Duration
+	// DisableMessageIDs stops Publish, PublishBatch and PublishDelay from
+	// attaching a random smss-msg-id header to the first message of each
+	// call (for example when the consumers of an original server must not
+	// see the header). A caller-set smss-msg-id is still sent. Without an
+	// id a publish is retried only when the request certainly was not
+	// stored: the connection could not be opened, or (with several
+	// addresses) a slave refused it. A timeout, a lost connection or a
+	// "write not confirmed" refusal is then returned to the caller, since
+	// a retry could store the message twice.
+	DisableMessageIDs bool
 	// DialTimeout bounds one TCP connect. Default 5 s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds a call whose context has no deadline. Default 30 s.
@@ -55,6 +97,10 @@ const (
 	defaultHealthInterval = 15 * time.Second
 	defaultMaxReplyBytes  = 64 << 20
 	defaultStreamIdle     = 35 * time.Second
+	defaultMaxRetries     = 5
+	defaultRetryBackoff   = 100 * time.Millisecond
+	defaultMaxRetryWait   = 2 * time.Second
+	defaultAttemptTimeout = 10 * time.Second
 )
 
 func (o Options) withDefaults() Options {
@@ -81,6 +127,23 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StreamIdleTimeout <= 0 {
 		o.StreamIdleTimeout = defaultStreamIdle
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = defaultMaxRetries
+	} else if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = defaultRetryBackoff
+	}
+	if o.MaxRetryBackoff <= 0 {
+		o.MaxRetryBackoff = defaultMaxRetryWait
+	}
+	if o.MaxRetryBackoff < o.RetryBackoff {
+		o.MaxRetryBackoff = o.RetryBackoff
+	}
+	if o.AttemptTimeout == 0 {
+		o.AttemptTimeout = defaultAttemptTimeout
 	}
 	if o.DialContext == nil {
 		o.DialContext = (&net.Dialer{}).DialContext

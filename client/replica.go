@@ -38,9 +38,14 @@ type ReplicaStream struct {
 // first Next. Blocks larger than Options.MaxReplyBytes end the stream, and
 // so does silence (not even an alive) for Options.StreamIdleTimeout.
 func (c *Client) OpenReplica(ctx context.Context, eventID int64) (*ReplicaStream, error) {
-	cn, err := dialConn(ctx, &c.opts, c.addr)
+	// Only a master serves replication: with several addresses, the master.
+	i, err := c.target(ctx, true)
 	if err != nil {
 		return nil, c.wrap("replica", "", err)
+	}
+	cn, err := dialConn(ctx, &c.opts, c.addrs[i])
+	if err != nil {
+		return nil, c.wrapAt("replica", "", c.addrs[i], err)
 	}
 	req, err := protocol.AppendReplica(nil, eventID)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,16 @@ type Handler func(ctx context.Context, batch []Delivery) AckAction
 // required; other zero fields take the defaults named below.
 type SubscriberConfig struct {
 	Topic string
+	// Addrs are further servers of the same master/slave group, tried
+	// after the address given to NewSubscriber (duplicates dropped). The
+	// subscriber connects to the first reachable one, master or slave
+	// (eventIds are the same on every node), and after a failure moves on
+	// to the next, resuming after LastAcked; the backoff applies once a
+	// whole round of addresses failed. A server that has not yet
+	// replicated up to LastAcked ("eventId N is beyond the last eventId")
+	// is then skipped like an unreachable one instead of ending Run.
+	// Client.NewSubscriber fills it from the Client's addresses when nil.
+	Addrs []string
 	// Who names the subscriber; a server allows one active subscription
 	// per (topic, who).
 	Who string
@@ -80,15 +91,20 @@ type SubscriberConfig struct {
 // at-least-once: a batch whose ack was not sent (handler stopped, connection
 // lost or ack timeout) is delivered again.
 type Subscriber struct {
-	addr      string
+	addrs     []string
+	cur       atomic.Int32 // index into addrs of the current or next connection
 	cfg       SubscriberConfig
 	lastAcked atomic.Int64
 	running   atomic.Bool
 }
 
-// NewSubscriber returns a Subscriber for the server at addr.
+// NewSubscriber returns a Subscriber for the server at addr (and
+// cfg.Addrs; addr may be "" when cfg.Addrs is set).
 func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
+	addrs := addrList(addr, cfg.Addrs)
 	switch {
+	case len(addrs) == 0:
+		return nil, errors.New("smss subscriber: no address")
 	case cfg.Topic == "":
 		return nil, errors.New("smss subscriber: Topic is required")
 	case cfg.Handler == nil:
@@ -123,7 +139,7 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Subscriber{addr: addr, cfg: cfg}
+	s := &Subscriber{addrs: addrs, cfg: cfg}
 	s.lastAcked.Store(cfg.From)
 	return s, nil
 }
@@ -144,8 +160,23 @@ func (c *Client) NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = c.opts.StreamIdleTimeout
 	}
+	if cfg.Addrs == nil {
+		cfg.Addrs = c.addrs[1:]
+	}
 	return NewSubscriber(c.addr, cfg)
 }
+
+// isLagging reports a server that has not yet replicated up to the
+// subscriber's position; another node may have it.
+func isLagging(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se) && se.kind == kindEventIDUnavailable &&
+		strings.Contains(se.Msg, "is beyond the last eventId")
+}
+
+// Addr returns the address of the current (or, between connections, the
+// next) subscription.
+func (s *Subscriber) Addr() string { return s.addrs[s.cur.Load()] }
 
 // LastAcked returns the last acknowledged eventId (From before any ack).
 func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
@@ -163,25 +194,37 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	attempt := 0
+	failedInRound := 0 // addresses that failed in a row without progress
 	for {
-		progressed, err := s.session(ctx)
+		addr := s.Addr()
+		progressed, err := s.session(ctx, addr)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
 		}
-		err = fmt.Errorf("smss subscribe %q who %q at %s: %w", s.cfg.Topic, s.cfg.Who, s.addr, err)
-		if !isRetryable(err) {
+		err = fmt.Errorf("smss subscribe %q who %q at %s: %w", s.cfg.Topic, s.cfg.Who, addr, err)
+		if !isRetryable(err) && !(len(s.addrs) > 1 && isLagging(err)) {
 			return err
 		}
 		if progressed {
-			attempt = 0
+			attempt, failedInRound = 0, 0
+		}
+		if len(s.addrs) > 1 {
+			// Next address; wait only once every address has failed.
+			s.cur.Store((s.cur.Load() + 1) % int32(len(s.addrs)))
+			if failedInRound++; failedInRound < len(s.addrs) {
+				s.cfg.Logger.Warn("smss subscriber: trying the next address", "topic", s.cfg.Topic, "who", s.cfg.Who,
+					"from", s.lastAcked.Load(), "addr", s.Addr(), "err", err)
+				continue
+			}
+			failedInRound = 0
 		}
 		wait := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
 		attempt++
 		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
-			"from", s.lastAcked.Load(), "in", wait, "err", err)
+			"from", s.lastAcked.Load(), "addr", s.Addr(), "in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -207,8 +250,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 
 // session runs one connection. progressed reports whether the server
 // accepted the subscription (any frame arrived), which resets the backoff.
-func (s *Subscriber) session(ctx context.Context) (progressed bool, err error) {
-	nc, err := dial(ctx, s.cfg.DialContext, s.cfg.DialTimeout, s.addr)
+func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool, err error) {
+	nc, err := dial(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr)
 	if err != nil {
 		return false, err
 	}

@@ -118,8 +118,18 @@ func TestSubscribeDelivers(t *testing.T) {
 	if b := col.bodies(); !slices.Equal(b, []string{"first", "b0", "b1", ""}) {
 		t.Fatalf("bodies %q", b)
 	}
-	if !slices.Equal(got[0].Headers, []Header{{"traceId", "x1"}, {"empty", ""}}) || !slices.Equal(got[3].Headers, []Header{{"h", "only"}}) {
+	// The client appends the call's message id after the caller's headers
+	// of the first message only.
+	if n := len(got[0].Headers); n != 3 || !slices.Equal(got[0].Headers[:2], []Header{{"traceId", "x1"}, {"empty", ""}}) ||
+		got[0].Headers[2].Key != MessageIDHeader || !isMessageID(got[0].Headers[2].Value) ||
+		!slices.Equal(got[3].Headers, []Header{{"h", "only"}}) {
 		t.Errorf("headers %v / %v", got[0].Headers, got[3].Headers)
+	}
+	if id, ok := got[1].Header(MessageIDHeader); !ok || !isMessageID(id) || id == got[0].Headers[2].Value {
+		t.Errorf("the batch's first message has id %q (present %v), want a new one", id, ok)
+	}
+	if _, ok := got[2].Header(MessageIDHeader); ok {
+		t.Errorf("the batch's second message carries an id: %v", got[2].Headers)
 	}
 	// create is 1, the single pub 2, the batch 3..5.
 	for i, want := range []int64{2, 3, 4, 5} {

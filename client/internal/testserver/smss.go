@@ -94,10 +94,14 @@ func (b *syncBuffer) String() string {
 
 // Server is a running smss process.
 type Server struct {
-	t      testing.TB
-	Dir    string // holds config.yaml and data/
-	Addr   string // host:port it listens on
-	Extra  string // YAML appended to the config (top-level keys)
+	t     testing.TB
+	Dir   string // holds config.yaml and data/
+	Addr  string // host:port it listens on
+	Extra string // YAML appended to the config (top-level keys)
+	// Args are command-line arguments added to every (re)start, e.g. the
+	// -role slave flags; clear them before Restart to promote a slave the
+	// way an operator does today (restart it as a master on its port).
+	Args   []string
 	port   int
 	cmd    *exec.Cmd
 	out    *syncBuffer
@@ -116,6 +120,16 @@ func Start(t testing.TB, extra string) *Server {
 	return s
 }
 
+// StartSlave starts a slave of master (from eventId 0) on a free port with
+// its data in a fresh directory. extra is as for Start.
+func StartSlave(t testing.TB, master *Server, extra string) *Server {
+	t.Helper()
+	s := &Server{t: t, Dir: t.TempDir(), Extra: extra,
+		Args: []string{"-role", "slave", "-host", "127.0.0.1", "-port", strconv.Itoa(master.port), "-event", "0"}}
+	s.start()
+	return s
+}
+
 func (s *Server) start() {
 	t := s.t
 	t.Helper()
@@ -127,7 +141,7 @@ func (s *Server) start() {
 	}
 	s.out = &syncBuffer{}
 	s.exited = make(chan struct{})
-	s.cmd = exec.Command(Binary(t), "-config", path)
+	s.cmd = exec.Command(Binary(t), append([]string{"-config", path}, s.Args...)...)
 	s.cmd.Dir = s.Dir
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {

@@ -1,0 +1,416 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// This file holds what a Client does with several addresses (finding the
+// master) and the retry loop every call goes through.
+
+// cmdStatus is the status command (contract C2): no topic, no body; the
+// reply is a JSON reply. Defined here rather than in package protocol so
+// that the client does not depend on the server side's constant.
+const cmdStatus protocol.Command = 34
+
+// serverStatus is the body of a status reply.
+type serverStatus struct {
+	Role        string `json:"role"`
+	Epoch       uint64 `json:"epoch"`
+	LastEventID int64  `json:"lastEventId"`
+	// Master is the address a slave follows (empty on a master).
+	Master string `json:"master,omitempty"`
+}
+
+// parseStatus decodes a status reply body. Unknown fields are ignored, so
+// later servers may add some.
+func parseStatus(body []byte) (serverStatus, error) {
+	var st serverStatus
+	if len(body) == 0 {
+		return st, errors.New("empty status reply")
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return serverStatus{}, fmt.Errorf("decode status reply: %w", err)
+	}
+	if st.Role != "master" && st.Role != "slave" {
+		return serverStatus{}, fmt.Errorf("status reply: unknown role %q", st.Role)
+	}
+	return st, nil
+}
+
+// role is what a probe learnt about one address.
+type role uint8
+
+const (
+	roleUnreachable role = iota
+	// roleUnknown: the server does not answer status (an original smss) or
+	// refused it; only sending the request tells whether it is the master.
+	roleUnknown
+	roleSlave
+	roleMaster
+)
+
+type probeResult struct {
+	role  role
+	epoch uint64
+	err   error // why unreachable or unknown
+}
+
+func (p probeResult) String() string {
+	switch p.role {
+	case roleMaster:
+		return fmt.Sprintf("master (epoch %d)", p.epoch)
+	case roleSlave:
+		return "slave"
+	case roleUnknown:
+		return fmt.Sprintf("role unknown (%v)", p.err)
+	}
+	return p.err.Error()
+}
+
+var errNoStatus = errors.New("server has no status command")
+
+// callKind says where a request may go and whether sending it twice is
+// harmless.
+type callKind uint8
+
+const (
+	// readCall: topic info, list, alive. Any server, repeatable.
+	readCall callKind = iota
+	// manageCall: create, delete. The master; repeated only when it was
+	// certainly not applied.
+	manageCall
+	// publishCall: pub, delay. The master; repeatable when the request
+	// carries a message id.
+	publishCall
+)
+
+type policy struct {
+	kind  callKind
+	hasID bool
+}
+
+func (p policy) needMaster() bool { return p.kind != readCall }
+
+func (p policy) repeatable() bool { return p.kind == readCall || p.hasID }
+
+// notSentError marks a failure before the request was written (no
+// connection could be had), so repeating it cannot store anything twice.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
+// do runs one call: it picks the server, sends req and retries within the
+// budget as the policy allows. The whole call is bounded by ctx (or
+// RequestTimeout when ctx has no deadline), each attempt also by
+// AttemptTimeout. req is sent byte for byte the same on every attempt, so
+// a retry carries the same message id and traceId.
+func (c *Client) do(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind, pol policy) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	retries := c.opts.MaxRetries
+	if pol.kind != publishCall && len(c.addrs) == 1 {
+		// One address: the other calls behave as they always did.
+		retries = 0
+	}
+	for attempt := 0; ; attempt++ {
+		i, err := c.target(ctx, pol.needMaster())
+		var body []byte
+		if err == nil {
+			body, err = c.attempt(ctx, i, topic, req, kind)
+			if err == nil {
+				if pol.needMaster() {
+					c.setMaster(i)
+				}
+				return body, nil
+			}
+			err = c.wrapAt(op, topic, c.addrs[i], err)
+		} else {
+			err = c.wrap(op, topic, err)
+		}
+		if ctx.Err() != nil {
+			// The caller's context ended (or the call's RequestTimeout):
+			// stop at once, whatever the failure allows.
+			return nil, err
+		}
+		retry, forget := c.retryable(err, pol)
+		if i >= 0 && forget {
+			c.forget(i, err)
+		}
+		if !retry {
+			return nil, err
+		}
+		if attempt >= retries {
+			if retries == 0 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w (%d attempts); last: %w", ErrRetriesExhausted, attempt+1, err)
+		}
+		wait := backoff(c.opts.RetryBackoff, c.opts.MaxRetryBackoff, attempt)
+		c.opts.Logger.Debug("smss client: retrying", "op", op, "topic", topic, "attempt", attempt+1, "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w while waiting to retry; last: %w", ctx.Err(), err)
+		case <-c.pool.stop:
+			t.Stop()
+			return nil, fmt.Errorf("%w; last: %w", ErrClosed, err)
+		case <-t.C:
+		}
+	}
+}
+
+// attempt sends req once to server i and reads its reply.
+func (c *Client) attempt(ctx context.Context, i int, topic string, req []byte, kind protocol.ReplyKind) ([]byte, error) {
+	if c.opts.AttemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.AttemptTimeout)
+		defer cancel()
+	}
+	p := c.pools[i]
+	cn, err := p.get(ctx)
+	if err != nil {
+		return nil, notSentError{err}
+	}
+	body, err := cn.roundTrip(ctx, req, kind, c.opts.MaxReplyBytes, c.opts.RequestTimeout, topic)
+	p.put(cn, err != nil && !IsServerError(err))
+	return body, err
+}
+
+// retryable decides whether a failed attempt may be repeated, and whether
+// the server it went to must stop being taken for the master.
+func (c *Client) retryable(err error, pol policy) (retry, forget bool) {
+	var se *ServerError
+	var pe permanentError
+	var ns notSentError
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrPoolTimeout), errors.As(err, &pe):
+		// Local conditions, or a failure (TLS trust, no auth support) that
+		// the same request meets again.
+		return false, false
+	case errors.Is(err, ErrNoMaster):
+		// Nothing was sent; a master may appear (a slave being promoted).
+		return true, false
+	case errors.As(err, &se):
+		switch se.kind {
+		case kindNotMaster:
+			// A slave refused it: nothing was stored, another server may
+			// be the master.
+			return len(c.addrs) > 1, true
+		case kindNotConfirmed:
+			// Stored on the master; only a message id makes a retry safe.
+			return pol.repeatable(), false
+		}
+		// Any other refusal repeats itself.
+		return false, false
+	case errors.As(err, &ns):
+		// No connection: nothing was sent.
+		return true, true
+	}
+	// Lost connection, timeout, malformed reply: the request may or may not
+	// have been applied.
+	return pol.repeatable(), true
+}
+
+// target returns the index of the server a call goes to.
+func (c *Client) target(ctx context.Context, needMaster bool) (int, error) {
+	if len(c.addrs) == 1 {
+		return 0, nil
+	}
+	if i := c.knownMaster(); i >= 0 {
+		return i, nil
+	}
+	// One discovery at a time: concurrent calls after a failover wait for
+	// its result instead of each probing every server.
+	select {
+	case c.discovering <- struct{}{}:
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+	defer func() { <-c.discovering }()
+	if i := c.knownMaster(); i >= 0 {
+		return i, nil
+	}
+	return c.discover(ctx, needMaster)
+}
+
+// discover asks every server its status (in parallel) and returns the
+// master with the highest epoch. Without one it returns, in rotation order
+// from the cursor, a server whose role is unknown (to be tried by sending
+// the request), or for a read any reachable slave.
+func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
+	n := len(c.addrs)
+	c.mu.Lock()
+	start := c.cursor
+	noStatus := append([]bool(nil), c.noStatus...)
+	c.mu.Unlock()
+	res := make([]probeResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		if noStatus[i] {
+			res[i] = probeResult{role: roleUnknown, err: errNoStatus}
+			continue
+		}
+		wg.Go(func() { res[i] = c.probe(ctx, i) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return -1, err
+	}
+	order := make([]int, n)
+	for k := range n {
+		order[k] = (start + k) % n
+	}
+	best := -1
+	for _, i := range order {
+		if res[i].role == roleMaster && (best < 0 || res[i].epoch > res[best].epoch) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		c.setMaster(best)
+		return best, nil
+	}
+	for _, i := range order {
+		if res[i].role == roleUnknown {
+			return i, nil
+		}
+	}
+	if !needMaster {
+		for _, i := range order {
+			if res[i].role == roleSlave {
+				return i, nil
+			}
+		}
+	}
+	var b strings.Builder
+	for i, r := range res {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v", c.addrs[i], r)
+	}
+	return -1, fmt.Errorf("%w among %d addresses (%s)", ErrNoMaster, n, b.String())
+}
+
+// probe asks server i for its status on a pooled connection.
+func (c *Client) probe(ctx context.Context, i int) probeResult {
+	ctx, cancel := context.WithTimeout(ctx, 2*c.opts.DialTimeout)
+	defer cancel()
+	p := c.pools[i]
+	cn, err := p.get(ctx)
+	if err != nil {
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	req, err := protocol.AppendRequest(nil, cmdStatus, [16]byte{}, nil, traceID(ctx), nil)
+	if err != nil {
+		p.put(cn, false)
+		return probeResult{role: roleUnknown, err: err}
+	}
+	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, c.opts.MaxReplyBytes, c.opts.DialTimeout, "")
+	if errors.Is(err, ErrNotSupported) {
+		// An original server: it closes the connection after this
+		// refusal (spec §11), so the connection is not pooled, and it is
+		// not asked again until a call to it fails.
+		p.put(cn, true)
+		c.mu.Lock()
+		c.noStatus[i] = true
+		c.mu.Unlock()
+		return probeResult{role: roleUnknown, err: errNoStatus}
+	}
+	p.put(cn, err != nil && !IsServerError(err))
+	if err != nil {
+		if IsServerError(err) {
+			// E.g. permission denied: the server is up, its role unknown.
+			return probeResult{role: roleUnknown, err: err}
+		}
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	st, err := parseStatus(body)
+	if err != nil {
+		return probeResult{role: roleUnknown, err: fmt.Errorf("%w: %w", ErrProtocol, err)}
+	}
+	if st.Role == "master" {
+		return probeResult{role: roleMaster, epoch: st.Epoch}
+	}
+	return probeResult{role: roleSlave}
+}
+
+func (c *Client) knownMaster() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.master
+}
+
+func (c *Client) setMaster(i int) {
+	c.mu.Lock()
+	changed := c.master != i
+	c.master = i
+	c.mu.Unlock()
+	if changed && len(c.addrs) > 1 {
+		c.opts.Logger.Info("smss client: using master", "addr", c.addrs[i])
+	}
+}
+
+// forget stops taking server i for the master after a failure there; the
+// next call finds the master again, starting after i. A server that could
+// not be reached is asked its status again next time (it may have been
+// replaced by a newer version).
+func (c *Client) forget(i int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.master == i {
+		c.master = -1
+		if len(c.addrs) > 1 {
+			c.opts.Logger.Warn("smss client: master failed, looking for the master again", "addr", c.addrs[i], "err", err)
+		}
+	}
+	c.cursor = (i + 1) % len(c.addrs)
+	if !IsServerError(err) {
+		c.noStatus[i] = false
+	}
+}
+
+// Master returns the address of the server last known to be the master:
+// the one that answered status as master or accepted the last write. It is
+// "" before the first write with several addresses, and after a failure of
+// the master until it is found again. With one address it is that address.
+func (c *Client) Master() string {
+	if len(c.addrs) == 1 {
+		return c.addrs[0]
+	}
+	if i := c.knownMaster(); i >= 0 {
+		return c.addrs[i]
+	}
+	return ""
+}
+
+// Addrs returns the client's addresses in the order they are tried.
+func (c *Client) Addrs() []string { return append([]string(nil), c.addrs...) }
+
+// addrList is the address given to Dial followed by extra, without empty
+// strings and duplicates.
+func addrList(first string, extra []string) []string {
+	var out []string
+	for _, a := range append([]string{first}, extra...) {
+		a = strings.TrimSpace(a)
+		if a == "" || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}

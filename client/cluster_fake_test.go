@@ -1,0 +1,314 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// node is a scripted server on real TCP for what no released smss does yet
+// (the status command, "write not confirmed") or what a real one cannot be
+// made to do on cue (hang, drop a reply).
+type node struct {
+	f *fake
+	// status is the status reply's JSON; "" answers like an original
+	// server: 400 "don't support action", then close.
+	status string
+	// script answers successive pubs: replyOK, replyClose (read the
+	// request, close without answering), replyHang (never answer) or a
+	// 400 text. Pubs past the script get 200.
+	script []string
+	dead   atomic.Bool // record a pub, then close; close on any other request
+
+	mu   sync.Mutex
+	pubs []string // the smss-msg-id of each pub received ("" when none)
+}
+
+const (
+	replyOK    = "200"
+	replyClose = "close"
+	replyHang  = "hang"
+)
+
+func startNode(t *testing.T, status string, script ...string) *node {
+	t.Helper()
+	n := &node{status: status, script: script}
+	n.f = startFake(t, n.serve)
+	return n
+}
+
+func masterStatus(epoch int) string {
+	return fmt.Sprintf(`{"role":"master","epoch":%d,"lastEventId":7}`, epoch)
+}
+
+const slaveStatus = `{"role":"slave","epoch":1,"lastEventId":5,"master":"127.0.0.1:1"}`
+
+func (n *node) addr() string { return n.f.addr() }
+
+func (n *node) ids() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.pubs...)
+}
+
+func (n *node) serve(c net.Conn, r *bufio.Reader) {
+	for {
+		raw, err := readRawRequestAny(r)
+		if err != nil {
+			return
+		}
+		var h [protocol.HeaderSize]byte
+		copy(h[:], raw)
+		hd := protocol.ParseHeader(&h)
+		if n.dead.Load() && hd.Cmd != protocol.CmdPub {
+			return
+		}
+		switch hd.Cmd {
+		case cmdStatus:
+			if n.status == "" {
+				c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
+				return
+			}
+			out, _ := protocol.AppendReplyJSON(nil, []byte(n.status))
+			c.Write(out)
+		case protocol.CmdPub:
+			payload := raw[protocol.HeaderSize+int(hd.TopicLen)+int(hd.TraceLen):]
+			rec, _, err := protocol.ParseRecord(payload)
+			if err != nil {
+				c.Write(protocol.AppendReplyError(nil, "bad record: "+err.Error()))
+				continue
+			}
+			id := ""
+			for _, kv := range rec.Headers {
+				if kv.Key == MessageIDHeader {
+					id = kv.Value
+				}
+			}
+			n.mu.Lock()
+			k := len(n.pubs)
+			n.pubs = append(n.pubs, id)
+			n.mu.Unlock()
+			reply := replyOK
+			if k < len(n.script) {
+				reply = n.script[k]
+			}
+			if n.dead.Load() {
+				reply = replyClose
+			}
+			switch reply {
+			case replyOK:
+				c.Write(protocol.AppendReplyOK(nil))
+			case replyClose:
+				return
+			case replyHang:
+				io.Copy(io.Discard, r) // until the client gives up
+				return
+			default:
+				c.Write(protocol.AppendReplyError(nil, reply))
+			}
+		default:
+			c.Write(protocol.AppendReplyOK(nil))
+		}
+	}
+}
+
+// readRawRequestAny is readRawRequest that also takes status (no body).
+func readRawRequestAny(r *bufio.Reader) ([]byte, error) {
+	b, err := r.Peek(1)
+	if err != nil {
+		return nil, err
+	}
+	if protocol.Command(b[0]) != cmdStatus {
+		return readRawRequest(r)
+	}
+	var hb [protocol.HeaderSize]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return nil, err
+	}
+	h := protocol.ParseHeader(&hb)
+	rest := make([]byte, int(h.TopicLen)+int(h.TraceLen))
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return nil, err
+	}
+	return append(hb[:], rest...), nil
+}
+
+func nodeAddrs(ns ...*node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.addr()
+	}
+	return out
+}
+
+// TestDiscoveryTakesNewestMaster: with status available the client goes to
+// the master with the highest epoch, skipping slaves and servers without
+// status, and after that master fails it moves to the next one with the
+// same message id.
+func TestDiscoveryTakesNewestMaster(t *testing.T) {
+	slave := startNode(t, slaveStatus, "just master can pub message")
+	original := startNode(t, "", "just master can pub message")
+	old := startNode(t, masterStatus(1))
+	newest := startNode(t, masterStatus(2))
+	c := dialT(t, "", Options{Addrs: nodeAddrs(slave, original, old, newest), HealthCheckInterval: -1,
+		RetryBackoff: time.Millisecond})
+	if err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Master(); got != newest.addr() {
+		t.Fatalf("master %s, want the epoch-2 master %s", got, newest.addr())
+	}
+	for _, n := range []*node{slave, original, old} {
+		if ids := n.ids(); len(ids) != 0 {
+			t.Errorf("%s received pubs %q", n.addr(), ids)
+		}
+	}
+	// The newest master dies with a request in flight: the retry goes to
+	// the other master with the id the lost attempt had.
+	newest.dead.Store(true)
+	if err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("b"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Master(); got != old.addr() {
+		t.Fatalf("master %s after the newest died, want %s", got, old.addr())
+	}
+	got, lost := old.ids(), newest.ids()
+	if len(got) != 1 || len(lost) != 2 || got[0] != lost[1] || lost[0] == lost[1] || !isMessageID(got[0]) {
+		t.Fatalf("newest master received %q, the old one %q: want the second call's id on both", lost, got)
+	}
+}
+
+// TestRetryPolicy drives one call against a scripted server and checks how
+// often the request was sent and that every attempt carried the same id.
+func TestRetryPolicy(t *testing.T) {
+	const notConfirmed = "write not confirmed by 1 slave(s) within 2000 ms; it is stored on the master and may still be replicated"
+	for _, tc := range []struct {
+		name     string
+		script   []string
+		noIDs    bool
+		attempts int
+		wantErr  error // nil: success
+	}{
+		{"not confirmed, retried with the id", []string{notConfirmed}, false, 2, nil},
+		{"not confirmed, ids off: returned", []string{notConfirmed}, true, 1, ErrWriteNotConfirmed},
+		{"connection lost, retried with the id", []string{replyClose}, false, 2, nil},
+		{"connection lost, ids off: returned", []string{replyClose}, true, 1, io.EOF},
+		{"timeout, retried with the id", []string{replyHang}, false, 2, nil},
+		{"other 400 not retried", []string{"topic not exist"}, false, 1, ErrTopicNotExist},
+		{"slave refusal with one address not retried", []string{"just master can pub message"}, false, 1, ErrNotMaster},
+		{"budget exhausted", []string{replyClose, replyClose, replyClose, replyClose}, false, 3, ErrRetriesExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, "", tc.script...)
+			c := dialT(t, n.addr(), Options{HealthCheckInterval: -1, DisableMessageIDs: tc.noIDs,
+				MaxRetries: 2, RetryBackoff: time.Millisecond, AttemptTimeout: 300 * time.Millisecond})
+			err := c.Publish(ctxT(t, 20*time.Second), "t", NewMessage([]byte("m")))
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("publish: %v", err)
+			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+				t.Fatalf("publish: %v, want %v", err, tc.wantErr)
+			}
+			ids := n.ids()
+			if len(ids) != tc.attempts {
+				t.Fatalf("%d attempts (%q), want %d", len(ids), ids, tc.attempts)
+			}
+			for _, id := range ids {
+				if tc.noIDs && id != "" || !tc.noIDs && id != ids[0] {
+					t.Fatalf("attempt ids %q", ids)
+				}
+			}
+		})
+	}
+}
+
+// TestExhaustedBudgetWrapsLastCause: the error after the last retry says
+// so and still matches the last attempt's cause.
+func TestExhaustedBudgetWrapsLastCause(t *testing.T) {
+	n := startNode(t, "", replyClose, replyClose, replyClose, replyClose, "write not confirmed by 1 slave(s)")
+	c := dialT(t, n.addr(), Options{HealthCheckInterval: -1, MaxRetries: 4, RetryBackoff: time.Millisecond})
+	err := c.Publish(ctxT(t, 20*time.Second), "t", NewMessage([]byte("m")))
+	if !errors.Is(err, ErrRetriesExhausted) || !errors.Is(err, ErrWriteNotConfirmed) || errors.Is(err, io.EOF) {
+		t.Fatalf("got %v, want retries exhausted wrapping the last cause (not confirmed) only", err)
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want serverStatus
+		ok   bool
+	}{
+		{`{"role":"master","epoch":3,"lastEventId":9}`, serverStatus{Role: "master", Epoch: 3, LastEventID: 9}, true},
+		{`{"role":"slave","epoch":2,"lastEventId":8,"master":"h:1","later":true}`, serverStatus{Role: "slave", Epoch: 2, LastEventID: 8, Master: "h:1"}, true},
+		{``, serverStatus{}, false},
+		{`{"role":"leader"}`, serverStatus{}, false},
+		{`{"role":"master","epoch":-1}`, serverStatus{}, false},
+		{`[1]`, serverStatus{}, false},
+	} {
+		got, err := parseStatus([]byte(tc.body))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseStatus(%q) = %+v, %v", tc.body, got, err)
+		}
+	}
+}
+
+func FuzzParseStatus(f *testing.F) {
+	f.Add([]byte(`{"role":"master","epoch":3,"lastEventId":9}`))
+	f.Add([]byte(`{"role":"slave","epoch":2,"lastEventId":8,"master":"h:1"}`))
+	f.Add([]byte(`{"role":`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parseStatus(b)
+		if err != nil {
+			return
+		}
+		if st.Role != "master" && st.Role != "slave" {
+			t.Fatalf("accepted role %q", st.Role)
+		}
+		if _, err := json.Marshal(st); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCancelStopsRetries: cancelling the context ends a call that is
+// waiting to retry at once, not after the backoff.
+func TestCancelStopsRetries(t *testing.T) {
+	script := make([]string, 100)
+	for i := range script {
+		script[i] = replyClose
+	}
+	n := startNode(t, "", script...)
+	c := dialT(t, n.addr(), Options{HealthCheckInterval: -1, MaxRetries: 50, RetryBackoff: time.Minute, MaxRetryBackoff: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Publish(ctx, "t", NewMessage([]byte("m"))) }()
+	waitFor(t, "the first attempt", 10*time.Second, func() bool { return len(n.ids()) >= 1 })
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("returned %v after cancel", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("publish did not return after cancel (waiting out the 30 s..1 min backoff)")
+	}
+	if k := len(n.ids()); k != 1 {
+		t.Errorf("%d attempts", k)
+	}
+}
