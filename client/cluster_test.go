@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/client/internal/testserver"
+)
+
+// waitTopic waits until the server at addr holds exactly want (bodies) on
+// topic; a slave catches up asynchronously.
+func waitTopic(t *testing.T, addr, topic string, want []string) {
+	t.Helper()
+	var got []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := Dial(ctxT(t, 5*time.Second), addr, Options{HealthCheckInterval: -1})
+		if err == nil {
+			_, err = c.TopicInfo(ctxT(t, 5*time.Second), topic)
+			c.Close()
+		}
+		if err == nil {
+			got = got[:0]
+			for _, d := range topicMessages(t, addr, topic) {
+				got = append(got, string(d.Body))
+			}
+			if slices.Equal(got, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s holds %q (last error %v), want %q", topic, addr, got, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPublishFollowsTheMaster: a client given [slave, master] of real
+// servers writes to the master; after the master dies and the slave is
+// restarted as a master on its port (today's promotion), the same client
+// writes there, with no change to its code or configuration.
+func TestPublishFollowsTheMaster(t *testing.T) {
+	master := testserver.Start(t, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	c := dialT(t, "", Options{Addrs: []string{slave.Addr, master.Addr}, HealthCheckInterval: -1,
+		RetryBackoff: 20 * time.Millisecond})
+	ctx := ctxT(t, 60*time.Second)
+	if err := c.CreateTopic(ctx, "order"); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if got := c.Master(); got != master.Addr {
+		t.Fatalf("master %q, want %s", got, master.Addr)
+	}
+	for i := range 3 {
+		if err := c.Publish(ctx, "order", NewMessage([]byte("before"+strconv.Itoa(i)))); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	// Reads may be served by any node; the slave has everything once it
+	// caught up.
+	waitTopic(t, slave.Addr, "order", seq("before", 0, 3))
+
+	master.Kill()
+	slave.Stop()
+	slave.Args = nil // restarted without -role slave: a master on the slave's port and data
+	slave.Restart()
+	if err := c.Publish(ctx, "order", NewMessage([]byte("after0"))); err != nil {
+		t.Fatalf("publish after the failover: %v", err)
+	}
+	if got := c.Master(); got != slave.Addr {
+		t.Fatalf("master %q after the failover, want %s", got, slave.Addr)
+	}
+	if err := c.PublishBatch(ctx, "order", []*Message{NewMessage([]byte("after1")), NewMessage([]byte("after2"))}); err != nil {
+		t.Fatal(err)
+	}
+	waitTopic(t, slave.Addr, "order", append(seq("before", 0, 3), seq("after", 0, 3)...))
+}
+
+// TestRetryAfterLostReplyKeepsID: the server stores a publish but its reply
+// is lost; the client's retry carries the same id, so both stored copies
+// (this server does not dedupe) show the one id: a dedupe server would
+// have kept one. Without ids the call fails instead of storing twice.
+func TestRetryAfterLostReplyKeepsID(t *testing.T) {
+	srv := testserver.Start(t, fastAlive)
+	admin := dialT(t, srv.Addr, Options{})
+	for _, topic := range []string{"lost", "budget", "noid"} {
+		if err := admin.CreateTopic(ctxT(t, 10*time.Second), topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := Options{HealthCheckInterval: -1, RetryBackoff: time.Millisecond, MaxRetries: 3}
+
+	t.Run("one lost reply", func(t *testing.T) {
+		p := startDropProxy(t, srv.Addr, 1)
+		c := dialT(t, p.addr(), opts)
+		if err := c.Publish(ctxT(t, 20*time.Second), "lost", NewMessage([]byte("m"))); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		ids := msgIDs(topicMessages(t, srv.Addr, "lost"))
+		if len(ids) != 2 || ids[0] != ids[1] || !isMessageID(ids[0]) || p.requests.Load() != 2 {
+			t.Fatalf("stored ids %q after %d requests, want the same id twice", ids, p.requests.Load())
+		}
+	})
+	t.Run("every reply lost", func(t *testing.T) {
+		p := startDropProxy(t, srv.Addr, 1000)
+		c := dialT(t, p.addr(), opts)
+		err := c.Publish(ctxT(t, 20*time.Second), "budget", NewMessage([]byte("m")))
+		if !errors.Is(err, ErrRetriesExhausted) || !errors.Is(err, io.EOF) {
+			t.Fatalf("got %v, want retries exhausted wrapping the lost reply (EOF)", err)
+		}
+		ids := msgIDs(topicMessages(t, srv.Addr, "budget"))
+		if len(ids) != 4 || len(slices.Compact(slices.Clone(ids))) != 1 || !isMessageID(ids[0]) {
+			t.Fatalf("stored ids %q, want 1 attempt + 3 retries with one id", ids)
+		}
+	})
+	t.Run("ids off", func(t *testing.T) {
+		p := startDropProxy(t, srv.Addr, 1)
+		o := opts
+		o.DisableMessageIDs = true
+		c := dialT(t, p.addr(), o)
+		if err := c.Publish(ctxT(t, 20*time.Second), "noid", NewMessage([]byte("m"))); !errors.Is(err, io.EOF) || errors.Is(err, ErrRetriesExhausted) {
+			t.Fatalf("got %v, want the lost reply without a retry", err)
+		}
+		if ids := msgIDs(topicMessages(t, srv.Addr, "noid")); !slices.Equal(ids, []string{""}) {
+			t.Fatalf("stored ids %q, want one message without id", ids)
+		}
+	})
+}
+
+// TestSubscriberUsesNextAddress: a subscriber given [dead, slave]
+// subscribes on the slave.
+func TestSubscriberUsesNextAddress(t *testing.T) {
+	master := testserver.Start(t, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	c := dialT(t, master.Addr, Options{})
+	if err := c.CreateTopic(ctxT(t, 10*time.Second), "t"); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, c, "t", "m", 0, 3)
+	waitTopic(t, slave.Addr, "t", seq("m", 0, 3))
+
+	dead := "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))
+	col := newCollector()
+	col.stop = func(d []Delivery) bool { return len(d) >= 3 }
+	s, err := NewSubscriber(dead, SubscriberConfig{Topic: "t", Who: "w", Addrs: []string{slave.Addr},
+		Handler: col.handle, AfterAck: col.afterAck, MinBackoff: 10 * time.Millisecond, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if b := col.bodies(); !slices.Equal(b, seq("m", 0, 3)) {
+		t.Fatalf("bodies %q", b)
+	}
+	if s.Addr() != slave.Addr {
+		t.Errorf("subscribed at %s, want the slave %s", s.Addr(), slave.Addr)
+	}
+}
