@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,36 +14,6 @@ import (
 
 // This file holds what a Client does with several addresses (finding the
 // master) and the retry loop every call goes through.
-
-// cmdStatus is the status command (contract C2): no topic, no body; the
-// reply is a JSON reply. Defined here rather than in package protocol so
-// that the client does not depend on the server side's constant.
-const cmdStatus protocol.Command = 34
-
-// serverStatus is the body of a status reply.
-type serverStatus struct {
-	Role        string `json:"role"`
-	Epoch       uint64 `json:"epoch"`
-	LastEventID int64  `json:"lastEventId"`
-	// Master is the address a slave follows (empty on a master).
-	Master string `json:"master,omitempty"`
-}
-
-// parseStatus decodes a status reply body. Unknown fields are ignored, so
-// later servers may add some.
-func parseStatus(body []byte) (serverStatus, error) {
-	var st serverStatus
-	if len(body) == 0 {
-		return st, errors.New("empty status reply")
-	}
-	if err := json.Unmarshal(body, &st); err != nil {
-		return serverStatus{}, fmt.Errorf("decode status reply: %w", err)
-	}
-	if st.Role != "master" && st.Role != "slave" {
-		return serverStatus{}, fmt.Errorf("status reply: unknown role %q", st.Role)
-	}
-	return st, nil
-}
 
 // role is what a probe learnt about one address.
 type role uint8
@@ -75,8 +44,6 @@ func (p probeResult) String() string {
 	}
 	return p.err.Error()
 }
-
-var errNoStatus = errors.New("server has no status command")
 
 // callKind says where a request may go and whether sending it twice is
 // harmless.
@@ -261,7 +228,7 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 	var wg sync.WaitGroup
 	for i := range n {
 		if noStatus[i] {
-			res[i] = probeResult{role: roleUnknown, err: errNoStatus}
+			res[i] = probeResult{role: roleUnknown, err: ErrNoStatus}
 			continue
 		}
 		wg.Go(func() { res[i] = c.probe(ctx, i) })
@@ -315,7 +282,7 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 	if err != nil {
 		return probeResult{role: roleUnreachable, err: err}
 	}
-	req, err := protocol.AppendRequest(nil, cmdStatus, [16]byte{}, nil, traceID(ctx), nil)
+	req, err := protocol.AppendStatus(nil, traceID(ctx))
 	if err != nil {
 		p.put(cn, false)
 		return probeResult{role: roleUnknown, err: err}
@@ -329,7 +296,7 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 		c.mu.Lock()
 		c.noStatus[i] = true
 		c.mu.Unlock()
-		return probeResult{role: roleUnknown, err: errNoStatus}
+		return probeResult{role: roleUnknown, err: ErrNoStatus}
 	}
 	p.put(cn, err != nil && !IsServerError(err))
 	if err != nil {
@@ -339,11 +306,11 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 		}
 		return probeResult{role: roleUnreachable, err: err}
 	}
-	st, err := parseStatus(body)
+	st, err := ParseNodeStatus(body)
 	if err != nil {
-		return probeResult{role: roleUnknown, err: fmt.Errorf("%w: %w", ErrProtocol, err)}
+		return probeResult{role: roleUnknown, err: err}
 	}
-	if st.Role == "master" {
+	if st.IsMaster() {
 		return probeResult{role: roleMaster, epoch: st.Epoch}
 	}
 	return probeResult{role: roleSlave}

@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +73,7 @@ func (n *node) serve(c net.Conn, r *bufio.Reader) {
 			return
 		}
 		switch hd.Cmd {
-		case cmdStatus:
+		case protocol.CmdStatus:
 			if n.status == "" {
 				c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
 				return
@@ -128,7 +127,7 @@ func readRawRequestAny(r *bufio.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if protocol.Command(b[0]) != cmdStatus {
+	if protocol.Command(b[0]) != protocol.CmdStatus {
 		return readRawRequest(r)
 	}
 	var hb [protocol.HeaderSize]byte
@@ -188,6 +187,32 @@ func TestDiscoveryTakesNewestMaster(t *testing.T) {
 	}
 }
 
+// TestOriginalServersTriedBySending: servers without status (original
+// smss) are tried in order by sending the request; a slave's refusal moves
+// the same request, id included, to the next, and the server that took it
+// is remembered.
+func TestOriginalServersTriedBySending(t *testing.T) {
+	refuse := make([]string, 10)
+	for i := range refuse {
+		refuse[i] = "just master can pub message"
+	}
+	slave := startNode(t, "", refuse...)
+	master := startNode(t, "")
+	c := dialT(t, "", Options{Addrs: nodeAddrs(slave, master), HealthCheckInterval: -1, RetryBackoff: time.Millisecond})
+	for i := range 3 {
+		if err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("m"))); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	refused, took := slave.ids(), master.ids()
+	if len(refused) != 1 || len(took) != 3 || refused[0] != took[0] || took[0] == took[1] {
+		t.Fatalf("the slave refused %q, the master took %q: want the first call on both with one id, then only the master", refused, took)
+	}
+	if c.Master() != master.addr() {
+		t.Fatalf("master %q", c.Master())
+	}
+}
+
 // TestRetryPolicy drives one call against a scripted server and checks how
 // often the request was sent and that every attempt carried the same id.
 func TestRetryPolicy(t *testing.T) {
@@ -241,44 +266,6 @@ func TestExhaustedBudgetWrapsLastCause(t *testing.T) {
 	if !errors.Is(err, ErrRetriesExhausted) || !errors.Is(err, ErrWriteNotConfirmed) || errors.Is(err, io.EOF) {
 		t.Fatalf("got %v, want retries exhausted wrapping the last cause (not confirmed) only", err)
 	}
-}
-
-func TestParseStatus(t *testing.T) {
-	for _, tc := range []struct {
-		body string
-		want serverStatus
-		ok   bool
-	}{
-		{`{"role":"master","epoch":3,"lastEventId":9}`, serverStatus{Role: "master", Epoch: 3, LastEventID: 9}, true},
-		{`{"role":"slave","epoch":2,"lastEventId":8,"master":"h:1","later":true}`, serverStatus{Role: "slave", Epoch: 2, LastEventID: 8, Master: "h:1"}, true},
-		{``, serverStatus{}, false},
-		{`{"role":"leader"}`, serverStatus{}, false},
-		{`{"role":"master","epoch":-1}`, serverStatus{}, false},
-		{`[1]`, serverStatus{}, false},
-	} {
-		got, err := parseStatus([]byte(tc.body))
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseStatus(%q) = %+v, %v", tc.body, got, err)
-		}
-	}
-}
-
-func FuzzParseStatus(f *testing.F) {
-	f.Add([]byte(`{"role":"master","epoch":3,"lastEventId":9}`))
-	f.Add([]byte(`{"role":"slave","epoch":2,"lastEventId":8,"master":"h:1"}`))
-	f.Add([]byte(`{"role":`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := parseStatus(b)
-		if err != nil {
-			return
-		}
-		if st.Role != "master" && st.Role != "slave" {
-			t.Fatalf("accepted role %q", st.Role)
-		}
-		if _, err := json.Marshal(st); err != nil {
-			t.Fatal(err)
-		}
-	})
 }
 
 // TestCancelStopsRetries: cancelling the context ends a call that is
