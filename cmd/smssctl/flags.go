@@ -23,6 +23,7 @@ type globals struct {
 	timeout time.Duration
 	trace   string
 	sec     secFlags // security.go
+	noIDs   bool     // pub --no-id
 }
 
 func newGlobals(e env) *globals {
@@ -38,7 +39,7 @@ func newGlobals(e env) *globals {
 func (g *globals) flagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&g.addr, "addr", g.addr, "server `host:port` (default $SMSS_ADDR, else "+defaultAddr+")")
+	fs.StringVar(&g.addr, "addr", g.addr, "server `host:port`, or several comma-separated: the master is found among them (default $SMSS_ADDR, else "+defaultAddr+")")
 	g.sec.bind(fs, g.e)
 	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "timeout of each request")
@@ -155,7 +156,20 @@ func (g *globals) ctx(parent context.Context) (context.Context, context.CancelFu
 	return ctx, cancel
 }
 
-// dial connects to the server with a pool of one connection.
+// addrs splits --addr at commas: with several addresses writes go to the
+// master found among them and reads to any reachable server.
+func (g *globals) addrs() []string {
+	var out []string
+	for _, a := range strings.Split(g.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// dial connects to the server (or the first reachable of several) with a
+// pool of one connection per address.
 func (g *globals) dial(parent context.Context) (*client.Client, error) {
 	ctx, cancel := g.ctx(parent)
 	defer cancel()
@@ -163,8 +177,12 @@ func (g *globals) dial(parent context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.Dial(ctx, g.addr, client.Options{MaxConns: 1, DialTimeout: g.timeout, HealthCheckInterval: -1,
-		TLS: sec.TLS, Credentials: sec.Credentials})
+	addrs := g.addrs()
+	if len(addrs) == 0 {
+		return nil, usagef("--addr is empty")
+	}
+	return client.Dial(ctx, "", client.Options{Addrs: addrs, MaxConns: 1, DialTimeout: g.timeout, HealthCheckInterval: -1,
+		TLS: sec.TLS, Credentials: sec.Credentials, DisableMessageIDs: g.noIDs})
 }
 
 // needArgs checks the number of positional arguments.

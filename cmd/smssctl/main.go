@@ -4,8 +4,9 @@
 //
 //	smssctl [global flags] <command> [flags] [args]
 //
-// Global flags (accepted before or after the command): --addr host:port
-// (default $SMSS_ADDR, else 127.0.0.1:12301), --json (machine-readable
+// Global flags (accepted before or after the command): --addr host:port,
+// or several comma-separated (requests go to the master found among them,
+// sub to the first reachable; default $SMSS_ADDR, else 127.0.0.1:12301), --json (machine-readable
 // output: one JSON document, or one JSON object per line for sub and
 // replica), --timeout (per request, default 10s), --trace (traceId sent
 // with requests), and for servers with authentication or TLS (security.go)
@@ -34,14 +35,14 @@ const (
 	exitTopicDeleted = 3
 )
 
-const usageText = `usage: smssctl [--addr HOST:PORT] [--json] [--timeout D] [--trace ID] <command> ...
+const usageText = `usage: smssctl [--addr HOST:PORT[,HOST:PORT...]] [--json] [--timeout D] [--trace ID] <command> ...
 
 commands:
   topic create NAME [--ttl 2h | --expire-at TIME]   create a topic (permanent by default)
   topic delete NAME                                 delete a topic and its messages
   topic list                                        list all topics
   topic info NAME                                   show one topic
-  pub TOPIC [--header k=v]... [--delay 5s] [MESSAGE | -]
+  pub TOPIC [--header k=v]... [--delay 5s] [--id ID] [MESSAGE | -]
                                                     publish one message (- or no MESSAGE: body from stdin)
   sub TOPIC --who NAME [--from N] [--batch N]       print messages as they arrive, like tail -f
   replica [--from N]                                print the binlog command lines of the replication stream
@@ -52,7 +53,10 @@ commands:
   user list                                         list users, roles and grants (never credentials)
 
 Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
-The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. stats and top
+The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. With several
+comma-separated addresses, topic, pub, ping and replica go to the master
+found among them (topic info/list and ping to any reachable server when no
+master is), sub to the first reachable server of any role. stats and top
 read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
 127.0.0.1:12380, and the token to $SMSS_ADMIN_TOKEN.
 Servers with authentication: --user NAME, password from --password-file,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +67,13 @@ func startServer(t *testing.T) string {
 // the server's output so far.
 func startServerWith(t *testing.T, extra string) (string, *syncBuffer) {
 	t.Helper()
+	return startServerArgs(t, extra)
+}
+
+// startServerArgs is startServerWith with command-line arguments (e.g. the
+// -role slave flags).
+func startServerArgs(t *testing.T, extra string, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\ntimeout:\n  server:\n    alive: 200\n%s",
 		filepath.Join(dir, "data"), extra)
@@ -73,7 +81,7 @@ func startServerWith(t *testing.T, extra string) (string, *syncBuffer) {
 		t.Fatal(err)
 	}
 	out := &syncBuffer{}
-	cmd := exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
+	cmd := exec.Command(smssBin, append([]string{"-config", filepath.Join(dir, "config.yaml")}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -254,8 +262,10 @@ func TestPubAndSub(t *testing.T) {
 	}
 	json.Unmarshal([]byte(lines[0]), &first)
 	json.Unmarshal([]byte(lines[1]), &second)
-	if first.EventID != 2 || first.Body != "hello world" || len(first.Headers) != 2 ||
-		first.Headers[0].Key != "k" || first.Headers[1].Value != "b=c" || second.Body != "from stdin\n" {
+	// pub adds a random message id after the given headers.
+	if first.EventID != 2 || first.Body != "hello world" || len(first.Headers) != 3 ||
+		first.Headers[0].Key != "k" || first.Headers[1].Value != "b=c" || first.Headers[2].Key != "smss-msg-id" ||
+		len(first.Headers[2].Value) != 32 || second.Body != "from stdin\n" {
 		t.Errorf("sub --json: %+v %+v", first, second)
 	}
 	if !strings.Contains(r.stderr, "last acknowledged eventId 4") {
@@ -269,7 +279,7 @@ func TestPubAndSub(t *testing.T) {
 		t.Errorf("sub printed:\n%s", r.stdout)
 	}
 	r = ctl(t, addr, "", "sub", "t", "--who", "w", "--count", "1")
-	r.expect(t, 0, "k=v a=b=c\thello world")
+	r.expect(t, 0, "k=v a=b=c smss-msg-id=", "\thello world")
 	r = ctl(t, addr, "", "sub", "t", "--who", "w", "--from", "2", "--count", "1")
 	r.expect(t, 0, `"from stdin\n"`)
 
@@ -394,5 +404,55 @@ func TestParseDuration(t *testing.T) {
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("parseDuration(%q) = %v, %v", tc.in, got, err)
 		}
+	}
+}
+
+// TestSeveralAddresses: --addr with several servers finds the master for
+// topic and pub, sub reads from the first reachable (here a slave), and
+// pub --id sets the message id (refused locally above 128 bytes).
+func TestSeveralAddresses(t *testing.T) {
+	master := startServer(t)
+	_, port, err := net.SplitHostPort(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, _ := startServerArgs(t, "", "-role", "slave", "-host", "127.0.0.1", "-port", port, "-event", "0")
+	dead := "127.0.0.1:1"
+	all := strings.Join([]string{dead, slave, master}, ",")
+
+	ctl(t, "", "", "--addr", all, "topic", "create", "t").expect(t, 0, "created topic t")
+	ctl(t, "", "", "--addr", all, "pub", "t", "--id", "order-42", "hello").expect(t, 0, "published 1 message")
+	ctl(t, "", "", "--addr", all, "pub", "t", "--no-id", "plain").expect(t, 0, "published 1 message")
+	ctl(t, "", "", "--addr", all, "ping").expect(t, 0, "is alive")
+	for _, bad := range [][]string{{"--id", strings.Repeat("x", 129)}, {"--id", ""}, {"--id", "a", "--no-id"}} {
+		r := ctl(t, "", "", append([]string{"--addr", all, "pub", "t", "m"}, bad...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--id") {
+			t.Errorf("pub %q: %+v", bad, r)
+		}
+	}
+
+	// The slave has the messages once it caught up; sub skips the dead
+	// address and reads them there.
+	var r result
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r = ctl(t, "", "", "--addr", dead+","+slave, "sub", "t", "--who", "w", "--count", "2", "--json", "--timeout", "2s")
+		if r.code == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.expect(t, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var first, second struct {
+		Headers []struct{ Key, Value string }
+		Body    string
+	}
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &first) != nil || json.Unmarshal([]byte(lines[1]), &second) != nil {
+		t.Fatalf("sub printed:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if first.Body != "hello" || len(first.Headers) != 1 || first.Headers[0].Key != "smss-msg-id" || first.Headers[0].Value != "order-42" ||
+		second.Body != "plain" || len(second.Headers) != 0 {
+		t.Errorf("sub on the slave: %+v %+v", first, second)
 	}
 }

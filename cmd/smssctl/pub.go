@@ -8,11 +8,17 @@ import (
 	"github.com/smssmq/smss/client"
 )
 
-const pubUsage = `usage: smssctl pub TOPIC [--header k=v]... [--delay 5s] [MESSAGE | -]
+const pubUsage = `usage: smssctl pub TOPIC [--header k=v]... [--delay 5s] [--id ID | --no-id] [MESSAGE | -]
 
 Publishes one message. The body is MESSAGE, or standard input when MESSAGE
 is "-" or absent. Headers keep the order given. --delay (at least 1s)
 publishes it that long from now.
+
+The message carries a message id (header smss-msg-id): a random one, or
+--id (1..128 bytes). A lost reply or a timeout is retried with the same id,
+which a dedupe-capable server stores once; running pub again with the same
+--id is recognised too within the server's dedupe window. --no-id sends no
+id (and then does not retry what may have been stored).
 `
 
 // maxStdinBody bounds a body read from standard input; the server's default
@@ -25,6 +31,9 @@ func runPub(ctx context.Context, g *globals, args []string) int {
 	var delay durationFlag
 	fs.Var(&headers, "header", "message header `key=value` (repeatable)")
 	fs.Var(&delay, "delay", "publish after this delay, e.g. 5s")
+	var id optString
+	fs.Var(&id, "id", "message `id` (1..128 bytes; default: a random one)")
+	fs.BoolVar(&g.noIDs, "no-id", false, "send no message id")
 	pos, code, done := parse(fs, args, g.e, false)
 	if done {
 		return code
@@ -34,6 +43,12 @@ func runPub(ctx context.Context, g *globals, args []string) int {
 	}
 	if delay.set && delay.d <= 0 {
 		return fail(g, usagef("--delay must be positive"))
+	}
+	switch {
+	case id.set && g.noIDs:
+		return fail(g, usagef("--id and --no-id exclude each other"))
+	case id.set && (len(id.v) == 0 || len(id.v) > client.MaxMessageIDLen):
+		return fail(g, usagef("--id is %d bytes; a message id is 1..%d bytes", len(id.v), client.MaxMessageIDLen))
 	}
 	topic := pos[0]
 	var body []byte
@@ -50,6 +65,9 @@ func runPub(ctx context.Context, g *globals, args []string) int {
 		body = b
 	}
 	msg := &client.Message{Headers: headers, Body: body}
+	if id.set {
+		msg.SetHeader(client.MessageIDHeader, id.v)
+	}
 	c, err := g.dial(ctx)
 	if err != nil {
 		return fail(g, err)
@@ -75,4 +93,18 @@ func runPub(ctx context.Context, g *globals, args []string) int {
 		fmt.Fprintf(g.e.stdout, "published 1 message (%d bytes) to %s\n", len(body), topic)
 	}
 	return exitOK
+}
+
+// optString is a string flag that records whether it was given, so that
+// an explicit empty value is refused rather than taken as absent.
+type optString struct {
+	v   string
+	set bool
+}
+
+func (o *optString) String() string { return o.v }
+
+func (o *optString) Set(s string) error {
+	o.v, o.set = s, true
+	return nil
 }

@@ -58,8 +58,8 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return fail(g, err)
 	}
-	sub, err := client.NewSubscriber(g.addr, client.SubscriberConfig{
-		Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
+	sub, err := client.NewSubscriber("", client.SubscriberConfig{
+		Addrs: g.addrs(), Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
 		DialTimeout: g.timeout, DialContext: dialer,
 		Logger: slog.New(slog.NewTextHandler(g.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {
