@@ -96,7 +96,7 @@ func (c *Client) do(ctx context.Context, op, topic string, req []byte, kind prot
 		i, err := c.target(ctx, pol.needMaster())
 		var body []byte
 		if err == nil {
-			body, err = c.attempt(ctx, i, topic, req, kind)
+			body, err = c.attempt(ctx, i, topic, req, kind, retries > 0)
 			if err == nil {
 				if pol.needMaster() {
 					c.setMaster(i)
@@ -140,9 +140,11 @@ func (c *Client) do(ctx context.Context, op, topic string, req []byte, kind prot
 	}
 }
 
-// attempt sends req once to server i and reads its reply.
-func (c *Client) attempt(ctx context.Context, i int, topic string, req []byte, kind protocol.ReplyKind) ([]byte, error) {
-	if c.opts.AttemptTimeout > 0 {
+// attempt sends req once to server i and reads its reply. AttemptTimeout
+// bounds it only when a retry may follow: otherwise the call's own
+// deadline is the only limit, as before there were retries.
+func (c *Client) attempt(ctx context.Context, i int, topic string, req []byte, kind protocol.ReplyKind, retrying bool) ([]byte, error) {
+	if retrying && c.opts.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.AttemptTimeout)
 		defer cancel()

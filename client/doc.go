@@ -25,6 +25,27 @@
 //     wait, write and read) and cancellation interrupts the I/O. Without a
 //     deadline Options.RequestTimeout applies.
 //
+// Several servers (cluster.go): with Options.Addrs the client finds the
+// master of a master/slave group by asking each node's status (command 34;
+// the highest epoch wins) or, for servers without it, by sending the write
+// and moving on after "just master can ..."; it remembers the master and
+// looks again after a call to it fails. Subscribers given several
+// addresses use the first reachable node, any role.
+//
+// Message ids and retries (msgid.go): Publish, PublishBatch and
+// PublishDelay put a random 128-bit id (header smss-msg-id, 32 lowercase
+// hex characters) on the first message of each call unless the caller set
+// one or Options.DisableMessageIDs is set, and resend the identical request
+// after a lost connection, a timeout, "write not confirmed" or (with
+// several addresses) a slave's refusal, within Options.MaxRetries. Against
+// a server with dedupe a retry is stored at most once, so a nil error means
+// exactly once; against one without (an original smss) a retry after a
+// lost reply may store a second copy carrying the same id. Without an id
+// only a request that certainly was not stored is resent. Other 400 replies
+// are never retried, and the context ends a call at once, also while it
+// waits to retry. An exhausted budget returns an error matching
+// ErrRetriesExhausted and the last cause.
+//
 // Errors: a 400 reply becomes a *ServerError carrying the server's text
 // verbatim. errors.Is matches it against the sentinels of this package
 // (ErrTopicNotExist, ErrTopicExist, ErrSubscriberExists, ...) and against

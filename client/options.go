@@ -36,9 +36,10 @@ type Options struct {
 	// jittered to between half and all of that (as the Subscriber's
 	// reconnect). Defaults 100 ms and 2 s.
 	RetryBackoff, MaxRetryBackoff time.Duration
-	// AttemptTimeout bounds one attempt of a call (connection wait, write,
-	// read); an attempt that runs out is a timeout and, for a publish with
-	// a message id, is retried. The whole call, retries and waits included,
+	// AttemptTimeout bounds one attempt (connection wait, write, read) of
+	// a call that may be retried (a publish, or any call with several
+	// addresses); an attempt that runs out is a timeout and, for a publish
+	// with a message id or a read, is retried. The whole call, retries and waits included,
 	// stays bounded by its context (or RequestTimeout). Default 10 s;
 	// negative means no bound per attempt.
 	AttemptTimeout time.Duration
