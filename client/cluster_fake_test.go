@@ -30,7 +30,7 @@ type node struct {
 	dead   atomic.Bool // record a pub, then close; close on any other request
 
 	mu   sync.Mutex
-	pubs []string // the smss-msg-id of each pub received ("" when none)
+	pubs []string // the smss-msg-id of each pub or delay received ("" when none)
 }
 
 const (
@@ -69,7 +69,7 @@ func (n *node) serve(c net.Conn, r *bufio.Reader) {
 		var h [protocol.HeaderSize]byte
 		copy(h[:], raw)
 		hd := protocol.ParseHeader(&h)
-		if n.dead.Load() && hd.Cmd != protocol.CmdPub {
+		if n.dead.Load() && hd.Cmd != protocol.CmdPub && hd.Cmd != protocol.CmdDelay {
 			return
 		}
 		switch hd.Cmd {
@@ -80,8 +80,11 @@ func (n *node) serve(c net.Conn, r *bufio.Reader) {
 			}
 			out, _ := protocol.AppendReplyJSON(nil, []byte(n.status))
 			c.Write(out)
-		case protocol.CmdPub:
+		case protocol.CmdPub, protocol.CmdDelay:
 			payload := raw[protocol.HeaderSize+int(hd.TopicLen)+int(hd.TraceLen):]
+			if hd.Cmd == protocol.CmdDelay {
+				payload = payload[8:] // the delay in ms precedes the records
+			}
 			rec, _, err := protocol.ParseRecord(payload)
 			if err != nil {
 				c.Write(protocol.AppendReplyError(nil, "bad record: "+err.Error()))
@@ -233,27 +236,38 @@ func TestRetryPolicy(t *testing.T) {
 		{"slave refusal with one address not retried", []string{"just master can pub message"}, false, 1, ErrNotMaster},
 		{"budget exhausted", []string{replyClose, replyClose, replyClose, replyClose}, false, 3, ErrRetriesExhausted},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n := startNode(t, "", tc.script...)
-			c := dialT(t, n.addr(), Options{HealthCheckInterval: -1, DisableMessageIDs: tc.noIDs,
-				MaxRetries: 2, RetryBackoff: time.Millisecond, AttemptTimeout: 300 * time.Millisecond})
-			err := c.Publish(ctxT(t, 20*time.Second), "t", NewMessage([]byte("m")))
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Fatalf("publish: %v", err)
-			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
-				t.Fatalf("publish: %v, want %v", err, tc.wantErr)
+		for _, delay := range []bool{false, true} {
+			name := tc.name
+			if delay {
+				name = "delay: " + name
 			}
-			ids := n.ids()
-			if len(ids) != tc.attempts {
-				t.Fatalf("%d attempts (%q), want %d", len(ids), ids, tc.attempts)
-			}
-			for _, id := range ids {
-				if tc.noIDs && id != "" || !tc.noIDs && id != ids[0] {
-					t.Fatalf("attempt ids %q", ids)
+			t.Run(name, func(t *testing.T) {
+				n := startNode(t, "", tc.script...)
+				c := dialT(t, n.addr(), Options{HealthCheckInterval: -1, DisableMessageIDs: tc.noIDs,
+					MaxRetries: 2, RetryBackoff: time.Millisecond, AttemptTimeout: 300 * time.Millisecond})
+				var err error
+				if delay {
+					err = c.PublishDelay(ctxT(t, 20*time.Second), "t", 2*time.Second, NewMessage([]byte("m")), NewMessage([]byte("n")))
+				} else {
+					err = c.Publish(ctxT(t, 20*time.Second), "t", NewMessage([]byte("m")))
 				}
-			}
-		})
+				switch {
+				case tc.wantErr == nil && err != nil:
+					t.Fatalf("publish: %v", err)
+				case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+					t.Fatalf("publish: %v, want %v", err, tc.wantErr)
+				}
+				ids := n.ids()
+				if len(ids) != tc.attempts {
+					t.Fatalf("%d attempts (%q), want %d", len(ids), ids, tc.attempts)
+				}
+				for _, id := range ids {
+					if tc.noIDs && id != "" || !tc.noIDs && (id != ids[0] || !isMessageID(id)) {
+						t.Fatalf("attempt ids %q", ids)
+					}
+				}
+			})
+		}
 	}
 }
 
