@@ -75,3 +75,30 @@ func ExampleSubscriber() {
 		log.Fatal(err)
 	}
 }
+
+// Several servers of a master/slave group: writes go to the master found
+// among them, and follow it after a failover. Each publish carries a
+// message id and is retried with it after a lost reply. Needs servers on
+// the three addresses.
+func ExampleOptions_addrs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, "", client.Options{
+		Addrs: []string{"10.0.0.1:12301", "10.0.0.2:12301", "10.0.0.3:12301"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	// An id of your own makes the publish recognisable across restarts of
+	// this process too (within the server's dedupe window).
+	msg := client.NewMessage([]byte(`{"id":42}`)).SetHeader(client.MessageIDHeader, "order-42-created")
+	err = c.Publish(ctx, "order", msg)
+	switch {
+	case errors.Is(err, client.ErrRetriesExhausted):
+		log.Printf("gave up after retrying (stored at most once with dedupe): %v", err)
+	case err != nil:
+		log.Fatal(err)
+	}
+	fmt.Println("master:", c.Master())
+}
