@@ -47,7 +47,8 @@ func (p Permission) String() string {
 
 // CommandPermission maps a request command to the permission it needs and
 // whether that permission is per topic. Commands not listed (alive, the
-// handshake, list, unknown codes) need none.
+// handshake, list, status, unknown codes) need none: any logged-in user may
+// run them.
 func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
 	switch cmd {
 	case protocol.CmdPub, protocol.CmdDelay:

@@ -92,6 +92,21 @@ func encodeWithHelper(req *Request) (out []byte, ok bool, err error) {
 			out, err = AppendValidList(nil, req.TraceID, req.EventID)
 			return out, true, err
 		}
+	case CmdStatus:
+		if zero && noTopic {
+			out, err = AppendStatus(nil, req.TraceID)
+			return out, true, err
+		}
+	case CmdPromote:
+		if zero && noTopic {
+			out, err = AppendPromote(nil, req.TraceID)
+			return out, true, err
+		}
+	case CmdFollow:
+		if zero {
+			out, err = AppendFollow(nil, string(req.Topic), req.TraceID)
+			return out, true, err
+		}
 	case CmdReplica:
 		if zero && noTopic && len(req.TraceID) == 0 {
 			out, err = AppendReplica(nil, req.EventID)
@@ -118,6 +133,9 @@ func fuzzSeeds(f *testing.F) [][]byte {
 		must(AppendList(nil, nil)),
 		must(AppendValidList(nil, nil, 3)),
 		must(AppendReplica(nil, -1)),
+		must(AppendStatus(nil, []byte("s"))),
+		must(AppendPromote(nil, nil)),
+		must(AppendFollow(nil, "10.0.0.2:12301", nil)),
 		rawReq(f, CmdPub, PayloadArea(8), "t", "", make([]byte, 8)),
 		rawReq(f, CmdPub, PayloadArea(0xFFFFFFFF), "t", "", nil),
 		rawReq(f, 5, [16]byte{}, "", "", nil),
@@ -208,7 +226,7 @@ func checkAccepted(t *testing.T, req *Request) {
 		if len(req.Payload) > MaxAuthMessage || uint32(len(req.Payload)) != req.Header.PayloadSize() {
 			t.Fatalf("accepted %v with %d body bytes, header %d", req.Header.Cmd, len(req.Payload), req.Header.PayloadSize())
 		}
-	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdCreate, CmdValidList:
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdCreate, CmdValidList, CmdStatus, CmdPromote, CmdFollow:
 	default:
 		t.Fatalf("accepted command %v", req.Header.Cmd)
 	}

@@ -58,6 +58,12 @@ func (c Command) String() string {
 		return "authStart"
 	case CmdAuthContinue:
 		return "authContinue"
+	case CmdStatus:
+		return "status"
+	case CmdPromote:
+		return "promote"
+	case CmdFollow:
+		return "follow"
 	}
 	return "cmd(" + strconv.Itoa(int(c)) + ")"
 }
@@ -67,7 +73,8 @@ func (c Command) String() string {
 func (c Command) Acceptable() bool {
 	switch c {
 	case CmdSub, CmdPub, CmdCreate, CmdDelete, CmdDelay, CmdAlive,
-		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue:
+		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue,
+		CmdStatus, CmdPromote, CmdFollow:
 		return true
 	}
 	return false

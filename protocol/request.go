@@ -212,7 +212,7 @@ func (rr *RequestReader) Read(req *Request) error {
 		}
 		return nil
 
-	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList:
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow:
 		if tt == 0 {
 			return nil
 		}

@@ -43,6 +43,8 @@ func (c *conn) dispatch(start time.Time) bool {
 		err = c.list(c.s.opts.Backend.ValidTopics(req.EventID))
 	case protocol.CmdDelay:
 		eventID, err = c.delay()
+	case protocol.CmdStatus:
+		err = c.status()
 	case protocol.CmdSub:
 		// A stream writes its own frames and logs, and sets read
 		// deadlines directly.

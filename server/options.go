@@ -89,6 +89,10 @@ type Options struct {
 	// Metrics receives request latencies, connection counts, deliveries and
 	// errors; nil records nothing.
 	Metrics *metrics.Metrics
+	// Control reports the role, promotion epoch and followed master for
+	// the status command (34); nil derives the role and last eventId from
+	// Backend and reports epoch 0.
+	Control Control
 	// Security turns on authentication, permissions and the TLS listener
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security
