@@ -180,6 +180,19 @@ func newAdminSource(cfg *config.Config, role string, m *metrics.Metrics) *adminS
 	return s
 }
 
+// currentRole is the broker's role once it is open (a slave may have been
+// promoted), the start-up role before.
+func (s *adminSource) currentRole() string {
+	b := s.b.Load()
+	if b == nil {
+		return s.role
+	}
+	if b.IsSlave() {
+		return roleSlave
+	}
+	return roleMaster
+}
+
 // ready is admin's readiness: recovery finished, the client listener is
 // serving, the writer has not stopped, and on a slave the replica stream is
 // open.
@@ -194,7 +207,7 @@ func (s *adminSource) ready() (bool, string) {
 	if s.listen.Load() == nil {
 		return false, "client listener not started"
 	}
-	if s.role != roleSlave {
+	if s.currentRole() != roleSlave {
 		return true, ""
 	}
 	r := s.repl.Load()
@@ -254,7 +267,7 @@ func (s *adminSource) ServerInfo() metrics.ServerInfo {
 	if b := s.b.Load(); b != nil {
 		in = b.ServerInfo()
 	}
-	in.Version, in.Role, in.StartTime, in.Config = s.version, s.role, s.started, s.config
+	in.Version, in.Role, in.StartTime, in.Config = s.version, s.currentRole(), s.started, s.config
 	if a := s.listen.Load(); a != nil {
 		in.ListenAddr = *a
 	}
@@ -283,13 +296,14 @@ func (s *adminSource) certificates() []metrics.CertificateInfo {
 // Replication implements metrics.Source: the broker's view (a master's
 // slaves) plus, on a slave, the link to the master.
 func (s *adminSource) Replication() metrics.ReplicationInfo {
-	r := metrics.ReplicationInfo{Role: s.role, Slaves: []metrics.SlaveInfo{}}
+	role := s.currentRole()
+	r := metrics.ReplicationInfo{Role: role, Slaves: []metrics.SlaveInfo{}}
 	b := s.b.Load()
 	if b != nil {
 		r = b.Replication()
-		r.Role = s.role
+		r.Role = role
 	}
-	if s.role != roleSlave {
+	if role != roleSlave {
 		return r
 	}
 	rr := s.repl.Load()
