@@ -117,9 +117,14 @@ func (a *adminEndpoint) setListen(addr string) {
 }
 
 func (a *adminEndpoint) setReplication(r *replicaRunner) {
-	if a != nil {
-		a.src.repl.Store(r)
+	if a == nil {
+		return
 	}
+	// A runner started by follow counts its sessions from zero.
+	a.src.mu.Lock()
+	a.src.reconnects, a.src.stopSeen = 0, false
+	a.src.repl.Store(r)
+	a.src.mu.Unlock()
 }
 
 // setListenerTLS attaches the TLS listener's material (nil: none), whose
