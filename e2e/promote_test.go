@@ -28,6 +28,12 @@ var (
 // removes that directory).
 func smssctl(t *testing.T, addr string, args ...string) (string, string, int) {
 	t.Helper()
+	return smssctlEnv(t, nil, addr, args...)
+}
+
+// smssctlEnv is smssctl with extra environment (SMSS_USER, SMSS_PASSWORD).
+func smssctlEnv(t *testing.T, env []string, addr string, args ...string) (string, string, int) {
+	t.Helper()
 	ctlOnce.Do(func() {
 		ctlPath = filepath.Join(filepath.Dir(smssBin), "smssctl")
 		out, err := exec.Command("go", "build", "-o", ctlPath, "../cmd/smssctl").CombinedOutput()
@@ -39,6 +45,7 @@ func smssctl(t *testing.T, addr string, args ...string) (string, string, int) {
 		t.Fatal(ctlErr)
 	}
 	cmd := exec.Command(ctlPath, append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
