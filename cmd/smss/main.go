@@ -144,6 +144,10 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		logger.Error("cannot set up authentication or TLS", "err", err)
 		return exitUsage
 	}
+	// Replication is always the broker's source: the server serves replica
+	// requests while the broker is a master, which it asks at each request,
+	// so a promoted slave serves its slaves. n answers status, promote and
+	// follow.
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -165,14 +169,12 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		DefaultAckTimeout: cfg.DefaultAckTimeout(),
 		MaxAckTimeout:     cfg.MaxAckTimeout(),
 		MaxDelay:          cfg.MaxDelay(),
-		// Replica requests are served while the broker is a master, which
-		// the server asks at each request: a promoted slave serves them.
-		Replication:   replication.BrokerSource(b),
-		ReplicaLinger: cfg.ReplicaLinger(),
-		Metrics:       adm.metrics(),
-		Security:      sec,
-		Control:       n,
-		Failover:      n,
+		Replication:       replication.BrokerSource(b),
+		ReplicaLinger:     cfg.ReplicaLinger(),
+		Metrics:           adm.metrics(),
+		Security:          sec,
+		Control:           n,
+		Failover:          n,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
