@@ -262,3 +262,95 @@ func countBody(t *testing.T, addr, topic, body string) int {
 	}
 	return n
 }
+
+// rawStatus asks addr's status over c (cmd 34).
+func rawStatus(t *testing.T, c *client) ctlStatus {
+	t.Helper()
+	body, err := c.roundTrip(must(protocol.AppendStatus(nil, nil)), protocol.ReplyJSON)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st ctlStatus
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("status %q: %v", body, err)
+	}
+	return st
+}
+
+// A promotion while blocks stream in under load stops replication after a
+// whole block: the promoted node's binlog is then a byte prefix of the old
+// master's, made of whole blocks, and its own writes continue right after
+// its last block.
+func TestPromoteDuringReplication(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	replConfig(t, sdir, 0, "")
+	master := startArgs(t, mdir)
+	if err := dial(t, master.addr).create("orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	slave := startReplSlave(t, sdir, mport, 0)
+
+	pubs := []*client{dial(t, master.addr), dial(t, master.addr)}
+	stop := make(chan struct{})
+	errs := make(chan error, len(pubs))
+	for g, pc := range pubs {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				recs := make([][]byte, 1+i%10)
+				for j := range recs {
+					recs[j] = record(nil, fmt.Sprintf("g%d-%d-%d-%s", g, i, j, strings.Repeat("x", i%200)))
+				}
+				if err := pc.pub("orders", recs...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	sc := dial(t, slave.addr)
+	if !waitUntil(30*time.Second, func() bool { return rawStatus(t, sc).LastEventID > 500 }) {
+		t.Fatalf("the slave did not replicate under load: %+v", rawStatus(t, sc))
+	}
+	body, err := sc.roundTrip(must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON)
+	if err != nil || string(body) != `{"role":"master","epoch":1}` {
+		t.Fatalf("promote under load: %s %v\n%s", body, err, tail(slave.out.String(), 3000))
+	}
+	// The master took writes after the promotion too: the promoted node
+	// must hold none of them (checked below by the prefix).
+	close(stop)
+	for range pubs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sdata := filepath.Join(sdir, "data")
+	promoted := replBinlog(t, sdata)
+	if m := replBinlog(t, filepath.Join(mdir, "data")); !bytes.HasPrefix(m, promoted) || len(promoted) == 0 {
+		t.Fatalf("the promoted binlog (%d bytes) is not a prefix of the old master's (%d bytes); common %d",
+			len(promoted), len(m), replCommon(m, promoted))
+	}
+	blocks := binlogBlocks(t, promoted) // whole blocks only, or it fails
+	last, err := blocks[len(blocks)-1].LastEventID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rawStatus(t, sc); got.LastEventID != last || got.Role != "master" {
+		t.Fatalf("status %+v, binlog ends at %d", got, last)
+	}
+	if err := sc.pub("orders", record(nil, "first-own-write")); err != nil {
+		t.Fatal(err)
+	}
+	after := binlogBlocks(t, replBinlog(t, sdata))
+	if len(after) != len(blocks)+1 || after[len(blocks)].EventID != last+1 {
+		t.Fatalf("%d blocks after the first own write (was %d); its eventId %d, want %d",
+			len(after), len(blocks), after[len(after)-1].EventID, last+1)
+	}
+}
