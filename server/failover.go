@@ -103,7 +103,7 @@ func (c *conn) follow() error {
 		return errNoFailover
 	}
 	addr := string(c.req.Topic)
-	if err := ValidateMasterAddr(addr); err != nil {
+	if err := validateMasterAddr(addr); err != nil {
 		return err
 	}
 	if err := f.Follow(c.s.ctx, addr); err != nil {
@@ -117,10 +117,10 @@ func (c *conn) follow() error {
 // Failover (the request was read exactly: the connection stays usable).
 var errNoFailover = protocol.NewBizError("promote and follow are not available on this server")
 
-// ValidateMasterAddr checks a follow address: host:port with a non-empty
+// validateMasterAddr checks a follow address: host:port with a non-empty
 // host and a port in 1..65535. The error is a *protocol.BizError naming
 // the address.
-func ValidateMasterAddr(addr string) error {
+func validateMasterAddr(addr string) error {
 	if addr == "" {
 		return protocol.ErrFollowNeedsAddr
 	}
