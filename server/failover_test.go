@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -191,4 +193,27 @@ func TestPromoteAndFollowNeedAdmin(t *testing.T) {
 	if f.promotes != 1 || len(f.follows) != 1 {
 		t.Fatalf("calls that passed the check: %d promotes, %d follows; want the admin's only", f.promotes, len(f.follows))
 	}
+}
+
+// FuzzValidateMasterAddr: the follow topic field comes from the network.
+// An accepted address splits into a host and a port in 1..65535; a refusal
+// is a business error (a 400 that keeps the connection).
+func FuzzValidateMasterAddr(f *testing.F) {
+	for _, s := range []string{"10.0.0.1:12301", "[::1]:1", "h:0", "h:65536", ":5", "host", "", "a:b:c", "[::1", "h:+1", "h:0x10"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		err := validateMasterAddr(addr)
+		if err != nil {
+			if !protocol.IsBizError(err) {
+				t.Fatalf("%q: %v is not a business error", addr, err)
+			}
+			return
+		}
+		host, port, serr := net.SplitHostPort(addr)
+		p, perr := strconv.Atoi(port)
+		if serr != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			t.Fatalf("accepted %q", addr)
+		}
+	})
 }
