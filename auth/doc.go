@@ -40,7 +40,8 @@
 //     needs any of the three on the topic. The admin role may do
 //     everything; the replication role allows replica (64) and valid list
 //     (99). List (100) is open to every user but shows only the topics the
-//     user holds some grant on. Status (34) is open to every user. Alive
+//     user holds some grant on. Status (34) is open to every user;
+//     promote (35) and follow (36) need the admin role. Alive
 //     and the handshake need nothing. A disabled user may do nothing.
 //   - The handshake never reveals whether a user exists: unknown users get
 //     a salt and iteration count derived from a per-process key, and every

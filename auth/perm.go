@@ -25,6 +25,9 @@ const (
 	// PermReplication: replica (64) and valid list (99); the replication
 	// role.
 	PermReplication
+	// PermAdmin: promote (35) and follow (36), which change the node's
+	// role; the admin role only.
+	PermAdmin
 )
 
 func (p Permission) String() string {
@@ -41,6 +44,8 @@ func (p Permission) String() string {
 		return "describe"
 	case PermReplication:
 		return "replication"
+	case PermAdmin:
+		return "admin"
 	}
 	return fmt.Sprintf("permission(%d)", uint8(p))
 }
@@ -61,6 +66,8 @@ func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
 		return PermDescribe, true
 	case protocol.CmdReplica, protocol.CmdValidList:
 		return PermReplication, false
+	case protocol.CmdPromote, protocol.CmdFollow:
+		return PermAdmin, false
 	}
 	return PermNone, false
 }
@@ -191,6 +198,8 @@ func Denied(user string, perm Permission, topic string) *protocol.BizError {
 		what = fmt.Sprintf("see topic %q (needs publish, subscribe or manage on it)", topic)
 	case PermReplication:
 		what = "replicate (needs the replication role)"
+	case PermAdmin:
+		what = "promote or re-point this node (needs the admin role)"
 	default:
 		what = perm.String()
 	}

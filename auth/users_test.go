@@ -124,6 +124,9 @@ func TestPermissions(t *testing.T) {
 		{"root", auth.PermReplication, "", true},
 		{"slave", auth.PermReplication, "", true},
 		{"slave", auth.PermSubscribe, "orders", false},
+		{"root", auth.PermAdmin, "", true},
+		{"slave", auth.PermAdmin, "", false},
+		{"sub", auth.PermAdmin, "", false},
 		{"off", auth.PermPublish, "orders", false},
 		{"off", auth.PermNone, "", false},
 	}

@@ -31,7 +31,7 @@ type Options struct {
 	MaxGroupBytes int           // worker.maxGroupBytes, default 4 MiB
 	IdleWake      time.Duration // worker.waitMsgTimeout, default 1 s
 	IdleLogSample int           // worker.waitMsgTimeoutLogSample
-	Slave         bool          // refuse client writes
+	Slave         bool          // start as a slave: refuse client writes (until Promote)
 	Logger        *slog.Logger
 	LogSample     int // log 1 in LogSample writes
 	// FlushInterval is the flushLevel 1 period, default 1 s (spec §6.4).
@@ -118,8 +118,12 @@ type Broker struct {
 	lastID  atomic.Int64 // last assigned eventId, for readers
 	sampled atomic.Uint64
 
-	w        *writer
-	hooks    atomic.Pointer[Hooks]
+	w     *writer
+	hooks atomic.Pointer[Hooks]
+	// slave is the role (IsSlave); only the writer changes it (promote.go).
+	slave atomic.Bool
+	// epoch is the promotion epoch kept in meta (promote.go).
+	epoch    atomic.Uint64
 	replicas replicaSet
 	stats    statsState // operator views (stats.go)
 }
@@ -166,9 +170,16 @@ func Open(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
 	}
 	b.meta = ms
-	role := byte(0)
+	b.slave.Store(opts.Slave)
+	epoch, err := ms.Epoch()
+	if err != nil {
+		ms.Close()
+		return nil, fmt.Errorf("broker: read promotion epoch: %w", err)
+	}
+	b.epoch.Store(epoch)
+	role := meta.RoleMaster
 	if opts.Slave {
-		role = 1
+		role = meta.RoleSlave
 	}
 	rb := ms.NewBatch()
 	rb.SetRole(role)
@@ -278,8 +289,10 @@ func (b *Broker) closeMeta() error {
 // Fatal receives the error that stopped the writer, if one does.
 func (b *Broker) Fatal() <-chan error { return b.fatal }
 
-// IsSlave reports whether client writes are refused.
-func (b *Broker) IsSlave() bool { return b.opts.Slave }
+// IsSlave reports whether client writes are refused. It starts as
+// Options.Slave and turns false when Promote succeeds: callers must ask at
+// each use, never keep the answer.
+func (b *Broker) IsSlave() bool { return b.slave.Load() }
 
 // LastEventID returns the last eventId assigned so far.
 func (b *Broker) LastEventID() int64 { return b.lastID.Load() }
@@ -314,7 +327,7 @@ func (b *Broker) submit(ctx context.Context, c *command) error {
 // Publish appends count records (already validated with
 // protocol.CountRecords) to topic and returns the first eventId.
 func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count int) (int64, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
@@ -333,7 +346,7 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 
 // CreateTopic creates a topic; expireAt is an absolute ms time, 0 = never.
 func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int64) (int64, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return 0, protocol.ErrSlaveManage
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
@@ -354,7 +367,7 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 // DeleteTopic deletes a topic, its files and its meta. Subscribers are woken
 // through the topic's deleted channel; the reply does not wait for them.
 func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return 0, protocol.ErrSlaveManage
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {

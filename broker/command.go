@@ -35,6 +35,7 @@ type command struct {
 	// queueing it), so the writer does not parse it again. Aliases raw.
 	repl     binlog.Block
 	replLast int64
+	epoch    uint64 // promote: the new epoch; learn epoch: the master's
 
 	eventID int64
 	err     error
@@ -78,7 +79,7 @@ func (c *command) metaSize() int {
 // that no other command of a group can observe a half-applied create/delete.
 func (c *command) exclusive() bool {
 	switch c.cmd {
-	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic:
+	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic, cmdPromote, cmdEpoch:
 		return true
 	case cmdReplicated:
 		return c.replCmd == binlog.CmdCreate || c.replCmd == binlog.CmdDelete

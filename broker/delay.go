@@ -37,7 +37,7 @@ func (b *Broker) hook() *Hooks {
 // PublishDelay stores records to be published on topic after delayMs
 // (spec §1.5.5). The records were validated with protocol.CountRecords.
 func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, count int, delayMs int64) (int64, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
@@ -66,7 +66,7 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 // gone only drops the key. It returns the first eventId, 0 when nothing was
 // published.
 func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte) (int64, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
 	}
 	if len(value) < binlog.DelayPrefixLen+protocol.RecordPrefixSize+1 {
@@ -85,7 +85,7 @@ func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte)
 // slaves and subscribers see it) if it still is the incarnation that
 // expires at expireAt and that time has passed.
 func (b *Broker) ExpireTopic(ctx context.Context, topicName string, expireAt int64) (bool, error) {
-	if b.opts.Slave {
+	if b.IsSlave() {
 		return false, protocol.ErrSlaveManage
 	}
 	c := getCommand()

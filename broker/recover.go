@@ -87,7 +87,7 @@ func (b *Broker) recover() (int64, error) {
 	}
 
 	next := max(ckpt.NextEventID, binLast+1, maxTopicLast+1, r.maxID+1, 1)
-	if !b.opts.Slave {
+	if !b.IsSlave() {
 		// A master never reuses an id, even one whose binlog block was
 		// lost. A slave's position is what its binlog holds: topics
 		// copied by the start-up sync carry ids it has not replicated.
@@ -256,7 +256,7 @@ func (b *Broker) checkTopicTail(t *topic, binLast int64) (int64, *segment.Positi
 		if err := l.TruncateTo(loc.Pos); err != nil {
 			return 0, nil, err
 		}
-		if b.opts.Slave {
+		if b.IsSlave() {
 			// A slave's counter follows its binlog, which replication
 			// resumes from. A master keeps last: subscribers may have
 			// seen those ids, so they must never name other messages.

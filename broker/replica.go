@@ -27,7 +27,7 @@ var ErrReplicaOrder = errors.New("replicated block out of order")
 // and meta as spec §4.4 says. It returns the block's last eventId. The
 // block is validated like client input.
 func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error) {
-	if !b.opts.Slave {
+	if !b.IsSlave() {
 		return 0, errors.New("broker: replicated blocks are applied on a slave only")
 	}
 	blk, last, n, err := binlog.DecodeSpan(raw)
@@ -63,7 +63,7 @@ func (b *Broker) recordReplicated(c *command) {
 // can never leave a gap. It returns the last eventId applied, how many
 // blocks were applied and the first error.
 func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64, int, error) {
-	if !b.opts.Slave {
+	if !b.IsSlave() {
 		return 0, 0, errors.New("broker: replicated blocks are applied on a slave only")
 	}
 	cmds := make([]*command, 0, len(raws))
@@ -135,6 +135,10 @@ func (b *Broker) finishBatch(cmds []*command, tail error) (int64, int, error) {
 }
 
 func (w *writer) stageReplicated(c *command, now int64, binStart segment.Position) error {
+	if !w.b.IsSlave() {
+		// Queued before a promotion that the writer ran first.
+		return errors.New("broker: replicated block refused: this node was promoted to master")
+	}
 	if c.prevLast >= 0 && w.next-1 != c.prevLast {
 		return fmt.Errorf("%w: the block before this one (ending at %d) was not applied; the slave has up to %d", ErrReplicaOrder, c.prevLast, w.next-1)
 	}
@@ -378,7 +382,7 @@ const cmdSyncTopic protocol.Command = 252
 // SyncTopic inserts m, as listed by the master's valid list, unless a topic
 // of that name exists locally. It reports whether it was inserted.
 func (b *Broker) SyncTopic(ctx context.Context, m meta.Topic) (bool, error) {
-	if !b.opts.Slave {
+	if !b.IsSlave() {
 		return false, errors.New("broker: topic sync is for a slave only")
 	}
 	if err := protocol.ValidateTopicName([]byte(m.Name)); err != nil {

@@ -311,7 +311,7 @@ func (b *Broker) Subscribers() []metrics.SubscriberInfo {
 func (b *Broker) Replication() metrics.ReplicationInfo {
 	last := b.LastEventID()
 	r := metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: last, Slaves: []metrics.SlaveInfo{}}
-	if b.opts.Slave {
+	if b.IsSlave() {
 		r.Role = metrics.RoleSlave
 	}
 	b.replicas.mu.Lock()
@@ -367,8 +367,8 @@ func (b *Broker) Delays() metrics.DelayStats {
 // role, data directory, last eventId and the binlog's size. The caller adds
 // version, listen address, start time and configuration.
 func (b *Broker) ServerInfo() metrics.ServerInfo {
-	in := metrics.ServerInfo{Role: metrics.RoleMaster, DataDir: b.opts.Dir, LastEventID: b.LastEventID()}
-	if b.opts.Slave {
+	in := metrics.ServerInfo{Role: metrics.RoleMaster, DataDir: b.opts.Dir, LastEventID: b.LastEventID(), Epoch: b.Epoch()}
+	if b.IsSlave() {
 		in.Role = metrics.RoleSlave
 	}
 	b.stats.cacheMu.Lock()

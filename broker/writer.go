@@ -172,6 +172,12 @@ func (w *writer) process(group []*command) {
 			}
 			c.err = err
 			continue
+		case cmdPromote:
+			c.err = w.promote(c)
+			continue
+		case cmdEpoch:
+			c.err = w.learnEpoch(c)
+			continue
 		default:
 			err = fmt.Errorf("broker: command %v is not a writer command", c.cmd)
 		}
@@ -188,7 +194,7 @@ func (w *writer) process(group []*command) {
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
 			}
-			if w.b.opts.Slave {
+			if w.b.IsSlave() {
 				// A slave's eventIds are the master's: the same blocks
 				// must be accepted again when they are resent.
 				w.next = nextBefore

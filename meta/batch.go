@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -81,6 +82,11 @@ func (b *Batch) SetCheckpoint(c Checkpoint) { b.set(keyCheckpoint, encodeCheckpo
 
 // SetRole records the server's role (RoleMaster or RoleSlave).
 func (b *Batch) SetRole(role byte) { b.set(keyRole, []byte{role}) }
+
+// SetEpoch records the promotion epoch (our key smss@epoch).
+func (b *Batch) SetEpoch(epoch uint64) {
+	b.set(keyEpoch, binary.LittleEndian.AppendUint64(nil, epoch))
+}
 
 // Empty reports whether the batch holds no change.
 func (b *Batch) Empty() bool { return len(b.ops) == 0 }

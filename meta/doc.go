@@ -16,6 +16,7 @@
 //	global@role                         1 byte: 0 master, 1 slave
 //	smss@checkpoint (ours)              24 bytes: binlogFileID, binlogOffset,
 //	                                    nextEventID (i64 LE each)
+//	smss@epoch (ours)                   8 bytes: promotion epoch (u64 LE)
 //
 // Only the times inside lf@ and delay@ keys are big-endian, so a prefix scan
 // visits lifetimes and delays in time order (for times >= 0, which is all

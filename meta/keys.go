@@ -14,6 +14,9 @@ var (
 	prefixDelay   = []byte("delay@")
 	keyRole       = []byte("global@role")
 	keyCheckpoint = []byte("smss@checkpoint")
+	// keyEpoch is ours: the promotion epoch (never in the binlog, which
+	// must stay byte-compatible with the original's).
+	keyEpoch = []byte("smss@epoch")
 )
 
 // Sizes of the fixed parts of keys and values.
@@ -23,6 +26,8 @@ const (
 	DelayHeaderSize = 16
 	// CheckpointSize is the length of the smss@checkpoint value.
 	CheckpointSize = 24
+	// EpochSize is the length of the smss@epoch value.
+	EpochSize = 8
 )
 
 // Roles stored under global@role.

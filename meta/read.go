@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -138,6 +139,22 @@ func (s *Store) Role() (role byte, ok bool, err error) {
 		return 0, false, fmt.Errorf("role value of %d bytes, want 1: %w", len(v), ErrMalformed)
 	}
 	return v[0], true, nil
+}
+
+// Epoch returns the promotion epoch, 0 when none was ever recorded (a data
+// directory that never saw a promotion, the original's among them).
+func (s *Store) Epoch() (uint64, error) {
+	v, ok, err := s.get(keyEpoch)
+	if err != nil {
+		return 0, fmt.Errorf("read epoch: %w", err)
+	}
+	if !ok {
+		return 0, nil
+	}
+	if len(v) != EpochSize {
+		return 0, fmt.Errorf("epoch value of %d bytes, want %d: %w", len(v), EpochSize, ErrMalformed)
+	}
+	return binary.LittleEndian.Uint64(v), nil
 }
 
 // Checkpoint returns the recovery checkpoint; ok is false if none was set.

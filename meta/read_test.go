@@ -242,3 +242,25 @@ func TestMalformedMetaIsAnError(t *testing.T) {
 		t.Errorf("Checkpoint err %v", err)
 	}
 }
+
+func TestEpoch(t *testing.T) {
+	s, _ := openTemp(t)
+	if e, err := s.Epoch(); e != 0 || err != nil {
+		t.Fatalf("Epoch on empty store = %d %v", e, err)
+	}
+	for _, e := range []uint64{1, 7, 1 << 63} {
+		commit(t, s, func(b *Batch) { b.SetEpoch(e) })
+		if got, err := s.Epoch(); got != e || err != nil {
+			t.Fatalf("Epoch = %d %v, want %d", got, err, e)
+		}
+	}
+	if v, _ := raw(t, s, []byte("smss@epoch")); !bytes.Equal(v, []byte{0, 0, 0, 0, 0, 0, 0, 0x80}) {
+		t.Fatalf("epoch bytes %x", v)
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("smss@epoch"), []byte{1}) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Epoch(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("short epoch value: %v", err)
+	}
+}

@@ -35,6 +35,8 @@ var (
 	descStart       = desc("start_time_seconds", "Process start, Unix seconds.")
 	descLastID      = desc("last_event_id", "Last eventId assigned (master) or applied (slave).")
 	descBinlogBytes = desc("binlog_disk_bytes", "Size of all binlog files.")
+	descEpoch       = desc("promotion_epoch", "Promotion epoch: grows with every promotion (on a slave: the highest of a master it followed).")
+	descIsMaster    = desc("is_master", "1 on a master, 0 on a slave; changes when a slave is promoted.")
 	descBinlogFiles = desc("binlog_files", "Number of binlog files.")
 
 	descTopics       = desc("topics", "Topics by state.", "state")
@@ -53,7 +55,7 @@ var (
 	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
 	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
 	descCertExpiry   = desc("tls_certificate_expiry_timestamp_seconds", "NotAfter of a TLS certificate in force, Unix seconds; key is its configuration key.", "key")
-	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles,
+	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
 		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
 		descCertExpiry}
@@ -85,6 +87,12 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge(descLastID, float64(info.LastEventID))
 	e.gauge(descBinlogBytes, float64(info.BinlogBytes))
 	e.gauge(descBinlogFiles, float64(info.BinlogFiles))
+	e.gauge(descEpoch, float64(info.Epoch))
+	isMaster := 0.0
+	if info.Role == RoleMaster {
+		isMaster = 1
+	}
+	e.gauge(descIsMaster, isMaster)
 	seenCert := map[string]bool{}
 	for _, c := range info.Certificates {
 		if k := labelValue(c.Key); !seenCert[k] {

@@ -40,7 +40,7 @@ func fakeState() metricstest.State {
 			{RemoteAddr: "10.0.0.2:5000", Position: 70, LagEvents: 20},
 		}},
 		Delays: delays,
-		Info: metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, BinlogBytes: 1 << 20, BinlogFiles: 2,
+		Info: metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, Epoch: 3, BinlogBytes: 1 << 20, BinlogFiles: 2,
 			Certificates: []metrics.CertificateInfo{
 				{Key: "tls.cert", Subject: "CN=server", NotAfter: 1_800_000_000_000},
 				{Key: "replication.cert", Subject: "CN=slave", NotAfter: 1_800_000_500_000},
@@ -67,6 +67,8 @@ func TestSourceCollector(t *testing.T) {
 		{"smss_last_event_id", nil, 90},
 		{"smss_binlog_disk_bytes", nil, 1 << 20},
 		{"smss_binlog_files", nil, 2},
+		{"smss_promotion_epoch", nil, 3},
+		{"smss_is_master", nil, 1},
 		{"smss_topics", map[string]string{"state": "normal"}, 3},
 		{"smss_topics", map[string]string{"state": "expired"}, 1},
 		{"smss_topics", map[string]string{"state": "deleted"}, 1},
@@ -110,8 +112,12 @@ func TestSourceCollector(t *testing.T) {
 			Addr: "10.0.0.1:12301", State: metrics.LinkStreaming, LagEvents: -1, LagSeconds: 1.5}}
 		s.FailTopics = true
 		s.Info.Certificates = nil
+		s.Info.Role = metrics.RoleSlave
 	})
 	f = families(t, m)
+	if got := value(t, f, "smss_is_master", nil); got != 0 {
+		t.Errorf("is_master on a slave = %v", got)
+	}
 	if _, ok := f["smss_tls_certificate_expiry_timestamp_seconds"]; ok {
 		t.Error("certificate expiry exported without a certificate")
 	}

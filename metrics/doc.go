@@ -43,6 +43,8 @@
 //	read from the Source at scrape time
 //	  info{version,role}                       gauge, always 1
 //	  start_time_seconds, last_event_id, binlog_disk_bytes
+//	  promotion_epoch                          gauge: grows with every promotion
+//	  is_master                                gauge: 1 master, 0 slave (changes on promotion)
 //	  topics{state}                            normal | expired | deleted
 //	  topic_disk_bytes{topic}, topic_messages{topic}, topic_last_event_id{topic}
 //	  subscribers, subscriber_lag_events{topic,who}, subscriber_position{topic,who}

@@ -202,6 +202,9 @@ type ServerInfo struct {
 	// StartTime is the process start (ms).
 	StartTime   int64 `json:"startTime"`
 	LastEventID int64 `json:"lastEventId"`
+	// Epoch is the promotion epoch: grows with every promotion; on a
+	// slave, the highest epoch of a master it followed.
+	Epoch uint64 `json:"epoch"`
 	// BinlogBytes is the size of all binlog files; BinlogFiles their count.
 	BinlogBytes int64 `json:"binlogBytes"`
 	BinlogFiles int   `json:"binlogFiles"`

@@ -45,6 +45,10 @@ func (c *conn) dispatch(start time.Time) bool {
 		eventID, err = c.delay()
 	case protocol.CmdStatus:
 		err = c.status()
+	case protocol.CmdPromote:
+		err = c.promote()
+	case protocol.CmdFollow:
+		err = c.follow()
 	case protocol.CmdSub:
 		// A stream writes its own frames and logs, and sets read
 		// deadlines directly.

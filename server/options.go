@@ -93,6 +93,9 @@ type Options struct {
 	// the status command (34); nil derives the role and last eventId from
 	// Backend and reports epoch 0.
 	Control Control
+	// Failover serves promote (35) and follow (36); nil refuses them with
+	// a 400 (the connection stays usable).
+	Failover Failover
 	// Security turns on authentication, permissions and the TLS listener
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security

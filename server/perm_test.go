@@ -52,6 +52,10 @@ var permCmds = []permCmd{
 	{"info", auth.PermDescribe, true, func(tp, _ string) []byte { return enc(protocol.AppendTopicInfo(nil, []byte(tp), nil)) }, false},
 	{"replica", auth.PermReplication, false, func(string, string) []byte { return enc(protocol.AppendReplica(nil, 0)) }, false},
 	{"validList", auth.PermReplication, false, func(string, string) []byte { return enc(protocol.AppendValidList(nil, nil, 0)) }, false},
+	// Without a Failover the server answers promote and follow with a 400
+	// that is not a permission refusal.
+	{"promote", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendPromote(nil, nil)) }, false},
+	{"follow", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendFollow(nil, "127.0.0.1:1", nil)) }, false},
 }
 
 // allowed is the expected outcome: each grant allows exactly what it names.

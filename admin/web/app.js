@@ -249,6 +249,7 @@ function renderInfo(info) {
   const role = (info.role || "?").toLowerCase();
   const badge = $("role");
   badge.textContent = role; badge.className = "badge " + role;
+  badge.title = "promotion epoch " + (info.epoch || 0);
   $("version").textContent = info.version ? "v" + String(info.version).replace(/^v/, "") : "";
   $("listen").textContent = info.listenAddr || "";
   $("logout").hidden = !info.authRequired;

@@ -117,9 +117,14 @@ func (a *adminEndpoint) setListen(addr string) {
 }
 
 func (a *adminEndpoint) setReplication(r *replicaRunner) {
-	if a != nil {
-		a.src.repl.Store(r)
+	if a == nil {
+		return
 	}
+	// A runner started by follow counts its sessions from zero.
+	a.src.mu.Lock()
+	a.src.reconnects, a.src.stopSeen = 0, false
+	a.src.repl.Store(r)
+	a.src.mu.Unlock()
 }
 
 // setListenerTLS attaches the TLS listener's material (nil: none), whose
@@ -180,6 +185,19 @@ func newAdminSource(cfg *config.Config, role string, m *metrics.Metrics) *adminS
 	return s
 }
 
+// currentRole is the broker's role once it is open (a slave may have been
+// promoted), the start-up role before.
+func (s *adminSource) currentRole() string {
+	b := s.b.Load()
+	if b == nil {
+		return s.role
+	}
+	if b.IsSlave() {
+		return roleSlave
+	}
+	return roleMaster
+}
+
 // ready is admin's readiness: recovery finished, the client listener is
 // serving, the writer has not stopped, and on a slave the replica stream is
 // open.
@@ -194,7 +212,7 @@ func (s *adminSource) ready() (bool, string) {
 	if s.listen.Load() == nil {
 		return false, "client listener not started"
 	}
-	if s.role != roleSlave {
+	if s.currentRole() != roleSlave {
 		return true, ""
 	}
 	r := s.repl.Load()
@@ -254,7 +272,7 @@ func (s *adminSource) ServerInfo() metrics.ServerInfo {
 	if b := s.b.Load(); b != nil {
 		in = b.ServerInfo()
 	}
-	in.Version, in.Role, in.StartTime, in.Config = s.version, s.role, s.started, s.config
+	in.Version, in.Role, in.StartTime, in.Config = s.version, s.currentRole(), s.started, s.config
 	if a := s.listen.Load(); a != nil {
 		in.ListenAddr = *a
 	}
@@ -283,13 +301,14 @@ func (s *adminSource) certificates() []metrics.CertificateInfo {
 // Replication implements metrics.Source: the broker's view (a master's
 // slaves) plus, on a slave, the link to the master.
 func (s *adminSource) Replication() metrics.ReplicationInfo {
-	r := metrics.ReplicationInfo{Role: s.role, Slaves: []metrics.SlaveInfo{}}
+	role := s.currentRole()
+	r := metrics.ReplicationInfo{Role: role, Slaves: []metrics.SlaveInfo{}}
 	b := s.b.Load()
 	if b != nil {
 		r = b.Replication()
-		r.Role = s.role
+		r.Role = role
 	}
-	if s.role != roleSlave {
+	if role != roleSlave {
 		return r
 	}
 	rr := s.repl.Load()

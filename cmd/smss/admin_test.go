@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -162,9 +163,15 @@ func TestAdminSourceReadiness(t *testing.T) {
 		t.Errorf("server info %+v", in)
 	}
 
-	// A slave is ready only while its replica stream is open.
+	// A slave is ready only while its replica stream is open. The role is
+	// the broker's (a slave may be promoted).
+	sb, err := broker.Open(broker.Options{Dir: t.TempDir(), Logger: logger, Slave: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
 	sl := newAdminSource(cfg, roleSlave, m)
-	sl.b.Store(b)
+	sl.b.Store(sb)
 	addr := "127.0.0.1:2"
 	sl.listen.Store(&addr)
 	if ok, why := sl.ready(); ok || !strings.Contains(why, "replication not started") {
@@ -172,6 +179,15 @@ func TestAdminSourceReadiness(t *testing.T) {
 	}
 	if r := sl.Replication(); r.Role != metrics.RoleSlave || r.Master != nil {
 		t.Errorf("slave replication before start %+v", r)
+	}
+	if _, err := sb.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := sl.ready(); !ok {
+		t.Errorf("promoted slave not ready: %q", why)
+	}
+	if in := sl.ServerInfo(); in.Role != roleMaster || in.Epoch != 1 {
+		t.Errorf("promoted slave's info: role %s epoch %d", in.Role, in.Epoch)
 	}
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/smssmq/smss/broker"
@@ -18,8 +20,14 @@ const backgroundStopTimeout = 10 * time.Second
 // background holds the time-based jobs of spec §7: the delay scheduler and
 // the topic expiry reaper on a master, file retention on every role.
 type background struct {
-	delay     *delay.Scheduler  // nil on a slave
-	reaper    *lifecycle.Reaper // nil on a slave
+	cfg *config.Config
+	b   *broker.Broker
+
+	mu      sync.Mutex        // guards delay, reaper and stopped (startMaster runs on promotion)
+	delay   *delay.Scheduler  // nil on a slave
+	reaper  *lifecycle.Reaper // nil on a slave
+	stopped bool
+
 	retention *lifecycle.Retention
 	log       *slog.Logger
 	gcStop    context.CancelFunc // ends the meta value-log GC
@@ -34,28 +42,11 @@ const metaGCInterval = 10 * time.Minute
 // the broker's commit hooks that arm the delay and expiry timers. Call
 // stop before closing the broker.
 func startBackground(cfg *config.Config, b *broker.Broker, logger *slog.Logger) (*background, error) {
-	bg := &background{log: logger}
+	bg := &background{log: logger, cfg: cfg, b: b}
 	if !b.IsSlave() {
-		s, err := delay.New(b, delay.Options{
-			FirstRun: cfg.FirstExec(),
-			Rescan:   cfg.DefaultScan(),
-			Logger:   logger.With("component", "delay"),
-		})
-		if err != nil {
+		if err := bg.startMaster(); err != nil {
 			return nil, err
 		}
-		r, err := lifecycle.NewReaper(b, lifecycle.ReaperOptions{
-			FirstRun: cfg.FirstExec(),
-			Rescan:   cfg.DefaultScan(),
-			Logger:   logger.With("component", "expiry"),
-		})
-		if err != nil {
-			return nil, err
-		}
-		b.SetHooks(broker.Hooks{DelayStored: s.Notify, TopicExpiry: r.Notify})
-		s.Start()
-		r.Start()
-		bg.delay, bg.reaper = s, r
 	}
 	keep := cfg.Store.MaxSlaveKeepFiles
 	if keep == 0 {
@@ -77,6 +68,42 @@ func startBackground(cfg *config.Config, b *broker.Broker, logger *slog.Logger) 
 	return bg, nil
 }
 
+// startMaster starts the jobs only a master runs, the delay scheduler and
+// the expiry reaper, and installs the hooks that arm them: at start-up on a
+// master, and when a slave is promoted (their first scan then finds the
+// delays and lifetimes replicated so far). It is a no-op once they run.
+func (bg *background) startMaster() error {
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	if bg.delay != nil {
+		return nil
+	}
+	if bg.stopped {
+		return errors.New("background jobs already stopped")
+	}
+	s, err := delay.New(bg.b, delay.Options{
+		FirstRun: bg.cfg.FirstExec(),
+		Rescan:   bg.cfg.DefaultScan(),
+		Logger:   bg.log.With("component", "delay"),
+	})
+	if err != nil {
+		return err
+	}
+	r, err := lifecycle.NewReaper(bg.b, lifecycle.ReaperOptions{
+		FirstRun: bg.cfg.FirstExec(),
+		Rescan:   bg.cfg.DefaultScan(),
+		Logger:   bg.log.With("component", "expiry"),
+	})
+	if err != nil {
+		return err
+	}
+	bg.b.SetHooks(broker.Hooks{DelayStored: s.Notify, TopicExpiry: r.Notify})
+	s.Start()
+	r.Start()
+	bg.delay, bg.reaper = s, r
+	return nil
+}
+
 // stop ends every job, each after its current step.
 func (bg *background) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), backgroundStopTimeout)
@@ -86,9 +113,12 @@ func (bg *background) stop() {
 		stop func(context.Context) error
 	}
 	jobs := []job{{"retention", bg.retention.Stop}}
+	bg.mu.Lock()
+	bg.stopped = true
 	if bg.delay != nil {
 		jobs = append(jobs, job{"delay", bg.delay.Stop}, job{"expiry", bg.reaper.Stop})
 	}
+	bg.mu.Unlock()
 	for _, j := range jobs {
 		if err := j.stop(ctx); err != nil {
 			bg.log.Warn("background job did not stop in time", "job", j.name, "err", err)

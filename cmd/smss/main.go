@@ -123,7 +123,8 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		b.Close()
 		return exitFailure
 	}
-	code = serve(cfg, role, fl, b, adm, logger, sig)
+	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event}
+	code = serve(cfg, role, fl, n, adm, logger, sig)
 	bg.stop()      // background jobs write through the broker: stop them first
 	adm.shutdown() // it reads the broker's state
 	if err := b.Close(); err != nil {
@@ -136,12 +137,17 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 // serve runs the network server until a signal, a fatal broker error or a
 // server failure, then shuts the server down. The caller closes the broker.
-func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) int {
+func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) int {
+	b := n.b
 	sec, listenerTLS, err := setupSecurity(cfg, logger)
 	if err != nil {
 		logger.Error("cannot set up authentication or TLS", "err", err)
 		return exitUsage
 	}
+	// Replication is always the broker's source: the server serves replica
+	// requests while the broker is a master, which it asks at each request,
+	// so a promoted slave serves its slaves. n answers status, promote and
+	// follow.
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -163,10 +169,12 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		DefaultAckTimeout: cfg.DefaultAckTimeout(),
 		MaxAckTimeout:     cfg.MaxAckTimeout(),
 		MaxDelay:          cfg.MaxDelay(),
-		Replication:       replicationSource(role, b),
+		Replication:       replication.BrokerSource(b),
 		ReplicaLinger:     cfg.ReplicaLinger(),
 		Metrics:           adm.metrics(),
 		Security:          sec,
+		Control:           n,
+		Failover:          n,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -183,16 +191,18 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 	if sec.Auth != nil {
 		hup.users = srv.ReloadUsers
 	}
+	// Replication stops (after its in-flight block) when serve returns;
+	// promote and follow are refused from then on.
+	defer n.stop()
 	if role == roleSlave {
-		r, err := startReplication(cfg, fl.masterHost, fl.masterPort, fl.event, b, logger)
-		if err != nil {
+		if err := n.startFollowing(fl.masterHost, fl.masterPort); err != nil {
 			logger.Error("cannot start replication", "err", err)
 			srv.Shutdown(context.Background())
 			return exitUsage
 		}
-		adm.setReplication(r)
-		defer r.Stop()
-		hup.master = r.link
+		hup.master = n.link()
+		// follow replaces the link: SIGHUP reloads the one in use.
+		hup.masterNow = n.link
 	}
 	// Before "smss listening", which tells scripts they may send SIGHUP.
 	defer reloadOnHUP(hup)()
@@ -268,13 +278,4 @@ func exposure(addr net.Addr) string {
 	default:
 		return "listening on a non-loopback address: remote clients can connect without authentication (auth.enabled is false)"
 	}
-}
-
-// replicationSource serves replica requests on a master only: a slave does
-// not chain (spec §4.1).
-func replicationSource(role string, b *broker.Broker) replication.Source {
-	if role == roleSlave {
-		return nil
-	}
-	return replication.BrokerSource(b)
 }

@@ -54,6 +54,9 @@ type reloader struct {
 	// (replication.useTLS) and password (replication.user); nil on a
 	// master or when the slave has neither.
 	master *masterLink
+	// masterNow, when set, returns the link in use at the time of the
+	// signal (follow replaces it; nil after a promotion).
+	masterNow func() *masterLink
 }
 
 // empty reports whether there is nothing to reload.
@@ -64,6 +67,9 @@ func (r *reloader) empty() bool {
 // reload re-reads everything configured and logs each outcome. A failed
 // part keeps its previous state and does not stop the others.
 func (r *reloader) reload() {
+	if r.masterNow != nil {
+		r.master = r.masterNow()
+	}
 	if r.users != nil {
 		if err := r.users(); err != nil {
 			r.log.Error("SIGHUP: users file not reloaded; the previous users stay in force", "err", err)

@@ -19,6 +19,7 @@ import (
 // replicaRunner is a slave's replication running in the background.
 type replicaRunner struct {
 	slave  *replication.Slave
+	addr   string // the master's host:port
 	cancel context.CancelFunc
 	done   chan struct{}
 	// link dials the master with the TLS material and password SIGHUP
@@ -28,6 +29,9 @@ type replicaRunner struct {
 	// The last apply step: its last eventId and when (unix ns), for the
 	// admin endpoint's lag.
 	applied, appliedAt atomic.Int64
+
+	// The master's promotion epoch, asked at each session (epoch.go).
+	epochs epochProbe
 }
 
 // startReplication starts a slave's replication from the master at
@@ -43,14 +47,32 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if err != nil {
 		return nil, err
 	}
-	var dial client.DialFunc
+	return runReplication(cfg, link, net.JoinHostPort(masterHost, strconv.Itoa(masterPort)), event, b, logger)
+}
+
+// runReplication starts replication from addr through link (nil: a plain
+// connection without a login). The slave's position is read from b's
+// binlog now, so a previous runner must have stopped.
+func runReplication(cfg *config.Config, link *masterLink, addr string, event int64, b *broker.Broker, logger *slog.Logger) (*replicaRunner, error) {
+	base := client.DialFunc((&net.Dialer{}).DialContext)
 	if link != nil {
-		dial = link.DialContext
+		base = link.DialContext
 	}
-	r := &replicaRunner{done: make(chan struct{}), link: link}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replicaRunner{done: make(chan struct{}), link: link, addr: addr, cancel: cancel}
+	r.epochs = epochProbe{ctx: ctx, dial: base, addr: addr, b: b, timeout: max(cfg.ReplyTimeout(), time.Second),
+		log: logger.With("component", "replication", "master", addr)}
 	s, err := replication.NewSlave(b, replication.SlaveOptions{
-		DialContext:   dial,
-		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),
+		// Every session's connection is followed by a short one that asks
+		// the master's promotion epoch.
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			c, err := base(ctx, network, address)
+			if err == nil {
+				r.epochs.probe()
+			}
+			return c, err
+		},
+		MasterAddr:    addr,
 		StartEvent:    event,
 		AliveInterval: cfg.AliveInterval(),
 		// A master may accept larger requests than this slave's config
@@ -63,10 +85,10 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 		},
 	})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.slave, r.cancel = s, cancel
+	r.slave = s
 	go func() {
 		defer close(r.done)
 		// Run logs a stop at error level itself; the slave keeps serving
@@ -80,6 +102,7 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 func (r *replicaRunner) Stop() {
 	r.cancel()
 	<-r.done
+	r.epochs.wait()
 }
 
 // Status is the replication state for operators.

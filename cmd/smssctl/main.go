@@ -1,6 +1,7 @@
 // Command smssctl is the operator's tool for an smss server: topic
 // management, publishing, tailing a subscription or the replication stream,
-// a ping, and (through the admin HTTP endpoint) stats and a live top.
+// a ping, the node's status, promote and follow (failover.go), and
+// (through the admin HTTP endpoint) stats and a live top.
 //
 //	smssctl [global flags] <command> [flags] [args]
 //
@@ -47,6 +48,9 @@ commands:
   sub TOPIC --who NAME [--from N] [--batch N]       print messages as they arrive, like tail -f
   replica [--from N]                                print the binlog command lines of the replication stream
   ping                                              check that the server answers
+  status                                            role, promotion epoch, last eventId, followed master
+  promote                                           turn a running slave into a master (admin role)
+  follow HOST:PORT                                  re-point a running slave to another master (admin role)
   stats [--admin HOST:PORT] [--token T]             one report from the admin endpoint (admin.listen)
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
@@ -103,6 +107,12 @@ func run(ctx context.Context, args []string, e env) int {
 		return runReplica(ctx, g, rest)
 	case "ping":
 		return runPing(ctx, g, rest)
+	case "status":
+		return runStatus(ctx, g, rest)
+	case "promote":
+		return runPromote(ctx, g, rest)
+	case "follow":
+		return runFollow(ctx, g, rest)
 	case "user":
 		return runUser(g, rest)
 	case "stats":

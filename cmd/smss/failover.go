@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/server"
+)
+
+// node is the process's role at run time: the broker's role, a slave's
+// replication runner and the master-only background jobs, and the two
+// operations that change them without a restart, promote and follow. It
+// is the server's Control (status, 34) and Failover (promote 35, follow
+// 36).
+type node struct {
+	cfg   *config.Config
+	b     *broker.Broker
+	bg    *background
+	adm   *adminEndpoint
+	log   *slog.Logger
+	event int64 // -event: where a slave with an empty binlog starts
+
+	// mu serializes promote, follow and stop: each stops and starts the
+	// replication runner.
+	mu      sync.Mutex
+	stopped bool
+	runner  atomic.Pointer[replicaRunner] // nil on a master
+}
+
+var (
+	_ server.Control  = (*node)(nil)
+	_ server.Failover = (*node)(nil)
+)
+
+// errFollowOnMaster refuses follow on a master: its binlog may hold blocks
+// the other master lacks, so it must come back as a slave through a
+// restart with -rejoin, which checks for that.
+var errFollowOnMaster = protocol.NewBizError("this node is a master and cannot follow another one while running; " +
+	"restart it as a slave with -rejoin (smss -role slave -host H -port P -rejoin)")
+
+// errShuttingDown refuses promote and follow once the process is stopping.
+var errShuttingDown = protocol.NewBizError("the server is shutting down")
+
+// startFollowing starts a slave's replication from masterHost:masterPort.
+func (n *node) startFollowing(masterHost string, masterPort int) error {
+	r, err := startReplication(n.cfg, masterHost, masterPort, n.event, n.b, n.log)
+	if err != nil {
+		return err
+	}
+	n.setRunner(r)
+	return nil
+}
+
+func (n *node) setRunner(r *replicaRunner) {
+	n.runner.Store(r)
+	n.adm.setReplication(r)
+}
+
+// link is the current runner's master link, for SIGHUP.
+func (n *node) link() *masterLink {
+	if r := n.runner.Load(); r != nil {
+		return r.link
+	}
+	return nil
+}
+
+// stop ends replication (at shutdown); promote and follow are refused
+// from then on.
+func (n *node) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopped = true
+	if r := n.runner.Load(); r != nil {
+		r.Stop()
+	}
+}
+
+// Status implements server.Control.
+func (n *node) Status() server.NodeStatus {
+	st := server.NodeStatus{Role: server.RoleMaster, Epoch: n.b.Epoch(), LastEventID: n.b.LastEventID()}
+	if n.b.IsSlave() {
+		st.Role = server.RoleSlave
+		if r := n.runner.Load(); r != nil {
+			st.Master = r.addr
+		}
+	}
+	return st
+}
+
+// Promote implements server.Failover: the same outcome as stopping the
+// slave and restarting it as a master. Replication stops first (after the
+// block being applied), then the broker switches to master, recording the
+// role and the new epoch durably, then the master's jobs start: the delay
+// scheduler (delays that came due while this was a slave fire now), the
+// expiry reaper and their hooks. Retention runs on both roles and goes on;
+// replica requests are served from then on (the server asks the broker's
+// role at each request).
+func (n *node) Promote(ctx context.Context) (uint64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return 0, errShuttingDown
+	}
+	if !n.b.IsSlave() {
+		return 0, protocol.ErrAlreadyMaster
+	}
+	start := time.Now()
+	r := n.runner.Load()
+	from := ""
+	if r != nil {
+		from = r.addr
+	}
+	n.log.Warn("promotion requested: stopping replication", "master", from, "lastEventId", n.b.LastEventID(), "epoch", n.b.Epoch())
+	if r != nil {
+		r.Stop()
+	}
+	epoch, err := n.b.Promote(ctx)
+	if err != nil {
+		n.log.Error("promotion failed; still a slave", "err", err)
+		if r != nil {
+			n.resume(r)
+		}
+		return 0, fmt.Errorf("promote: %w", err)
+	}
+	n.setRunner(nil)
+	if err := n.bg.startMaster(); err != nil {
+		// The broker is a master now and accepts writes; only the timers
+		// are missing, which a restart brings back.
+		n.log.Error("promoted, but the delay scheduler and expiry reaper did not start; restart the server to start them", "err", err)
+		return epoch, fmt.Errorf("promoted to master with epoch %d, but the delay scheduler and expiry reaper did not start: %w", epoch, err)
+	}
+	n.log.Warn("PROMOTED TO MASTER: accepting writes", "epoch", epoch, "previousMaster", from,
+		"lastEventId", n.b.LastEventID(), "took", time.Since(start))
+	return epoch, nil
+}
+
+// resume restarts replication from r's master after a failed promotion or
+// follow, so the slave keeps following rather than standing still.
+func (n *node) resume(r *replicaRunner) {
+	again, err := runReplication(n.cfg, r.link, r.addr, n.event, n.b, n.log)
+	if err != nil {
+		n.setRunner(nil)
+		n.log.Error("could not resume replication; the slave follows no master now", "master", r.addr, "err", err)
+		return
+	}
+	n.setRunner(again)
+}
+
+// Follow implements server.Failover: it re-points a slave to the master at
+// addr, resuming from its own binlog's last block with the TLS and login
+// settings of the configuration (replication.*). On a master it refuses.
+func (n *node) Follow(ctx context.Context, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return protocol.NewBizError(fmt.Sprintf("follow: invalid master address %q: %v", addr, err))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return errShuttingDown
+	}
+	if !n.b.IsSlave() {
+		return errFollowOnMaster
+	}
+	// The link is built before the old runner stops, so that TLS material
+	// that does not load leaves the slave following its master.
+	link, err := masterDialer(n.cfg, host, n.log)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", addr, err)
+	}
+	old := n.runner.Load()
+	from := ""
+	if old != nil {
+		from = old.addr
+		old.Stop()
+	}
+	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.log)
+	if err != nil {
+		n.log.Error("follow failed; resuming the previous master", "master", addr, "previousMaster", from, "err", err)
+		if old != nil {
+			n.resume(old)
+		}
+		return fmt.Errorf("follow %s: %w", addr, err)
+	}
+	n.setRunner(r)
+	n.log.Warn("FOLLOWING A NEW MASTER", "master", addr, "previousMaster", from, "lastEventId", n.b.LastEventID())
+	return nil
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/smssmq/smss/client"
+)
+
+const statusUsage = `usage: smssctl status
+
+Prints the server's role (master or slave), promotion epoch, last eventId
+and, on a slave, the master it follows. Any logged-in user may ask.
+`
+
+const promoteUsage = `usage: smssctl promote
+
+Turns the server, a running slave, into a master without a restart: it
+stops replicating (after the block being applied), records a new promotion
+epoch, starts the delay scheduler and the expiry reaper, serves slaves and
+accepts writes. Needs the admin role when authentication is on. Refused on
+a master.
+`
+
+const followUsage = `usage: smssctl follow HOST:PORT
+
+Re-points the server, a running slave, to the master at HOST:PORT; it
+resumes from its own binlog. Needs the admin role when authentication is
+on. Refused on a master: restart an old master as a slave with -rejoin.
+`
+
+// noFailover explains an original server's refusal.
+func noFailover(g *globals, err error) error {
+	if errors.Is(err, client.ErrNotSupported) {
+		return fmt.Errorf("%w (the server at %s does not support it: an original smss or an older version)", err, g.addr)
+	}
+	return err
+}
+
+func runStatus(ctx context.Context, g *globals, args []string) int {
+	if _, err := failoverArgs(g, "status", statusUsage, args, 0); err != nil {
+		return failOrDone(g, err)
+	}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer c.Close()
+	rctx, cancel := g.ctx(ctx)
+	defer cancel()
+	st, err := c.Status(rctx)
+	if err != nil {
+		return fail(g, noFailover(g, err))
+	}
+	if g.json {
+		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": st.Role, "epoch": st.Epoch,
+			"lastEventId": st.LastEventID, "master": st.Master})
+		return exitOK
+	}
+	fmt.Fprintf(g.e.stdout, "%s: %s, epoch %d, last eventId %d", g.addr, st.Role, st.Epoch, st.LastEventID)
+	if st.Master != "" {
+		fmt.Fprintf(g.e.stdout, ", following %s", st.Master)
+	}
+	fmt.Fprintln(g.e.stdout)
+	return exitOK
+}
+
+func runPromote(ctx context.Context, g *globals, args []string) int {
+	if _, err := failoverArgs(g, "promote", promoteUsage, args, 0); err != nil {
+		return failOrDone(g, err)
+	}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer c.Close()
+	rctx, cancel := g.ctx(ctx)
+	defer cancel()
+	epoch, err := c.Promote(rctx)
+	if err != nil {
+		return fail(g, noFailover(g, err))
+	}
+	if g.json {
+		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": client.RoleMaster, "epoch": epoch})
+		return exitOK
+	}
+	fmt.Fprintf(g.e.stdout, "%s promoted to master, epoch %d\n", g.addr, epoch)
+	return exitOK
+}
+
+func runFollow(ctx context.Context, g *globals, args []string) int {
+	pos, err := failoverArgs(g, "follow", followUsage, args, 1)
+	if err != nil {
+		return failOrDone(g, err)
+	}
+	master := pos[0]
+	host, port, err := net.SplitHostPort(master)
+	if err == nil && host == "" {
+		err = errors.New("no host")
+	}
+	if p, perr := strconv.Atoi(port); err == nil && (perr != nil || p < 1 || p > 65535) {
+		err = fmt.Errorf("port %q is not in 1..65535", port)
+	}
+	if err != nil {
+		return fail(g, usagef("follow: %q is not HOST:PORT: %v", master, err))
+	}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer c.Close()
+	rctx, cancel := g.ctx(ctx)
+	defer cancel()
+	if err := c.Follow(rctx, master); err != nil {
+		return fail(g, noFailover(g, err))
+	}
+	if g.json {
+		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "following": master})
+		return exitOK
+	}
+	fmt.Fprintf(g.e.stdout, "%s now follows %s\n", g.addr, master)
+	return exitOK
+}
+
+// errDone ends a command whose flags asked for help (the code is in it).
+type errDone struct{ code int }
+
+func (e errDone) Error() string { return "done" }
+
+// failoverArgs parses the flags of status, promote and follow, which take
+// only the global ones, and exactly n positional arguments.
+func failoverArgs(g *globals, name, usage string, args []string, n int) ([]string, error) {
+	fs := g.flagSet(name, usage)
+	pos, code, done := parse(fs, args, g.e, false)
+	if done {
+		return nil, errDone{code}
+	}
+	what := ""
+	if n > 0 {
+		what = "master address HOST:PORT"
+	}
+	if err := needArgs(pos, n, n, what); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+func failOrDone(g *globals, err error) int {
+	var d errDone
+	if errors.As(err, &d) {
+		return d.code
+	}
+	return fail(g, err)
+}

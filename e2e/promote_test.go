@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/protocol"
+)
+
+var (
+	ctlOnce sync.Once
+	ctlPath string
+	ctlErr  error
+)
+
+// smssctl builds cmd/smssctl once, next to the smss binary (TestMain
+// removes that directory).
+func smssctl(t *testing.T, addr string, args ...string) (string, string, int) {
+	t.Helper()
+	return smssctlEnv(t, nil, addr, args...)
+}
+
+// smssctlEnv is smssctl with extra environment (SMSS_USER, SMSS_PASSWORD).
+func smssctlEnv(t *testing.T, env []string, addr string, args ...string) (string, string, int) {
+	t.Helper()
+	ctlOnce.Do(func() {
+		ctlPath = filepath.Join(filepath.Dir(smssBin), "smssctl")
+		out, err := exec.Command("go", "build", "-o", ctlPath, "../cmd/smssctl").CombinedOutput()
+		if err != nil {
+			ctlErr = fmt.Errorf("build smssctl: %v\n%s", err, out)
+		}
+	})
+	if ctlErr != nil {
+		t.Fatal(ctlErr)
+	}
+	cmd := exec.Command(ctlPath, append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatalf("smssctl %v: %v", args, err)
+		}
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+type ctlStatus struct {
+	Role        string `json:"role"`
+	Epoch       uint64 `json:"epoch"`
+	LastEventID int64  `json:"lastEventId"`
+	Master      string `json:"master"`
+}
+
+func statusOf(t *testing.T, addr string) ctlStatus {
+	t.Helper()
+	out, errOut, code := smssctl(t, addr, "status", "--json")
+	var st ctlStatus
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("smssctl status of %s: exit %d\n%s%s", addr, code, out, errOut)
+	}
+	return st
+}
+
+// binlogBlocks decodes a binlog read with replBinlog.
+func binlogBlocks(t *testing.T, raw []byte) []binlog.Block {
+	t.Helper()
+	var out []binlog.Block
+	for len(raw) > 0 {
+		b, _, n, err := binlog.DecodeSpan(raw)
+		if err != nil {
+			t.Fatalf("decode binlog block at %d bytes from the end: %v", len(raw), err)
+		}
+		out = append(out, b)
+		raw = raw[n:]
+	}
+	return out
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	p, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPromoteAndFollow is the online failover of issue 16 on real
+// processes: a master with two slaves, a delayed message pending and a
+// topic with a lifetime; the master dies; `smssctl promote` turns one slave
+// into a master without a restart and `smssctl follow` re-points the
+// other. The promoted node must behave as a master started as one: writes
+// accepted with eventIds continuing the replicated ones, the pending delay
+// published exactly once, the expired topic reaped, replica requests
+// served, a higher epoch shown everywhere.
+func TestPromoteAndFollow(t *testing.T) {
+	mdir, s1dir, s2dir, s3dir := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	replConfig(t, s1dir, 0, adminConfig(adminToken))
+	replConfig(t, s2dir, 0, "")
+	replConfig(t, s3dir, 0, "")
+	master := startArgs(t, mdir)
+	c := dial(t, master.addr)
+	// The shortest lifetime allowed is 10 s: the topic expires after the
+	// promotion, so only the promoted node's reaper can delete it.
+	expireAt := time.Now().UnixMilli() + 11_000
+	if err := c.create("life", expireAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.create("orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	replPublish(t, master.addr, []string{"orders"}, 100, "before")
+	const delayed = "the-delayed-message"
+	delayDue := time.Now().Add(4 * time.Second)
+	if err := c.delay("orders", 4000, record(nil, delayed)); err != nil {
+		t.Fatal(err)
+	}
+
+	s1 := startReplSlave(t, s1dir, mport, 0)
+	s2 := startReplSlave(t, s2dir, mport, 0)
+	mdata, s1data, s2data := filepath.Join(mdir, "data"), filepath.Join(s1dir, "data"), filepath.Join(s2dir, "data")
+	waitReplicated(t, mdata, s1data, s1, 30*time.Second)
+	waitReplicated(t, mdata, s2data, s2, 30*time.Second)
+	masterAddr := "127.0.0.1:" + strconv.Itoa(mport)
+	st := statusOf(t, s1.addr)
+	if st.Role != "slave" || st.Master != masterAddr || st.Epoch != 0 {
+		t.Fatalf("slave status before promotion %+v", st)
+	}
+	lastReplicated := st.LastEventID
+
+	master.kill()
+	if time.Now().After(delayDue) {
+		t.Logf("the delay came due before the promotion (slow machine): it must fire right after it")
+	}
+	out, errOut, code := smssctl(t, s1.addr, "promote")
+	if code != 0 || !strings.Contains(out, "promoted to master, epoch 1") {
+		t.Fatalf("smssctl promote: exit %d\n%s%s\n%s", code, out, errOut, tail(s1.out.String(), 4000))
+	}
+	if _, errOut, code := smssctl(t, s1.addr, "promote"); code != 1 || !strings.Contains(errOut, "already a master") {
+		t.Fatalf("second promote: exit %d %s", code, errOut)
+	}
+	st = statusOf(t, s1.addr)
+	if st.Role != "master" || st.Epoch != 1 || st.Master != "" {
+		t.Fatalf("status after promotion %+v", st)
+	}
+
+	// Writes are accepted and continue the eventIds.
+	c1 := dial(t, s1.addr)
+	if err := c1.pub("orders", record(nil, "after-promotion")); err != nil {
+		t.Fatalf("publish on the promoted slave: %v", err)
+	}
+	replPublish(t, s1.addr, []string{"orders"}, 40, "after")
+
+	// The other slave follows the new master from where it is.
+	if out, errOut, code := smssctl(t, s2.addr, "follow", s1.addr); code != 0 || !strings.Contains(out, "now follows "+s1.addr) {
+		t.Fatalf("smssctl follow: exit %d\n%s%s", code, out, errOut)
+	}
+	if st := statusOf(t, s2.addr); st.Role != "slave" || st.Master != s1.addr {
+		t.Fatalf("re-pointed slave's status %+v", st)
+	}
+	if _, errOut, code := smssctl(t, s1.addr, "follow", s2.addr); code != 1 || !strings.Contains(errOut, "-rejoin") {
+		t.Fatalf("follow on a master: exit %d %s", code, errOut)
+	}
+
+	// The pending delay fires once, on the new master.
+	if !waitUntil(30*time.Second, func() bool {
+		return countBody(t, s1.addr, "orders", delayed) > 0
+	}) {
+		t.Fatalf("the pending delayed message was never published after the promotion\n%s", tail(s1.out.String(), 4000))
+	}
+	// The expired topic is reaped by the new master.
+	c1 = dial(t, s1.addr)
+	if !waitUntil(time.Until(time.UnixMilli(expireAt))+30*time.Second, func() bool {
+		_, err := c1.roundTrip(must(protocol.AppendTopicInfo(nil, []byte("life"), nil)), protocol.ReplyJSON)
+		return err != nil && strings.Contains(err.Error(), "topic not exist")
+	}) {
+		t.Fatalf("the expired topic was not reaped by the promoted master\n%s", tail(s1.out.String(), 4000))
+	}
+	replPublish(t, s1.addr, []string{"orders"}, 20, "late")
+
+	// A new slave replicates from the promoted node: it serves replica.
+	s3 := startReplSlave(t, s3dir, portOf(t, s1.addr), 0)
+	waitReplicated(t, s1data, filepath.Join(s3dir, "data"), s3, 30*time.Second)
+	// The re-pointed slave holds the new master's history, no gap, no
+	// duplicate: its binlog is the new master's byte for byte.
+	waitReplicated(t, s1data, s2data, s2, 30*time.Second)
+
+	if n := countBody(t, s1.addr, "orders", delayed); n != 1 {
+		t.Fatalf("the delayed message was published %d times", n)
+	}
+	// eventIds: the new master's binlog continues the replicated prefix
+	// without a gap, and holds one delay apply.
+	blocks := binlogBlocks(t, replBinlog(t, s1data))
+	next, applies := int64(1), 0
+	for _, b := range blocks {
+		if b.EventID != next {
+			t.Fatalf("binlog block eventId %d, want %d (cmd %d)", b.EventID, next, b.Cmd)
+		}
+		last, err := b.LastEventID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		next = last + 1
+		if b.Cmd == binlog.CmdDelayApply {
+			applies++
+		}
+	}
+	if applies != 1 || next-1 <= lastReplicated {
+		t.Fatalf("%d delay applies, last eventId %d (replicated up to %d)", applies, next-1, lastReplicated)
+	}
+
+	// The epoch shows in /api/info and the metrics; the re-pointed slave
+	// learned it from its new master.
+	adm := adminAddr(t, s1)
+	var info admin.Info
+	adminJSON(t, adm, "/api/info", &info)
+	if info.Role != "master" || info.Epoch != 1 {
+		t.Fatalf("/api/info after promotion: role %s epoch %d", info.Role, info.Epoch)
+	}
+	waitMetric(t, adm, series("smss_promotion_epoch"), 1)
+	waitMetric(t, adm, series("smss_is_master"), 1)
+	if !waitUntil(10*time.Second, func() bool { return statusOf(t, s2.addr).Epoch == 1 }) {
+		t.Fatalf("the re-pointed slave did not learn the new master's epoch: %+v", statusOf(t, s2.addr))
+	}
+	for _, p := range []*proc{s1, s2, s3} {
+		if strings.Contains(p.out.String(), "REPLICATION STOPPED") || strings.Contains(p.out.String(), "panic") {
+			t.Fatalf("unexpected failure in %s:\n%s", p.dir, tail(p.out.String(), 4000))
+		}
+	}
+	// Stopping the promoted node is clean (its master jobs stop too).
+	s2.stop()
+	s3.stop()
+	s1.stop()
+	if _, err := os.Stat(filepath.Join(s1data, "binlog")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countBody counts the messages of topic whose record body is body.
+func countBody(t *testing.T, addr, topic, body string) int {
+	t.Helper()
+	want := fmt.Sprintf("%x", record(nil, body))
+	n := 0
+	for _, m := range subscribeAll(t, addr, topic) {
+		if strings.HasSuffix(m, ":"+want) {
+			n++
+		}
+	}
+	return n
+}
+
+// rawStatus asks addr's status over c (cmd 34).
+func rawStatus(t *testing.T, c *client) ctlStatus {
+	t.Helper()
+	body, err := c.roundTrip(must(protocol.AppendStatus(nil, nil)), protocol.ReplyJSON)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st ctlStatus
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("status %q: %v", body, err)
+	}
+	return st
+}
+
+// A promotion while blocks stream in under load stops replication after a
+// whole block: the promoted node's binlog is then a byte prefix of the old
+// master's, made of whole blocks, and its own writes continue right after
+// its last block.
+func TestPromoteDuringReplication(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	replConfig(t, sdir, 0, "")
+	master := startArgs(t, mdir)
+	if err := dial(t, master.addr).create("orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	slave := startReplSlave(t, sdir, mport, 0)
+
+	pubs := []*client{dial(t, master.addr), dial(t, master.addr)}
+	stop := make(chan struct{})
+	errs := make(chan error, len(pubs))
+	for g, pc := range pubs {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				recs := make([][]byte, 1+i%10)
+				for j := range recs {
+					recs[j] = record(nil, fmt.Sprintf("g%d-%d-%d-%s", g, i, j, strings.Repeat("x", i%200)))
+				}
+				if err := pc.pub("orders", recs...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	sc := dial(t, slave.addr)
+	if !waitUntil(30*time.Second, func() bool { return rawStatus(t, sc).LastEventID > 500 }) {
+		t.Fatalf("the slave did not replicate under load: %+v", rawStatus(t, sc))
+	}
+	body, err := sc.roundTrip(must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON)
+	if err != nil || string(body) != `{"role":"master","epoch":1}` {
+		t.Fatalf("promote under load: %s %v\n%s", body, err, tail(slave.out.String(), 3000))
+	}
+	// The master took writes after the promotion too: the promoted node
+	// must hold none of them (checked below by the prefix).
+	close(stop)
+	for range pubs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sdata := filepath.Join(sdir, "data")
+	promoted := replBinlog(t, sdata)
+	if m := replBinlog(t, filepath.Join(mdir, "data")); !bytes.HasPrefix(m, promoted) || len(promoted) == 0 {
+		t.Fatalf("the promoted binlog (%d bytes) is not a prefix of the old master's (%d bytes); common %d",
+			len(promoted), len(m), replCommon(m, promoted))
+	}
+	blocks := binlogBlocks(t, promoted) // whole blocks only, or it fails
+	last, err := blocks[len(blocks)-1].LastEventID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rawStatus(t, sc); got.LastEventID != last || got.Role != "master" {
+		t.Fatalf("status %+v, binlog ends at %d", got, last)
+	}
+	if err := sc.pub("orders", record(nil, "first-own-write")); err != nil {
+		t.Fatal(err)
+	}
+	after := binlogBlocks(t, replBinlog(t, sdata))
+	if len(after) != len(blocks)+1 || after[len(blocks)].EventID != last+1 {
+		t.Fatalf("%d blocks after the first own write (was %d); its eventId %d, want %d",
+			len(after), len(blocks), after[len(after)-1].EventID, last+1)
+	}
+}
