@@ -158,10 +158,17 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		defer close(done)
 		s.readFrames(br, free, items, quit)
 	}()
+	cs := newConfirmSender(conn, s.instance, s.opts.Fsynced, s.opts.RequestTimeout, s.log)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		cs.run(quit)
+	}()
 	defer func() {
 		close(quit)
 		conn.Close()
 		<-done
+		<-sent
 	}()
 
 	for {
@@ -174,7 +181,12 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		if len(b.ends) > 0 || b.err == nil {
 			progressed = true
 		}
-		if err := s.apply(ctx, b); err != nil {
+		err := s.apply(ctx, b)
+		// What the writer committed, even before an apply error: the
+		// applied blocks are a prefix, and s.pos ends with it. The first
+		// post (any frame: the master accepted the stream) sends the hello.
+		cs.post(s.pos)
+		if err != nil {
 			return progressed, err
 		}
 		if b.err != nil {

@@ -142,6 +142,21 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		logger.Error("cannot set up authentication or TLS", "err", err)
 		return exitUsage
 	}
+	// The tracker exists on a slave too: a promoted slave answers writes
+	// as a master started with the same configuration would.
+	syncTracker, err := replication.NewSyncTracker(replication.SyncOptions{
+		Slaves:      cfg.Replication.SyncSlaves,
+		Timeout:     cfg.SyncTimeout(),
+		Degrade:     cfg.Replication.OnSyncTimeout == config.SyncDegrade,
+		LastEventID: b.LastEventID,
+		Logger:      logger,
+		LogSample:   cfg.Log.Sample,
+	})
+	if err != nil {
+		logger.Error("cannot set up semi-synchronous replication", "err", err)
+		return exitUsage
+	}
+	adm.setSync(syncTracker)
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -165,6 +180,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		MaxDelay:          cfg.MaxDelay(),
 		Replication:       replicationSource(role, b),
 		ReplicaLinger:     cfg.ReplicaLinger(),
+		Sync:              syncTracker,
 		Metrics:           adm.metrics(),
 		Security:          sec,
 	})
