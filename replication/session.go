@@ -182,10 +182,13 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 			progressed = true
 		}
 		err := s.apply(ctx, b)
-		// What the writer committed, even before an apply error: the
-		// applied blocks are a prefix, and s.pos ends with it. The first
-		// post (any frame: the master accepted the stream) sends the hello.
-		cs.post(s.pos)
+		if len(b.ends) > 0 || b.err == nil {
+			// What the writer committed, even before an apply error: the
+			// applied blocks are a prefix, and s.pos ends with it. The
+			// first post (a block or an alive: the master accepted the
+			// stream) sends the hello; a lone 400 sends nothing.
+			cs.post(s.pos)
+		}
 		if err != nil {
 			return progressed, err
 		}
