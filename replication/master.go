@@ -73,6 +73,8 @@ type MasterOptions struct {
 	// slave then gets one write per Linger instead of one per commit,
 	// which on a shared box is most of its CPU (and of the master's stream
 	// cost). Zero means the default (DefaultLinger); negative turns it off.
+	// A confirming slave's stream never lingers while writes wait for
+	// confirmations (semi-sync): their replies would wait for it.
 	Linger time.Duration
 	// Logger receives the stream's start and end (nil: slog.Default()).
 	Logger *slog.Logger
@@ -239,7 +241,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 		// Busy is judged on what piled up by itself: counting what the
 		// linger gathered would keep a stream lingering forever.
 		found := n
-		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 {
+		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 && !m.confirm.urgent() {
 			// Busy: let this write gather what commits until Linger has
 			// passed since the last one (a full batch goes at once).
 			if wait := m.opts.Linger - time.Since(lastWrite); wait > 0 && n < m.opts.MaxBlocks {

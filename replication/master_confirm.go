@@ -156,6 +156,15 @@ func (c *confirmState) latency(pos int64) (time.Duration, bool) {
 	return time.Since(at), true
 }
 
+// urgent reports whether the stream should send at once rather than
+// linger: the slave confirms and the master is semi-synchronous (not
+// degraded), so every write's reply waits for this stream. Whether a
+// waiter is registered yet cannot tell: the stream is woken by the same
+// commit as the writes' handlers, and often runs first.
+func (c *confirmState) urgent() bool {
+	return c != nil && c.mode.Load() == confirmActive && c.t.need > 0 && !c.t.degradedFlag.Load()
+}
+
 // close takes the slave out of the tracker (the stream ended).
 func (c *confirmState) close() {
 	if c.slave != nil {

@@ -78,6 +78,7 @@ type SyncTracker struct {
 	targetAt time.Time // when target was taken
 	pos      []int64   // scratch for kthLocked
 
+	degradedFlag atomic.Bool // degraded, for readers without the lock
 	waiting      atomic.Int64
 	timeoutsFail atomic.Int64
 	timeoutsDeg  atomic.Int64
@@ -234,6 +235,7 @@ func (t *SyncTracker) enterDegradedLocked() {
 		return
 	}
 	t.degraded, t.since = true, time.Now()
+	t.degradedFlag.Store(true)
 	t.target, t.targetAt = t.last(), t.since
 	t.degradations.Add(1)
 	released := len(t.waiters)
@@ -263,6 +265,7 @@ func (t *SyncTracker) checkRecoveredLocked() {
 		t.log.Info("semi-synchronous replication restored: the slaves caught up",
 			"syncSlaves", t.need, "confirmedUpTo", t.kth, "degradedFor", time.Since(t.since))
 		t.degraded = false
+		t.degradedFlag.Store(false)
 		return
 	}
 	if now := time.Now(); now.Sub(t.targetAt) >= t.timeout/2 {
