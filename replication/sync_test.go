@@ -178,3 +178,38 @@ func TestSyncDegrade(t *testing.T) {
 	s.confirm(12, false, 0, false)
 	expectDone(t, w12, nil, "12")
 }
+
+// TestStreamUrgency: a confirming slave's stream sends at once on a
+// semi-synchronous master (no linger), lingers again while degraded, and
+// never matters without semi-sync or for a non-confirming slave.
+func TestStreamUrgency(t *testing.T) {
+	var nilState *confirmState
+	if nilState.urgent() {
+		t.Fatal("no semi-sync: urgent")
+	}
+	feedHello := func(tr *SyncTracker) *confirmState {
+		c := newConfirmState(tr, "s", func() int64 { return 10 }, quiet)
+		c.feed(AppendConfirm(nil, hello(1, 10)))
+		return c
+	}
+	async := newTestTracker(t, 0, false)
+	if feedHello(async).urgent() {
+		t.Fatal("syncSlaves 0: urgent")
+	}
+	tr := newTestTrackerLast(t, 2, true, 50*time.Millisecond, func() int64 { return 20 })
+	foreign := newConfirmState(tr, "f", func() int64 { return 10 }, quiet)
+	foreign.feed([]byte{0, 0})
+	if foreign.urgent() {
+		t.Fatal("non-confirming slave: urgent")
+	}
+	c := feedHello(tr)
+	if !c.urgent() {
+		t.Fatal("confirming slave on a semi-sync master: not urgent")
+	}
+	if err := tr.Wait(context.Background(), 20); err != nil { // times out: degraded
+		t.Fatal(err)
+	}
+	if c.urgent() {
+		t.Fatal("degraded: still urgent")
+	}
+}
