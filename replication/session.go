@@ -184,10 +184,10 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		err := s.apply(ctx, b)
 		if len(b.ends) > 0 || b.err == nil {
 			// What the writer committed, even before an apply error: the
-			// applied blocks are a prefix, and s.pos ends with it. The
+			// applied blocks are a prefix, and s.have ends with it. The
 			// first post (a block or an alive: the master accepted the
 			// stream) sends the hello; a lone 400 sends nothing.
-			cs.post(s.pos)
+			cs.post(s.have)
 		}
 		if err != nil {
 			return progressed, err
@@ -263,7 +263,7 @@ func (s *Slave) apply(ctx context.Context, b *batch) error {
 }
 
 func (s *Slave) applied(last int64, raw []byte) {
-	s.pos, s.posFirst = last, blockFirstID(raw)
+	s.pos, s.posFirst, s.have = last, blockFirstID(raw), last
 	if s.opts.OnApply != nil {
 		s.opts.OnApply(last)
 	}

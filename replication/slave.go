@@ -175,6 +175,10 @@ type Slave struct {
 	needSync  bool  // §4.2 topic sync still to do
 	legacyPos bool  // the master matches block-first ids (original smss)
 	raws      [][]byte
+	// have is the last eventId of the last block in the slave's binlog:
+	// what it confirms. Unlike pos it never takes -event's value, which
+	// names blocks the slave skipped, not blocks it has.
+	have int64
 
 	// instance names this process in its hello records (confirm.go).
 	instance [InstanceIDLen]byte
@@ -209,6 +213,7 @@ func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
 	} else {
 		s.pos, s.posFirst, s.needSync = opts.StartEvent, opts.StartEvent, true
 	}
+	s.have = last
 	s.st = Status{State: StateConnecting, MasterAddr: opts.MasterAddr, LastEventID: last}
 	return s, nil
 }

@@ -372,3 +372,23 @@ func TestConfirmingSlaveWithOriginalMaster(t *testing.T) {
 		t.Fatalf("last confirmation %d, master at %d", last, m.LastEventID())
 	}
 }
+
+// TestSyncStartEventIsNotConfirmed: a slave started with -event past the
+// master's history confirms only the blocks it has, not the skipped ones.
+func TestSyncStartEventIsNotConfirmed(t *testing.T) {
+	m, ms, tr := syncMaster(t, 1, 300*time.Millisecond)
+	ctx := context.Background()
+	m.CreateTopic(ctx, []byte("t"), 0)
+	skipped := publish(t, m, "t", "old", 2)
+	sb := openBroker(t, t.TempDir(), true, nil)
+	defer sb.Close()
+	_, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, StartEvent: m.LastEventID(), AliveInterval: 200 * time.Millisecond})
+	defer stop()
+	waitFor(t, 10*time.Second, "the hello", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+	if err := tr.Wait(ctx, skipped); !errors.Is(err, ErrNotConfirmed) {
+		t.Fatalf("a skipped write counted as confirmed: %v", err)
+	}
+	if err := tr.Wait(ctx, publish(t, m, "t", "new", 1)); err != nil {
+		t.Fatalf("a replicated write: %v", err)
+	}
+}
