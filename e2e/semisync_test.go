@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/auth"
+	"github.com/smssmq/smss/auth/authtest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -357,5 +360,45 @@ func TestSemiSyncDegradeMode(t *testing.T) {
 		m[series("smss_replication_sync_unconfirmed_writes_total")] != 6 {
 		t.Fatalf("metrics: timeouts %v unconfirmed %v", m[series("smss_replication_sync_timeouts_total", "mode", "degrade")],
 			m[series("smss_replication_sync_unconfirmed_writes_total")])
+	}
+}
+
+// TestSemiSyncOverTLS: a slave that logs in and replicates over the
+// master's TLS listener confirms like a plain one.
+func TestSemiSyncOverTLS(t *testing.T) {
+	pki := authtest.NewPKI(t)
+	mdir, sdir := t.TempDir(), t.TempDir()
+	users := filepath.Join(mdir, "users.json")
+	authtest.WriteUsers(t, users,
+		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
+		authtest.User{Name: "slave", Password: "sl", Roles: []string{auth.RoleReplication}})
+	tport := freePort(t)
+	replConfig(t, mdir, 0, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n%s",
+		users, tport, pki.ServerCert, pki.ServerKey, semiSyncConfig("fail")))
+	master := start(t, mdir)
+	madm := adminAddr(t, master)
+	pwFile := filepath.Join(sdir, "master.pw")
+	if err := os.WriteFile(pwFile, []byte("sl\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	replConfig(t, sdir, 0, fmt.Sprintf("replication:\n  user: slave\n  passwordFile: %s\n  useTLS: true\n  ca: %s\n  serverName: localhost\n",
+		pwFile, pki.CAFile))
+	startReplSlave(t, sdir, tport, 0)
+	waitConfirming(t, madm, 1)
+	c := dial(t, master.addr)
+	if err := c.login(t, "admin", "adm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.create("tls", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		body := fmt.Sprint("over-tls-", i)
+		if err := c.pub("tls", record(nil, body)); err != nil {
+			t.Fatalf("pub %d: %v", i, err)
+		}
+		if !bytes.Contains(replBinlog(t, filepath.Join(sdir, "data")), []byte(body)) {
+			t.Fatalf("%s answered 200 before the TLS slave had it", body)
+		}
 	}
 }
