@@ -49,9 +49,10 @@ master's. Invariants:
     master's alive interval) only cause a reconnect with capped
     exponential backoff; an unreachable master never ends the process.
   - A frame is applied only once it has been received whole.
-  - Right after the replica request the slave sends a hello record with
-    its position, and after each apply step one confirm record with the
-    last eventId its writer committed (fsynced when SlaveOptions.Fsynced).
+  - Once the first frame arrived (the master accepted the stream) the slave
+    sends a hello record with its position, and after each apply step one
+    confirm record with the last eventId its writer committed (fsynced
+    when SlaveOptions.Fsynced).
     A sender goroutine writes them, coalescing: the apply loop never
     waits for the network, and an original master simply discards them.
 */
