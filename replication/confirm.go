@@ -10,9 +10,11 @@ import (
 // connection (semi-synchronous replication). The replica stream is
 // one-way in the original protocol: an original master reads and discards
 // whatever a slave sends (spec §4.3 item 6), an original slave sends
-// nothing, and the Go ReplicaClient debug tool sends 2-byte acks. Our
-// slave sends, right after its 28-byte replica request, one hello record
-// and then one confirm record per apply step, each ConfirmLen bytes:
+// nothing, and the Go ReplicaClient debug tool sends 2-byte acks. After
+// its 28-byte replica request, once the first frame arrived (so a master
+// that refused the request never reads one as its next request), our slave
+// sends one hello record and then one confirm record per apply step, each
+// ConfirmLen bytes:
 //
 //	0..3   "SMC1" (ConfirmMagic)
 //	4      kind: 1 hello, 2 confirm
