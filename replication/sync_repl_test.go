@@ -392,3 +392,39 @@ func TestSyncStartEventIsNotConfirmed(t *testing.T) {
 		t.Fatalf("a replicated write: %v", err)
 	}
 }
+
+// TestSyncTwoSlaves: syncSlaves 2 needs both slaves; one of them alone
+// never confirms a write.
+func TestSyncTwoSlaves(t *testing.T) {
+	m, ms, tr := syncMaster(t, 2, 300*time.Millisecond)
+	ctx := context.Background()
+	m.CreateTopic(ctx, []byte("t"), 0)
+	var stops []func() error
+	var slaves []*Slave
+	for range 2 {
+		sb := openBroker(t, t.TempDir(), true, nil)
+		defer sb.Close()
+		s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, AliveInterval: 200 * time.Millisecond})
+		slaves, stops = append(slaves, s), append(stops, stop)
+	}
+	waitFor(t, 10*time.Second, "both slaves confirming", func() bool { in, _ := tr.Info(); return in.Confirming == 2 })
+	for i := range 5 {
+		id := publish(t, m, "t", "both", 1+i)
+		if err := tr.Wait(ctx, id); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		for j, s := range slaves {
+			if got := s.Status().LastEventID; got < id {
+				t.Fatalf("write %d confirmed with slave %d at %d < %d", i, j, got, id)
+			}
+		}
+	}
+	stops[1]()
+	waitFor(t, 10*time.Second, "one slave left", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+	id := publish(t, m, "t", "one", 1)
+	if err := tr.Wait(ctx, id); !errors.Is(err, ErrNotConfirmed) {
+		t.Fatalf("one slave of two: %v", err)
+	}
+	// Refused, yet stored and replicated to the remaining slave.
+	waitFor(t, 10*time.Second, "the remaining slave to apply", func() bool { return slaves[0].Status().LastEventID >= id })
+}
