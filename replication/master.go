@@ -73,8 +73,8 @@ type MasterOptions struct {
 	// slave then gets one write per Linger instead of one per commit,
 	// which on a shared box is most of its CPU (and of the master's stream
 	// cost). Zero means the default (DefaultLinger); negative turns it off.
-	// A confirming slave's stream never lingers while writes wait for
-	// confirmations (semi-sync): their replies would wait for it.
+	// A confirming slave's stream never lingers on a semi-synchronous
+	// master that is not degraded: every write's reply waits for it.
 	Linger time.Duration
 	// Logger receives the stream's start and end (nil: slog.Default()).
 	Logger *slog.Logger
