@@ -114,7 +114,7 @@ func (w *semiSyncWriters) run(n int, d time.Duration, tag string) (acked, refuse
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				body := fmt.Sprintf("semisync-%s-%d-%d", tag, i, w.seq.Add(1))
+				body := fmt.Sprintf("semisync-%s-%d-%d.", tag, i, w.seq.Add(1))
 				start := time.Now()
 				err := c.pub(w.topic, record(nil, body))
 				took := time.Since(start)
@@ -151,12 +151,26 @@ func (w *semiSyncWriters) run(n int, d time.Duration, tag string) (acked, refuse
 // slave's binlog.
 func (w *semiSyncWriters) checkAcked(slaveData, when string) {
 	w.t.Helper()
+	// The bodies in the binlog: "semisync-" up to the first ".".
+	have := map[string]bool{}
 	bin := replBinlog(w.t, slaveData)
+	for {
+		i := bytes.Index(bin, []byte("semisync-"))
+		if i < 0 {
+			break
+		}
+		j := bytes.IndexByte(bin[i:], '.')
+		if j < 0 {
+			break
+		}
+		have[string(bin[i:i+j+1])] = true
+		bin = bin[i+j+1:]
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	missing := 0
 	for _, b := range w.acked {
-		if !bytes.Contains(bin, []byte(b)) {
+		if !have[b] {
 			if missing < 5 {
 				w.t.Errorf("%s: write %q answered 200 but not in the slave's binlog", when, b)
 			}
@@ -192,6 +206,24 @@ func waitConfirming(t *testing.T, adm string, want int) {
 	if !waitUntil(30*time.Second, func() bool { return syncInfo(t, adm).Sync.Confirming == want }) {
 		t.Fatalf("confirming slaves never %d: %+v", want, syncInfo(t, adm).Sync)
 	}
+}
+
+// faultWhileWaiting runs the writers for d and applies fault once the
+// master reports writes waiting for confirmations; it returns the writers'
+// counts.
+func (w *semiSyncWriters) faultWhileWaiting(adm string, d time.Duration, tag string, fault func()) (acked, refused int) {
+	w.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		acked, refused = w.run(4, d, tag)
+	}()
+	if !waitUntil(d/2, func() bool { return syncInfo(w.t, adm).Sync.Waiting > 0 }) {
+		w.t.Logf("%s: no write seen waiting before the fault", tag)
+	}
+	fault()
+	<-done
+	return acked, refused
 }
 
 // waitSynchronous publishes until a write is answered 200 (the slave is
@@ -235,8 +267,7 @@ func TestSemiSyncFailMode(t *testing.T) {
 	w.checkAcked(slaveData, "healthy")
 
 	// Stopped: the slave keeps its connection but does nothing.
-	slave.cmd.Process.Signal(syscall.SIGSTOP)
-	a, r := w.run(4, time.Second, "stopped")
+	a, r := w.faultWhileWaiting(madm, 1500*time.Millisecond, "stopped", func() { slave.cmd.Process.Signal(syscall.SIGSTOP) })
 	if r == 0 {
 		t.Fatalf("stopped slave: no write refused (%d answered 200)", a)
 	}
@@ -247,28 +278,23 @@ func TestSemiSyncFailMode(t *testing.T) {
 
 	// Cut off: writes waiting when the connection breaks are refused;
 	// the slave reconnects (after its 1 s backoff) and confirms again.
-	var cutAcked, cutRefused int
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		cutAcked, cutRefused = w.run(4, 1500*time.Millisecond, "cut")
-	}()
-	time.Sleep(200 * time.Millisecond) // let writes be in flight when the cut comes
-	proxy.cut()
-	<-done
+	cutAcked, cutRefused := w.faultWhileWaiting(madm, 1500*time.Millisecond, "cut", proxy.cut)
 	if cutRefused == 0 {
 		t.Fatalf("cut off: no write refused (%d answered 200)", cutAcked)
 	}
 	waitSynchronous(t, w)
 	w.checkAcked(slaveData, "after the cut")
 
-	// Killed: nothing it had not confirmed may have been answered 200.
-	slave.kill()
-	a, r = w.run(4, time.Second, "killed")
-	if a != 0 || r == 0 {
-		t.Fatalf("killed slave: %d answered 200, %d refused", a, r)
+	// Killed: nothing it had not confirmed may have been answered 200,
+	// and after the kill nothing is.
+	a, r = w.faultWhileWaiting(madm, 1500*time.Millisecond, "killed", slave.kill)
+	if r == 0 {
+		t.Fatalf("killed slave: no write refused (%d answered 200)", a)
 	}
 	w.checkAcked(slaveData, "slave killed")
+	if a, r := w.run(4, 500*time.Millisecond, "dead"); a != 0 || r == 0 {
+		t.Fatalf("dead slave: %d answered 200, %d refused", a, r)
+	}
 	in := syncInfo(t, madm).Sync
 	if in.TimeoutsFail == 0 || in.Degraded || in.Confirming != 0 {
 		t.Fatalf("sync info after the faults %+v", in)
