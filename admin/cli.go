@@ -214,13 +214,28 @@ func renderReplication(b *bytes.Buffer, r metrics.ReplicationInfo, now time.Time
 		return
 	}
 	fmt.Fprintf(b, "REPLICATION  master, %d slave(s)\n", len(r.Slaves))
+	if y := r.Sync; y != nil && y.SyncSlaves > 0 {
+		state := "synchronous"
+		if y.Degraded {
+			state = "DEGRADED (asynchronous) since " + relative(y.DegradedSince, now)
+		}
+		fmt.Fprintf(b, "  semi-sync: %d slave(s) within %d ms (%s), %s; %d confirming, confirmed up to %d, %d writes waiting, timeouts %d fail / %d degrade\n",
+			y.SyncSlaves, y.TimeoutMs, y.OnTimeout, state, y.Confirming, y.Confirmed, y.Waiting, y.TimeoutsFail, y.TimeoutsDegrade)
+	}
 	if len(r.Slaves) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "SLAVE\tSINCE\tSENT ID\tLAG\n")
+	fmt.Fprint(tw, "SLAVE\tSINCE\tSENT ID\tLAG\tCONFIRMED\n")
 	for _, s := range r.Slaves {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", s.RemoteAddr, relative(s.Since, now), s.Position, s.LagEvents)
+		conf := "-" // an original slave, or none yet
+		if s.Confirming {
+			conf = fmt.Sprintf("%d (%.1f ms)", s.Confirmed, s.ConfirmLatencySeconds*1e3)
+			if s.Fsynced {
+				conf += " fsynced"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.RemoteAddr, relative(s.Since, now), s.Position, s.LagEvents, conf)
 	}
 	_ = tw.Flush()
 }

@@ -199,3 +199,28 @@ func TestTablesAreCapped(t *testing.T) {
 		t.Fatalf("busiest topic not first: %q", lines[2])
 	}
 }
+
+// TestRenderSemiSync: smssctl stats shows the semi-sync state and which
+// slaves confirm.
+func TestRenderSemiSync(t *testing.T) {
+	now := time.Now()
+	r := metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: 90,
+		Slaves: []metrics.SlaveInfo{
+			{RemoteAddr: "10.0.0.2:41000", Position: 90, Confirming: true, Confirmed: 88, Fsynced: true, ConfirmLatencySeconds: 0.0012},
+			{RemoteAddr: "10.0.0.3:41000", Position: 80, LagEvents: 10},
+		},
+		Sync: &metrics.SyncInfo{SyncSlaves: 1, TimeoutMs: 300, OnTimeout: "degrade", Confirming: 1, Confirmed: 88, Waiting: 2,
+			Degraded: true, DegradedSince: now.Add(-5 * time.Second).UnixMilli(), TimeoutsDegrade: 3}}
+	var b bytes.Buffer
+	renderReplication(&b, r, now)
+	text := b.String()
+	for _, want := range []string{"semi-sync: 1 slave(s) within 300 ms (degrade), DEGRADED", "confirmed up to 88", "2 writes waiting",
+		"timeouts 0 fail / 3 degrade", "CONFIRMED", "88 (1.2 ms) fsynced"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("lacks %q:\n%s", want, text)
+		}
+	}
+	if line := text[strings.Index(text, "10.0.0.3:41000"):]; !strings.HasSuffix(strings.TrimSpace(strings.SplitN(line, "\n", 2)[0]), " -") {
+		t.Errorf("a non-confirming slave shows a confirmation:\n%s", text)
+	}
+}

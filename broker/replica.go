@@ -297,6 +297,10 @@ func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
 	return s, nil
 }
 
+// SentEventID is the last eventId handed to the stream's sender (the
+// start eventId before any): a slave cannot have confirmed more.
+func (s *BinlogStream) SentEventID() int64 { return s.sent.Load() }
+
 // SetRemoteAddr names the slave's network address for Broker.Replication.
 func (s *BinlogStream) SetRemoteAddr(addr string) { s.remote.Store(&addr) }
 

@@ -59,7 +59,28 @@ type ReplicationClient struct {
 	// receives the commits of that time in one write instead of one per
 	// commit (0 writes every commit at once).
 	LingerMs int64 `yaml:"lingerMs"`
+	// SyncSlaves is master side (semi-synchronous replication): a pub,
+	// delay, create or delete is answered 200 only once this many
+	// connected slaves confirmed its block (0: asynchronous, as the
+	// original). SyncTimeoutMs bounds that wait; OnSyncTimeout says what
+	// a write then gets (SyncFail: 400, SyncDegrade: 200 and asynchronous
+	// until a slave caught up).
+	SyncSlaves    int    `yaml:"syncSlaves"`
+	SyncTimeoutMs int64  `yaml:"syncTimeoutMs"`
+	OnSyncTimeout string `yaml:"onSyncTimeout"`
 }
+
+// Values of replication.onSyncTimeout.
+const (
+	SyncFail    = "fail"
+	SyncDegrade = "degrade"
+)
+
+// MaxSyncSlaves bounds replication.syncSlaves (far above any real setup).
+const MaxSyncSlaves = 64
+
+// SyncTimeout is replication.syncTimeoutMs.
+func (c *Config) SyncTimeout() time.Duration { return ms(c.Replication.SyncTimeoutMs) }
 
 // ReplicaLinger is replication.lingerMs as MasterOptions.Linger wants it
 // (negative: off).
@@ -110,6 +131,11 @@ func (c *Config) validateSecurity(v *validator) {
 
 	r := c.Replication
 	v.between("replication.lingerMs", r.LingerMs, 0, 1000, "ms; 0 sends every commit at once")
+	v.between("replication.syncSlaves", int64(r.SyncSlaves), 0, MaxSyncSlaves, "0 answers without waiting for slaves")
+	v.between("replication.syncTimeoutMs", r.SyncTimeoutMs, 1, 3600000, "ms")
+	if r.OnSyncTimeout != SyncFail && r.OnSyncTimeout != SyncDegrade {
+		v.add(fmt.Sprintf("replication.onSyncTimeout must be %q or %q (got %q)", SyncFail, SyncDegrade, r.OnSyncTimeout))
+	}
 	if (r.User == "") != (r.PasswordFile == "") {
 		v.add("replication.user and replication.passwordFile must be set together")
 	}

@@ -48,6 +48,14 @@ var (
 	descSubPos       = desc("subscriber_position", "Last eventId the subscriber acknowledged.", "topic", "who")
 	descSlaves       = desc("replication_slaves", "Slaves streaming from this master.")
 	descSlaveLag     = desc("replication_slave_lag_events", "Master's last eventId minus the last eventId sent to the slave.", "slave")
+	descSlaveConf    = desc("replication_slave_confirmed_event_id", "Last eventId a confirming slave confirmed it has in its binlog (smss slaves only).", "slave")
+	descSlaveConfLat = desc("replication_slave_confirm_latency_seconds", "Time from the master's commit of a block to the slave's confirmation, for its latest confirmation.", "slave")
+	descSyncSlaves   = desc("replication_sync_slaves", "replication.syncSlaves: confirmations a write waits for (0: asynchronous).")
+	descSyncConfirm  = desc("replication_sync_confirming_slaves", "Connected slaves that confirm what they apply.")
+	descSyncWaiting  = desc("replication_sync_waiting_writes", "Writes whose reply waits for slave confirmations.")
+	descSyncDegraded = desc("replication_sync_degraded", "1 while writes are answered asynchronously after a confirmation timeout (onSyncTimeout: degrade).")
+	descSyncTimeouts = desc("replication_sync_timeouts_total", "Writes not confirmed by the slaves within replication.syncTimeoutMs, by the mode that answered them (fail: 400, degrade: 200).", "mode")
+	descSyncUnconf   = desc("replication_sync_unconfirmed_writes_total", "Writes answered 200 without the slaves' confirmations (degrade mode).")
 	descReplConn     = desc("replication_connected", "1 when this slave's replica stream is open.")
 	descReplLag      = desc("replication_lag_events", "Master's last eventId minus this slave's (when known).")
 	descReplLagSec   = desc("replication_lag_seconds", "Age of the last applied block while catching up; 0 when caught up.")
@@ -57,7 +65,8 @@ var (
 	descCertExpiry   = desc("tls_certificate_expiry_timestamp_seconds", "NotAfter of a TLS certificate in force, Unix seconds; key is its configuration key.", "key")
 	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
-		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
+		descSlaves, descSlaveLag, descSlaveConf, descSlaveConfLat, descSyncSlaves, descSyncConfirm, descSyncWaiting,
+		descSyncDegraded, descSyncTimeouts, descSyncUnconf, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
 		descCertExpiry}
 )
 
@@ -185,10 +194,31 @@ func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
 		}
 		seen[label] = true
 		e.gauge(descSlaveLag, float64(s.LagEvents), label)
+		if s.Confirming {
+			e.gauge(descSlaveConf, float64(s.Confirmed), label)
+			e.gauge(descSlaveConfLat, s.ConfirmLatencySeconds, label)
+		}
+	}
+	if y := r.Sync; y != nil {
+		e.gauge(descSyncSlaves, float64(y.SyncSlaves))
+		e.gauge(descSyncConfirm, float64(y.Confirming))
+		e.gauge(descSyncWaiting, float64(y.Waiting))
+		degraded := 0.0
+		if y.Degraded {
+			degraded = 1
+		}
+		e.gauge(descSyncDegraded, degraded)
+		e.counter(descSyncTimeouts, float64(y.TimeoutsFail), "fail")
+		e.counter(descSyncTimeouts, float64(y.TimeoutsDegrade), "degrade")
+		e.counter(descSyncUnconf, float64(y.Unconfirmed))
 	}
 }
 
 type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e *emitter) counter(d *prometheus.Desc, v float64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
 
 func (e *emitter) gauge(d *prometheus.Desc, v float64, labels ...string) {
 	e.ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)

@@ -38,7 +38,8 @@ func fakeState() metricstest.State {
 		},
 		Replication: metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: 90, Slaves: []metrics.SlaveInfo{
 			{RemoteAddr: "10.0.0.2:5000", Position: 70, LagEvents: 20},
-		}},
+			{RemoteAddr: "10.0.0.3:5000", Position: 90, Confirming: true, Confirmed: 88, ConfirmLatencySeconds: 0.002},
+		}, Sync: &metrics.SyncInfo{SyncSlaves: 1, Confirming: 1, Waiting: 3, Degraded: true, TimeoutsFail: 0, TimeoutsDegrade: 2, Unconfirmed: 7}},
 		Delays: delays,
 		Info: metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, Epoch: 3, BinlogBytes: 1 << 20, BinlogFiles: 2,
 			Certificates: []metrics.CertificateInfo{
@@ -81,7 +82,16 @@ func TestSourceCollector(t *testing.T) {
 		{"smss_subscriber_lag_events", map[string]string{"topic": "orders", "who": "billing"}, 10},
 		{"smss_subscriber_lag_events", map[string]string{"topic": "orders", "who": "audit"}, 0},
 		{"smss_subscriber_position", map[string]string{"topic": "orders", "who": "billing"}, 80},
-		{"smss_replication_slaves", nil, 1},
+		{"smss_replication_slaves", nil, 2},
+		{"smss_replication_slave_confirmed_event_id", map[string]string{"slave": "10.0.0.3:5000"}, 88},
+		{"smss_replication_slave_confirm_latency_seconds", map[string]string{"slave": "10.0.0.3:5000"}, 0.002},
+		{"smss_replication_sync_slaves", nil, 1},
+		{"smss_replication_sync_confirming_slaves", nil, 1},
+		{"smss_replication_sync_waiting_writes", nil, 3},
+		{"smss_replication_sync_degraded", nil, 1},
+		{"smss_replication_sync_timeouts_total", map[string]string{"mode": "fail"}, 0},
+		{"smss_replication_sync_timeouts_total", map[string]string{"mode": "degrade"}, 2},
+		{"smss_replication_sync_unconfirmed_writes_total", nil, 7},
 		{"smss_replication_slave_lag_events", map[string]string{"slave": "10.0.0.2:5000"}, 20},
 		{"smss_delayed_pending", nil, 4},
 		{"smss_delayed_pending_due", map[string]string{"within": "1m"}, 2},
@@ -101,6 +111,9 @@ func TestSourceCollector(t *testing.T) {
 	}
 	if _, ok := sample(t, f, "smss_topic_disk_bytes", map[string]string{"topic": "old"}); ok {
 		t.Error("deleted topic exported disk bytes")
+	}
+	if _, ok := sample(t, f, "smss_replication_slave_confirmed_event_id", map[string]string{"slave": "10.0.0.2:5000"}); ok {
+		t.Error("a non-confirming slave exported a confirmed position")
 	}
 	if _, ok := f["smss_replication_connected"]; ok {
 		t.Error("slave gauges exported on a master")

@@ -79,6 +79,49 @@ type ReplicationInfo struct {
 	LastEventID int64       `json:"lastEventId"`
 	Slaves      []SlaveInfo `json:"slaves"`
 	Master      *MasterLink `json:"master,omitempty"`
+	// Sync is the master's semi-synchronous replication (replication.sync*
+	// keys); nil where the process has none (a slave).
+	Sync *SyncInfo `json:"sync,omitempty"`
+}
+
+// SyncInfo describes semi-synchronous replication on a master.
+type SyncInfo struct {
+	// SyncSlaves, TimeoutMs and OnTimeout are the configuration
+	// (replication.syncSlaves, syncTimeoutMs, onSyncTimeout); SyncSlaves 0
+	// is asynchronous replication.
+	SyncSlaves int    `json:"syncSlaves"`
+	TimeoutMs  int64  `json:"timeoutMs"`
+	OnTimeout  string `json:"onTimeout"`
+	// Confirming counts the connected slaves that confirm (our smss
+	// slaves; an original slave never does).
+	Confirming int `json:"confirming"`
+	// Confirmed is the highest eventId confirmed by SyncSlaves slaves
+	// (0 when fewer confirm).
+	Confirmed int64 `json:"confirmed"`
+	// Waiting counts the writes whose reply waits for confirmations now.
+	Waiting int64 `json:"waiting"`
+	// Degraded is true while writes are answered asynchronously after a
+	// timeout (onSyncTimeout: degrade), since DegradedSince (ms).
+	Degraded      bool  `json:"degraded"`
+	DegradedSince int64 `json:"degradedSince,omitempty"`
+	// TimeoutsFail and TimeoutsDegrade count the writes not confirmed in
+	// time, answered 400 and 200 respectively.
+	TimeoutsFail    int64 `json:"timeoutsFail"`
+	TimeoutsDegrade int64 `json:"timeoutsDegrade"`
+	// Unconfirmed counts the writes answered 200 without the confirmations
+	// (degrade mode: timed out, released or served while degraded).
+	Unconfirmed int64 `json:"unconfirmed"`
+	// Degradations counts the switches to asynchronous.
+	Degradations int64 `json:"degradations"`
+}
+
+// SlaveSync is one confirming slave's state in SyncInfo's tracker.
+type SlaveSync struct {
+	Confirmed      int64
+	Fsynced        bool
+	LatencySeconds float64
+	LastConfirm    int64
+	Confirms       int64
 }
 
 // SlaveInfo is one replica stream served by a master.
@@ -90,6 +133,18 @@ type SlaveInfo struct {
 	Position int64 `json:"position"`
 	// LagEvents is the master's last eventId minus Position.
 	LagEvents int64 `json:"lagEvents"`
+	// Confirming is true for a slave that confirms what it applied (an
+	// smss slave); the fields below are set only then. Confirmed is the
+	// last eventId it confirmed, Fsynced whether that is fsynced on it
+	// (it runs flushLevel 2), ConfirmLatencySeconds the time from the
+	// master's commit of a block (when its stream saw it) to the
+	// confirmation of the latest confirmed block, LastConfirm the ms time
+	// of the last confirmation.
+	Confirming            bool    `json:"confirming"`
+	Confirmed             int64   `json:"confirmed,omitempty"`
+	Fsynced               bool    `json:"fsynced,omitempty"`
+	ConfirmLatencySeconds float64 `json:"confirmLatencySeconds,omitempty"`
+	LastConfirm           int64   `json:"lastConfirm,omitempty"`
 }
 
 // Slave link states of MasterLink.State.

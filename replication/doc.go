@@ -19,9 +19,13 @@ usable. Invariants:
   - The stream reads binlog files on its own goroutine; it never blocks or
     slows the writer. A slave that stops reading stalls only its own
     stream, which fails after the write timeout without progress.
-  - Anything the slave sends is read and discarded while streaming (the Go
-    ReplicaClient sends 2-byte acks), so its send buffer never fills. The
-    goroutine that does so is stopped (read deadline in the past) and
+  - Anything the slave sends is read while streaming, so its send buffer
+    never fills. A slave whose first bytes are the confirmation magic
+    (confirm.go: our slave) has its hello and confirm records parsed and
+    counted by the SyncTracker (semi-synchronous replication); anything
+    else (an original slave sends nothing, the Go ReplicaClient sends
+    2-byte acks) is discarded, and that connection never counts. The
+    goroutine that reads is stopped (read deadline in the past) and
     joined before ServeMaster returns: nothing reads the socket afterwards
     (§10 item 7).
 
@@ -45,5 +49,11 @@ master's. Invariants:
     master's alive interval) only cause a reconnect with capped
     exponential backoff; an unreachable master never ends the process.
   - A frame is applied only once it has been received whole.
+  - Once the first frame arrived (the master accepted the stream) the slave
+    sends a hello record with its position, and after each apply step one
+    confirm record with the last eventId its writer committed (fsynced
+    when SlaveOptions.Fsynced).
+    A sender goroutine writes them, coalescing: the apply loop never
+    waits for the network, and an original master simply discards them.
 */
 package replication

@@ -73,9 +73,14 @@ type MasterOptions struct {
 	// slave then gets one write per Linger instead of one per commit,
 	// which on a shared box is most of its CPU (and of the master's stream
 	// cost). Zero means the default (DefaultLinger); negative turns it off.
+	// A confirming slave's stream never lingers on a semi-synchronous
+	// master that is not degraded: every write's reply waits for it.
 	Linger time.Duration
 	// Logger receives the stream's start and end (nil: slog.Default()).
 	Logger *slog.Logger
+	// Sync receives the confirmations of a confirming slave (semi-sync
+	// replication); nil discards whatever the slave sends.
+	Sync *SyncTracker
 }
 
 // Defaults of MasterOptions.
@@ -147,12 +152,22 @@ func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m.ctx = sctx
+	if opts.Sync != nil {
+		var sent func() int64
+		if sr, ok := st.(sentReporter); ok {
+			sent = sr.SentEventID
+		}
+		m.confirm = newConfirmState(opts.Sync, conn.RemoteAddr().String(), sent, log)
+	}
 	stopReader, err := m.discardInput(r, cancel)
 	if err != nil {
 		return false, err
 	}
 	err = m.stream(sctx, st)
 	readerErr := stopReader()
+	if m.confirm != nil {
+		m.confirm.close() // the reader is joined: nothing feeds it any more
+	}
 	if readerErr != nil && (errors.Is(err, context.Canceled) || isNetErr(err)) && ctx.Err() == nil {
 		err = readerErr
 	}
@@ -167,13 +182,18 @@ func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source
 }
 
 type masterConn struct {
-	ctx    context.Context // ends when the slave went away
-	conn   net.Conn
-	opts   *MasterOptions
-	out    []byte
-	blocks int64
-	bytes  int64
+	ctx     context.Context // ends when the slave went away
+	conn    net.Conn
+	opts    *MasterOptions
+	out     []byte
+	blocks  int64
+	bytes   int64
+	confirm *confirmState // nil: the slave's input is discarded
 }
+
+// sentReporter is implemented by a Stream that knows the last eventId it
+// handed to the sender (*broker.BinlogStream): a slave cannot confirm more.
+type sentReporter interface{ SentEventID() int64 }
 
 // stream sends frames until an error; it never returns nil.
 func (m *masterConn) stream(ctx context.Context, st Stream) error {
@@ -217,10 +237,11 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 	}()
 	for {
 		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
+		woke := time.Now() // when the commits being sent were seen
 		// Busy is judged on what piled up by itself: counting what the
 		// linger gathered would keep a stream lingering forever.
 		found := n
-		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 {
+		if n > 0 && err == nil && len(m.out) > 0 && m.opts.Linger > 0 && lastN > 1 && !m.confirm.urgent() {
 			// Busy: let this write gather what commits until Linger has
 			// passed since the last one (a full batch goes at once).
 			if wait := m.opts.Linger - time.Since(lastWrite); wait > 0 && n < m.opts.MaxBlocks {
@@ -243,6 +264,9 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 		}
 		if ferr := m.flush(); ferr != nil {
 			return ferr
+		}
+		if n > 0 && m.confirm != nil {
+			m.confirm.noteSent(woke)
 		}
 		if err != nil {
 			if ctx.Err() != nil || isNetErr(err) {
@@ -311,6 +335,11 @@ func (m *masterConn) write(bufs *net.Buffers) error {
 // ErrSlaveGone or the read error if the slave went away first.
 func (m *masterConn) discardInput(r *bufio.Reader, gone context.CancelFunc) (func() error, error) {
 	if r != nil {
+		if m.confirm != nil {
+			// The slave's hello may have arrived with its request.
+			b, _ := r.Peek(r.Buffered())
+			m.confirm.feed(b)
+		}
 		if _, err := r.Discard(r.Buffered()); err != nil {
 			return nil, err
 		}
@@ -324,7 +353,10 @@ func (m *masterConn) discardInput(r *bufio.Reader, gone context.CancelFunc) (fun
 	go func() {
 		var buf [512]byte
 		for {
-			_, err := m.conn.Read(buf[:])
+			n, err := m.conn.Read(buf[:])
+			if n > 0 && m.confirm != nil {
+				m.confirm.feed(buf[:n])
+			}
 			if err == nil {
 				continue
 			}

@@ -158,10 +158,17 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		defer close(done)
 		s.readFrames(br, free, items, quit)
 	}()
+	cs := newConfirmSender(conn, s.instance, s.opts.Fsynced, s.opts.RequestTimeout, s.log)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		cs.run(quit)
+	}()
 	defer func() {
 		close(quit)
 		conn.Close()
 		<-done
+		<-sent
 	}()
 
 	for {
@@ -174,7 +181,15 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		if len(b.ends) > 0 || b.err == nil {
 			progressed = true
 		}
-		if err := s.apply(ctx, b); err != nil {
+		err := s.apply(ctx, b)
+		if len(b.ends) > 0 || b.err == nil {
+			// What the writer committed, even before an apply error: the
+			// applied blocks are a prefix, and s.have ends with it. The
+			// first post (a block or an alive: the master accepted the
+			// stream) sends the hello; a lone 400 sends nothing.
+			cs.post(s.have)
+		}
+		if err != nil {
 			return progressed, err
 		}
 		if b.err != nil {
@@ -248,7 +263,7 @@ func (s *Slave) apply(ctx context.Context, b *batch) error {
 }
 
 func (s *Slave) applied(last int64, raw []byte) {
-	s.pos, s.posFirst = last, blockFirstID(raw)
+	s.pos, s.posFirst, s.have = last, blockFirstID(raw), last
 	if s.opts.OnApply != nil {
 		s.opts.OnApply(last)
 	}

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +65,10 @@ type SlaveOptions struct {
 	// apply step (one block, or a run of blocks with a BatchApplier) with
 	// the last eventId applied so far (metrics, tests).
 	OnApply func(lastEventID int64)
+	// Fsynced marks the confirmations sent to the master as fsynced: the
+	// slave's broker fsyncs its binlog before a commit returns (store.
+	// flushLevel 2).
+	Fsynced bool
 	// DialContext opens the connection to the master, including any TLS
 	// handshake and login (see client.SecureDialer); it is bounded by
 	// ConnectTimeout. nil uses a plain net.Dialer.
@@ -170,6 +175,13 @@ type Slave struct {
 	needSync  bool  // §4.2 topic sync still to do
 	legacyPos bool  // the master matches block-first ids (original smss)
 	raws      [][]byte
+	// have is the last eventId of the last block in the slave's binlog:
+	// what it confirms. Unlike pos it never takes -event's value, which
+	// names blocks the slave skipped, not blocks it has.
+	have int64
+
+	// instance names this process in its hello records (confirm.go).
+	instance [InstanceIDLen]byte
 }
 
 // NewSlave prepares replication into t. It reads the position from t's
@@ -179,6 +191,9 @@ func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
 		return nil, err
 	}
 	s := &Slave{t: t, opts: opts, log: opts.Logger.With("master", opts.MasterAddr)}
+	if _, err := rand.Read(s.instance[:]); err != nil {
+		return nil, fmt.Errorf("replication: instance id: %w", err)
+	}
 	first, last, err := lastBlockIDs(t.Binlog())
 	if err != nil {
 		return nil, fmt.Errorf("replication: read the slave's position from its binlog: %w", err)
@@ -198,6 +213,7 @@ func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
 	} else {
 		s.pos, s.posFirst, s.needSync = opts.StartEvent, opts.StartEvent, true
 	}
+	s.have = last
 	s.st = Status{State: StateConnecting, MasterAddr: opts.MasterAddr, LastEventID: last}
 	return s, nil
 }

@@ -38,4 +38,10 @@
 //     with a 400 naming the missing permission after its body was consumed,
 //     having changed nothing. TLS connections (a second listener) complete
 //     their handshake within ReadTimeout before any request is read.
+//   - Semi-synchronous replication (Options.Sync, replication.syncSlaves):
+//     a pub, delay, create or delete that the broker committed waits, in
+//     its own connection's goroutine, until enough slaves confirmed its
+//     eventId or the timeout passed; the writer and other connections
+//     never wait for it. A refusal is a 400 "write not confirmed ..." and
+//     the connection stays usable.
 package server

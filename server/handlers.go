@@ -69,6 +69,12 @@ func (c *conn) dispatch(start time.Time) bool {
 		err = protocol.ErrNotSupported
 		closeAfter = true
 	}
+	if err == nil && eventID > 0 {
+		// Semi-sync: the write is committed; only this reply waits for
+		// the slaves' confirmations (never the writer). A dedupe hit
+		// carries the original's eventId and waits the same way.
+		err = c.s.opts.Sync.Wait(c.s.ctx, eventID)
+	}
 
 	if err != nil {
 		c.out = protocol.AppendReplyError(c.out[:0], err.Error())

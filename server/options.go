@@ -82,6 +82,11 @@ type Options struct {
 	MaxDelay          time.Duration // longest delay of a delay pub, delay.maxDelay (30 days)
 	// Replication serves replica requests (64) on a master; nil refuses them.
 	Replication replication.Source
+	// Sync makes pub, delay, create and delete replies wait for the
+	// confirmations of replication.syncSlaves slaves, and counts the
+	// confirmations arriving on replica streams; nil (or 0 slaves)
+	// answers at once.
+	Sync *replication.SyncTracker
 	// ReplicaLinger is replication.MasterOptions.Linger: how long a busy
 	// replica stream gathers commits into one write, replication.lingerMs
 	// (0: the replication package's default; negative: off).

@@ -51,6 +51,8 @@ type options struct {
 	backlog   int64         // repl: messages the slave catches up on
 	timeout   time.Duration // repl catch-up and live-delivery waits
 	withSlave bool          // pub: attach a slave during the run
+	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
+	syncSlaves int
 
 	runs  int
 	json  bool
@@ -120,6 +122,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
+	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
 	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
@@ -201,6 +204,10 @@ func (o *options) validate(set map[string]bool) error {
 		return errors.New("--pid goes with --addr (a started server's pid is known)")
 	case o.withSlave && (o.workload != wPub || o.target != targetSmss):
 		return errors.New("--with-slave applies to the smss pub workload")
+	case o.syncSlaves < 0 || o.syncSlaves > 1:
+		return fmt.Errorf("--sync-slaves %d: want 0 or 1 (one slave is attached)", o.syncSlaves)
+	case o.syncSlaves > 0 && (!o.withSlave || o.addr != ""):
+		return errors.New("--sync-slaves needs --with-slave and a master the benchmark starts (no --addr)")
 	case (o.workload == wE2E || o.workload == wRepl) && o.rate == 0:
 		return fmt.Errorf("%s needs a fixed --rate", o.workload)
 	case o.workload == wRepl && o.count > 0:

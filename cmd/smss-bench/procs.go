@@ -162,7 +162,8 @@ func smssConfig(dataDir string, flush int) string {
 
 // startSmss starts an smss server (a slave when master is not empty) and
 // waits until it logs its listening address.
-func (e *env) startSmss(ctx context.Context, bin string, flush int, master string) (*server, error) {
+// extra is appended to the config file (YAML sections).
+func (e *env) startSmss(ctx context.Context, bin string, flush int, master, extra string) (*server, error) {
 	name := "smss"
 	if master != "" {
 		name = "smss-slave"
@@ -173,7 +174,7 @@ func (e *env) startSmss(ctx context.Context, bin string, flush int, master strin
 	}
 	dataDir := filepath.Join(dir, "data")
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(smssConfig(dataDir, flush)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(smssConfig(dataDir, flush)+extra), 0o644); err != nil {
 		return nil, fmt.Errorf("write smss config: %w", err)
 	}
 	args := []string{"-config", cfgPath}

@@ -20,6 +20,8 @@ type Params struct {
 	Flush     int     `json:"flush"`
 	Durable   string  `json:"durability"` // smss flushLevel or Redis appendfsync
 	WithSlave bool    `json:"with_slave,omitempty"`
+	// SyncSlaves is the master's replication.syncSlaves (--sync-slaves).
+	SyncSlaves int `json:"sync_slaves,omitempty"`
 }
 
 // RSS is the server's memory as /proc/PID/status reports it, in KiB.
@@ -239,6 +241,9 @@ func describe(r *Result) string {
 	s += " durability=" + p.Durable
 	if p.WithSlave {
 		s += " with-slave"
+	}
+	if p.SyncSlaves > 0 {
+		s += fmt.Sprintf(" sync-slaves=%d", p.SyncSlaves)
 	}
 	return s
 }

@@ -169,6 +169,23 @@ func TestSmokePubWithSlave(t *testing.T) {
 	}
 }
 
+// TestSmokePubSemiSync: --sync-slaves 1 runs against a master whose
+// publishes wait for the slave's confirmation.
+func TestSmokePubSemiSync(t *testing.T) {
+	out, stderr, code := bench(t, "pub", "--with-slave", "--sync-slaves", "1", "--conns", "4", "--duration", "300ms", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, &r, "smss", wPub, 10, "request")
+	if !r.Params.WithSlave || r.Params.SyncSlaves != 1 {
+		t.Fatalf("%+v", r.Params)
+	}
+}
+
 func TestSmokeRedis(t *testing.T) {
 	needRedis(t)
 	for _, tc := range []struct {

@@ -59,7 +59,11 @@ func (r *runner) setup(target string) (*instance, error) {
 			if berr != nil {
 				return nil, berr
 			}
-			inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "")
+			extra := ""
+			if o.syncSlaves > 0 {
+				extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
+			}
+			inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 		} else {
 			inst.srv, err = r.env.startRedis(r.ctx, o.redisBin, o.flush)
 		}
@@ -99,7 +103,7 @@ func (r *runner) startSlave(inst *instance) error {
 	if inst.srv != nil {
 		master = inst.srv.addr
 	}
-	inst.slave, err = r.env.startSmss(r.ctx, bin, r.o.flush, master)
+	inst.slave, err = r.env.startSmss(r.ctx, bin, r.o.flush, master, "")
 	return err
 }
 
@@ -122,7 +126,7 @@ func (r *runner) begin(inst *instance, workload string) *measure {
 		System:   inst.sys.name(),
 		Workload: workload,
 		Params: Params{Conns: o.conns, Size: o.size, Records: o.records, Rate: o.rate, Flush: o.flush,
-			Durable: inst.sys.durability(), WithSlave: inst.slave != nil},
+			Durable: inst.sys.durability(), WithSlave: inst.slave != nil, SyncSlaves: o.syncSlaves},
 	}}
 	if workload != wPub {
 		m.res.Params.Batch = o.batch
@@ -364,6 +368,13 @@ func (r *runner) runPub(inst *instance) (*Result, error) {
 	if o.withSlave {
 		if err := r.startSlave(inst); err != nil {
 			return nil, err
+		}
+		if o.syncSlaves > 0 {
+			// Timing starts once the slave confirms: a create answered 200
+			// went through its confirmation.
+			if err := createTopicConfirmed(inst.sys.(*smssSys).addr, inst.sys.(*smssSys).topic+"-sync"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	m := r.begin(inst, wPub)

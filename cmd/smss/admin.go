@@ -116,6 +116,12 @@ func (a *adminEndpoint) setListen(addr string) {
 	}
 }
 
+func (a *adminEndpoint) setSync(t *replication.SyncTracker) {
+	if a != nil {
+		a.src.sync.Store(t)
+	}
+}
+
 func (a *adminEndpoint) setReplication(r *replicaRunner) {
 	if a == nil {
 		return
@@ -165,6 +171,7 @@ type adminSource struct {
 	b      atomic.Pointer[broker.Broker]
 	listen atomic.Pointer[string]
 	repl   atomic.Pointer[replicaRunner]
+	sync   atomic.Pointer[replication.SyncTracker]
 	// listenerTLS is the TLS listener's material, read at every scrape so
 	// a reloaded certificate shows.
 	listenerTLS atomic.Pointer[auth.ServerTLS]
@@ -307,6 +314,9 @@ func (s *adminSource) Replication() metrics.ReplicationInfo {
 	if b != nil {
 		r = b.Replication()
 		r.Role = role
+		if !b.IsSlave() {
+			s.sync.Load().Annotate(&r)
+		}
 	}
 	if role != roleSlave {
 		return r

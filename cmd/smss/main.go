@@ -148,6 +148,22 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	// requests while the broker is a master, which it asks at each request,
 	// so a promoted slave serves its slaves. n answers status, promote and
 	// follow.
+	//
+	// The tracker exists on a slave too: a promoted slave answers writes
+	// as a master started with the same configuration would.
+	syncTracker, err := replication.NewSyncTracker(replication.SyncOptions{
+		Slaves:      cfg.Replication.SyncSlaves,
+		Timeout:     cfg.SyncTimeout(),
+		Degrade:     cfg.Replication.OnSyncTimeout == config.SyncDegrade,
+		LastEventID: b.LastEventID,
+		Logger:      logger,
+		LogSample:   cfg.Log.Sample,
+	})
+	if err != nil {
+		logger.Error("cannot set up semi-synchronous replication", "err", err)
+		return exitUsage
+	}
+	adm.setSync(syncTracker)
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -171,6 +187,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		MaxDelay:          cfg.MaxDelay(),
 		Replication:       replication.BrokerSource(b),
 		ReplicaLinger:     cfg.ReplicaLinger(),
+		Sync:              syncTracker,
 		Metrics:           adm.metrics(),
 		Security:          sec,
 		Control:           n,

@@ -79,6 +79,8 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 		// says; the cap only guards against absurd lengths.
 		MaxBlock: max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
 		Logger:   logger.With("component", "replication"),
+		// The broker fsyncs the binlog before a commit returns.
+		Fsynced: cfg.Store.FlushLevel >= 2,
 		OnApply: func(last int64) {
 			r.applied.Store(last)
 			r.appliedAt.Store(time.Now().UnixNano())

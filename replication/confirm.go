@@ -1,0 +1,114 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Confirmation records: what our slave sends back on the replica
+// connection (semi-synchronous replication). The replica stream is
+// one-way in the original protocol: an original master reads and discards
+// whatever a slave sends (spec §4.3 item 6), an original slave sends
+// nothing, and the Go ReplicaClient debug tool sends 2-byte acks. After
+// its 28-byte replica request, once the first frame arrived (so a master
+// that refused the request never reads one as its next request), our slave
+// sends one hello record and then one confirm record per apply step, each
+// ConfirmLen bytes:
+//
+//	0..3   "SMC1" (ConfirmMagic)
+//	4      kind: 1 hello, 2 confirm
+//	5      flags: bit 0 (ConfirmFsynced) = the eventIds confirmed are
+//	       fsynced on the slave (it runs store.flushLevel 2); other bits 0
+//	6..11  hello: the slave process's instance id (6 random bytes, so a
+//	       master never counts one slave twice over an old and a new
+//	       connection); confirm: zero
+//	12..19 int64 LE eventId: the last eventId of the last block the slave
+//	       has in its binlog, written by its writer (and fsynced when
+//	       flag bit 0 is set)
+//
+// Our master counts a connection as confirming only when its first bytes
+// are the magic; anything else (an original slave's silence, 2-byte acks)
+// leaves it non-confirming for good and its bytes are discarded as before.
+const (
+	ConfirmLen = 20
+	// ConfirmMagic opens every confirmation record.
+	ConfirmMagic = "SMC1"
+)
+
+// Kinds of a confirmation record (byte 4).
+const (
+	ConfirmHello   byte = 1
+	ConfirmConfirm byte = 2
+)
+
+// ConfirmFsynced is flag bit 0 (byte 5).
+const ConfirmFsynced byte = 1
+
+// InstanceIDLen is the length of the hello's instance id.
+const InstanceIDLen = 6
+
+// ErrBadConfirm is wrapped by every decoding failure of a record.
+var ErrBadConfirm = errors.New("malformed confirmation record")
+
+// Confirm is one decoded confirmation record.
+type Confirm struct {
+	Kind     byte
+	Fsynced  bool
+	Instance [InstanceIDLen]byte // hello only
+	EventID  int64
+}
+
+// AppendConfirm appends the ConfirmLen bytes of c to dst.
+func AppendConfirm(dst []byte, c Confirm) []byte {
+	var r [ConfirmLen]byte
+	copy(r[:4], ConfirmMagic)
+	r[4] = c.Kind
+	if c.Fsynced {
+		r[5] = ConfirmFsynced
+	}
+	if c.Kind == ConfirmHello {
+		copy(r[6:12], c.Instance[:])
+	}
+	binary.LittleEndian.PutUint64(r[12:], uint64(c.EventID))
+	return append(dst, r[:]...)
+}
+
+// IsConfirmPrefix reports whether b (up to 4 bytes looked at) can start a
+// confirmation record: the bytes seen so far match the magic.
+func IsConfirmPrefix(b []byte) bool {
+	n := min(len(b), len(ConfirmMagic))
+	return string(b[:n]) == ConfirmMagic[:n]
+}
+
+// DecodeConfirm decodes one record of exactly ConfirmLen bytes. Every
+// reserved bit and byte must be zero and the eventId non-negative.
+func DecodeConfirm(b []byte) (Confirm, error) {
+	if len(b) != ConfirmLen {
+		return Confirm{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadConfirm, len(b), ConfirmLen)
+	}
+	if string(b[:4]) != ConfirmMagic {
+		return Confirm{}, fmt.Errorf("%w: magic % x", ErrBadConfirm, b[:4])
+	}
+	c := Confirm{Kind: b[4], Fsynced: b[5]&ConfirmFsynced != 0}
+	switch c.Kind {
+	case ConfirmHello:
+		copy(c.Instance[:], b[6:12])
+	case ConfirmConfirm:
+		for _, x := range b[6:12] {
+			if x != 0 {
+				return Confirm{}, fmt.Errorf("%w: reserved bytes 6..11 of a confirm are % x, want zeros", ErrBadConfirm, b[6:12])
+			}
+		}
+	default:
+		return Confirm{}, fmt.Errorf("%w: kind %d", ErrBadConfirm, c.Kind)
+	}
+	if b[5]&^ConfirmFsynced != 0 {
+		return Confirm{}, fmt.Errorf("%w: unknown flags %#02x", ErrBadConfirm, b[5])
+	}
+	c.EventID = int64(binary.LittleEndian.Uint64(b[12:]))
+	if c.EventID < 0 {
+		return Confirm{}, fmt.Errorf("%w: negative eventId %d", ErrBadConfirm, c.EventID)
+	}
+	return c, nil
+}

@@ -1,0 +1,143 @@
+package replication
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestConfirmRecordBytes(t *testing.T) {
+	cases := []struct {
+		name string
+		c    Confirm
+		hex  string
+	}{
+		{"hello", Confirm{Kind: ConfirmHello, Instance: [6]byte{1, 2, 3, 4, 5, 6}, EventID: 0x0102030405},
+			"534d4331" + "01" + "00" + "010203040506" + "0504030201000000"},
+		{"hello fsynced at 0", Confirm{Kind: ConfirmHello, Fsynced: true},
+			"534d4331" + "01" + "01" + "000000000000" + "0000000000000000"},
+		{"confirm", Confirm{Kind: ConfirmConfirm, EventID: 7},
+			"534d4331" + "02" + "00" + "000000000000" + "0700000000000000"},
+		{"confirm drops the instance", Confirm{Kind: ConfirmConfirm, Fsynced: true, Instance: [6]byte{9}, EventID: 1 << 40},
+			"534d4331" + "02" + "01" + "000000000000" + "0000000000010000"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := AppendConfirm([]byte("x"), tc.c)
+			if want := append([]byte("x"), mustHex(tc.hex)...); !bytes.Equal(b, want) {
+				t.Fatalf("encoded %x, want %x", b, want)
+			}
+			got, err := DecodeConfirm(b[1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.c
+			if want.Kind == ConfirmConfirm {
+				want.Instance = [6]byte{}
+			}
+			if got != want {
+				t.Fatalf("decoded %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestDecodeConfirmRejects(t *testing.T) {
+	good := AppendConfirm(nil, Confirm{Kind: ConfirmConfirm, EventID: 5})
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	cases := []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"short", good[:19], "19 bytes"},
+		{"long", append(append([]byte(nil), good...), 0), "21 bytes"},
+		{"empty", nil, "0 bytes"},
+		{"magic", mod(func(b []byte) []byte { b[3] = '2'; return b }), "magic"},
+		{"kind 0", mod(func(b []byte) []byte { b[4] = 0; return b }), "kind 0"},
+		{"kind 3", mod(func(b []byte) []byte { b[4] = 3; return b }), "kind 3"},
+		{"flags", mod(func(b []byte) []byte { b[5] = 2; return b }), "unknown flags"},
+		{"reserved", mod(func(b []byte) []byte { b[11] = 1; return b }), "reserved"},
+		{"negative", mod(func(b []byte) []byte { b[19] = 0x80; return b }), "negative"},
+		{"2-byte acks", bytes.Repeat([]byte{1, 0}, 10), "magic"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeConfirm(tc.b)
+			if !errors.Is(err, ErrBadConfirm) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want ErrBadConfirm with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsConfirmPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		b    string
+		want bool
+	}{
+		{"", true}, {"S", true}, {"SM", true}, {"SMC", true}, {"SMC1", true}, {"SMC1\x02rest", true},
+		{"\x01\x00", false}, {"SMC2", false}, {"X", false}, {"SMX", false},
+	} {
+		if got := IsConfirmPrefix([]byte(tc.b)); got != tc.want {
+			t.Errorf("IsConfirmPrefix(%q) = %v, want %v", tc.b, got, tc.want)
+		}
+	}
+}
+
+// FuzzDecodeConfirm: arbitrary bytes never panic the decoder, and what it
+// accepts encodes back to the same bytes.
+func FuzzDecodeConfirm(f *testing.F) {
+	f.Add(AppendConfirm(nil, Confirm{Kind: ConfirmHello, Instance: [6]byte{1, 2, 3, 4, 5, 6}, EventID: 9}))
+	f.Add(AppendConfirm(nil, Confirm{Kind: ConfirmConfirm, Fsynced: true, EventID: 1 << 50}))
+	f.Add([]byte{1, 0, 1, 0})
+	f.Add([]byte("SMC1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeConfirm(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadConfirm) {
+				t.Fatalf("error %v does not wrap ErrBadConfirm", err)
+			}
+			return
+		}
+		if c.EventID < 0 {
+			t.Fatalf("negative eventId %d accepted", c.EventID)
+		}
+		if re := AppendConfirm(nil, c); !bytes.Equal(re, b) {
+			t.Fatalf("re-encoded %x, input %x", re, b)
+		}
+	})
+}
+
+// FuzzConfirmFeed: whatever a slave sends, in whatever pieces, the
+// master's parser never panics, never counts a connection whose first
+// bytes are not the magic, and never lets a confirmation exceed what the
+// stream sent.
+func FuzzConfirmFeed(f *testing.F) {
+	hello := AppendConfirm(nil, Confirm{Kind: ConfirmHello, EventID: 3})
+	f.Add(append(hello, AppendConfirm(nil, Confirm{Kind: ConfirmConfirm, EventID: 9})...), uint8(7))
+	f.Add([]byte{1, 0, 1, 0, 1, 0}, uint8(1))
+	f.Add(append(hello, hello...), uint8(20))
+	f.Add(append(hello, AppendConfirm(nil, Confirm{Kind: ConfirmConfirm, EventID: 1 << 40})...), uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
+		tr := newTestTracker(t, 1, false)
+		const sent = 100
+		c := newConfirmState(tr, "slave", func() int64 { return sent }, quiet)
+		n := max(int(step), 1)
+		for off := 0; off < len(data); off += n {
+			c.feed(data[off:min(off+n, len(data))])
+		}
+		in, _ := tr.Info()
+		if !IsConfirmPrefix(data) && in.Confirming != 0 {
+			t.Fatal("a connection not starting with the magic counts")
+		}
+		if in.Confirmed > sent {
+			t.Fatalf("confirmed %d beyond the %d sent", in.Confirmed, sent)
+		}
+		c.close()
+		if in, _ := tr.Info(); in.Confirming != 0 {
+			t.Fatal("closed connection still counts")
+		}
+	})
+}
