@@ -30,6 +30,12 @@ type secServer struct {
 
 func startSecure(t *testing.T, lim *auth.Limiter, users ...authtest.User) *secServer {
 	t.Helper()
+	return startSecureOpts(t, lim, nil, users...)
+}
+
+// startSecureOpts is startSecure with tweak applied to the options last.
+func startSecureOpts(t *testing.T, lim *auth.Limiter, tweak func(*Options), users ...authtest.User) *secServer {
+	t.Helper()
 	pki := authtest.NewPKI(t)
 	path := filepath.Join(t.TempDir(), "users.json")
 	authtest.WriteUsers(t, path, users...)
@@ -44,6 +50,9 @@ func startSecure(t *testing.T, lim *auth.Limiter, users ...authtest.User) *secSe
 	ts := startServer(t, newFakeBackend(), func(o *Options) {
 		o.Security = Security{Auth: a, TLS: pki.ServerConfig(t, false), TLSListen: "127.0.0.1:0"}
 		o.AliveInterval = 20 * time.Millisecond
+		if tweak != nil {
+			tweak(o)
+		}
 	})
 	for _, name := range []string{"orders", "other"} {
 		if _, err := ts.backend.CreateTopic(context.Background(), []byte(name), 0); err != nil {
