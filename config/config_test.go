@@ -79,8 +79,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 58 { // 40 keys + 17 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 58", len(s))
+	// 40 keys + 17 security/replication keys (security.go) + 10 hardening
+	// keys of issue 18 + source
+	if len(s) != 68 {
+		t.Errorf("summary has %d entries, want 68", len(s))
 	}
 }
 

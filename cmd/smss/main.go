@@ -159,6 +159,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		IdleTimeout:       cfg.IdleTimeout(),
 		AliveWriteTimeout: cfg.AliveWriteTimeout(),
 		MaxConns:          cfg.Limit.MaxConns,
+		MaxConnsPerIP:     cfg.Limit.MaxConnsPerIP,
 		AliveInterval:     cfg.AliveInterval(),
 		DefaultAckTimeout: cfg.DefaultAckTimeout(),
 		MaxAckTimeout:     cfg.MaxAckTimeout(),

@@ -30,10 +30,16 @@ func setupSecurity(cfg *config.Config, logger *slog.Logger) (server.Security, *a
 			return sec, nil, fmt.Errorf("auth.usersFile: %w", err)
 		}
 		lim := auth.NewLimiter(auth.LimiterOptions{Free: cfg.Auth.MaxFailures, BaseDelay: cfg.Lockout(),
-			MaxDelay: cfg.MaxLockout()})
-		if sec.Auth, err = auth.NewAuthenticator(store, lim); err != nil {
+			MaxDelay: cfg.MaxLockout(), AddressFree: cfg.Auth.MaxFailuresPerAddress,
+			StartRate: float64(cfg.Auth.MaxStartsPerSecond)})
+		secret, err := auth.LoadOrCreateSecret(cfg.AuthSecretFile())
+		if err != nil {
+			return sec, nil, fmt.Errorf("auth.secretFile: %w", err)
+		}
+		if sec.Auth, err = auth.NewAuthenticatorWithSecret(store, lim, secret); err != nil {
 			return sec, nil, err
 		}
+		sec.LoginTimeout = cfg.LoginTimeout()
 	}
 	if cfg.TLS.Listen == "" {
 		return sec, nil, nil
