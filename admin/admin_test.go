@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
-	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/protocol"
 )
 

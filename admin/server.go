@@ -101,8 +101,8 @@ type Server struct {
 	src      metrics.Source
 	sessions *sessions // dashboard sign-ins (auth.go)
 	handler  http.Handler
-	sampler *sampler
-	started time.Time
+	sampler  *sampler
+	started  time.Time
 
 	mu      sync.Mutex
 	srv     *http.Server
