@@ -86,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 	role := fl.resolveRole(logger)
 	logger.Info("config in effect", cfg.Summary()...)
+	warnFDBudget(cfg, logger)
 
 	adm, err := startAdmin(cfg, role, logger)
 	if err != nil {

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startWithNoFile is start with the process's file descriptor limit (soft
+// and hard: Go raises the soft one to the hard one) set to nofile.
+func startWithNoFile(t *testing.T, dir string, nofile int) *proc {
+	t.Helper()
+	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
+	script := fmt.Sprintf(`ulimit -S -n %d && ulimit -H -n %d && exec "$0" -config "$1"`, nofile, nofile)
+	p.cmd = exec.Command("/bin/sh", "-c", script, smssBin, filepath.Join(dir, "config.yaml"))
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.kill() })
+	if !waitUntil(30*time.Second, func() bool {
+		m := listenRe.FindStringSubmatch(p.out.String())
+		if m != nil {
+			p.addr = m[1]
+		}
+		return m != nil
+	}) {
+		t.Fatalf("server did not listen within 30 s:\n%s", p.out.String())
+	}
+	return p
+}
+
+// High 2 of issue 18: a flood of the admin port (connections that send
+// nothing, as many as the process has file descriptors) must not touch the
+// message port: clients still connect, publish and create topics.
+func TestAdminFloodLeavesMessagePortAlone(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("needs /bin/sh for ulimit")
+	}
+	const nofile = 256
+	dir := t.TempDir()
+	writeConfig(t, dir, adminConfig(adminToken))
+	p := startWithNoFile(t, dir, nofile)
+	admin := adminAddr(t, p)
+
+	c := dial(t, p.addr)
+	if err := c.create("flood", 0); err != nil {
+		t.Fatal(err)
+	}
+	var flood []net.Conn
+	defer func() {
+		for _, f := range flood {
+			f.Close()
+		}
+	}()
+	for range 2 * nofile {
+		f, err := net.DialTimeout("tcp", admin, 5*time.Second)
+		if err != nil {
+			break // the backlog is full: the flood is as big as it gets
+		}
+		flood = append(flood, f)
+	}
+	// Give the admin server time to accept all it will: the log line of
+	// its refusals, or of its failures, shows it got to them.
+	if !waitUntil(10*time.Second, func() bool {
+		out := p.out.String()
+		return strings.Contains(out, "admin connection refused") || strings.Contains(out, "too many open files")
+	}) {
+		t.Fatalf("the admin server never reached its cap or the process limit:\n%s", p.out.String())
+	}
+	// The message port still serves new clients and writes.
+	for i := range 20 {
+		cl := dial(t, p.addr)
+		if err := cl.pub("flood", record(nil, fmt.Sprint("m", i))); err != nil {
+			t.Fatalf("publish %d during the admin flood: %v\n%s", i, err, tail(p.out.String(), 3000))
+		}
+		if err := cl.create(fmt.Sprint("t", i), 0); err != nil {
+			t.Fatalf("create %d during the admin flood: %v", i, err)
+		}
+	}
+	if strings.Contains(p.out.String(), "too many open files") {
+		t.Fatalf("the process ran out of file descriptors:\n%s", tail(p.out.String(), 3000))
+	}
+}
