@@ -92,3 +92,83 @@ func TestAdminFloodLeavesMessagePortAlone(t *testing.T) {
 		t.Fatalf("the process ran out of file descriptors:\n%s", tail(p.out.String(), 3000))
 	}
 }
+
+// Data and topic files are private to the server's user (0600 in 0700
+// directories, store.path itself 0700), or group-readable with
+// store.groupReadable; never readable by others.
+func TestDataFilesPrivate(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		extra         string
+		file, dir     os.FileMode
+		rootPerm      os.FileMode
+		preexistsWide bool
+	}{
+		{"private", "", 0o600, 0o700, 0o700, false},
+		{"private, root was 0755", "", 0o600, 0o700, 0o700, true},
+		{"group readable", "  groupReadable: true\n", 0o640, 0o750, 0o750, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "data")
+			if tc.preexistsWide {
+				if err := os.Mkdir(data, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(data, 0o755) // whatever the umask
+			}
+			cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n%s", data, tc.extra)
+			if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := start(t, dir)
+			c := dial(t, p.addr)
+			if err := c.create("orders", 0); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := c.pub("orders", record(nil, fmt.Sprint("secret message ", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.stop()
+			info, err := os.Stat(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perm := info.Mode().Perm(); perm != tc.rootPerm {
+				t.Fatalf("store.path mode %v, want %v", perm, tc.rootPerm)
+			}
+			files := 0
+			err = filepath.Walk(data, func(path string, info os.FileInfo, err error) error {
+				if err != nil || path == data {
+					return err
+				}
+				rel, _ := filepath.Rel(data, path)
+				perm := info.Mode().Perm()
+				if strings.HasPrefix(rel, "meta") {
+					// The meta store (badger) picks its own modes; store.path
+					// keeps others out.
+					return nil
+				}
+				want := tc.file
+				if info.IsDir() {
+					want = tc.dir
+				} else {
+					files++
+				}
+				// The umask may narrow the mode, never widen it.
+				if perm&^want != 0 {
+					t.Errorf("%s: mode %v, want at most %v", rel, perm, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if files == 0 {
+				t.Fatal("no data files found")
+			}
+		})
+	}
+}

@@ -95,6 +95,10 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	defer adm.shutdown()
 
+	if err := secureDataDir(cfg, logger); err != nil {
+		logger.Error("cannot prepare the data directory", "key", "store.path", "err", err)
+		return exitFailure
+	}
 	b, err := broker.Open(broker.Options{
 		Dir:           cfg.Store.Path,
 		MaxLogSize:    cfg.Store.MaxLogSize,
