@@ -46,7 +46,7 @@ commands:
   sub TOPIC --who NAME [--from N] [--batch N]       print messages as they arrive, like tail -f
   replica [--from N]                                print the binlog command lines of the replication stream
   ping                                              check that the server answers
-  stats [--admin HOST:PORT] [--token T]             one report from the admin endpoint (admin.listen)
+  stats [--admin HOST:PORT] [--token-file F]        one report from the admin endpoint (admin.listen)
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
   user list                                         list users, roles and grants (never credentials)
@@ -54,7 +54,9 @@ commands:
 Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
 The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. stats and top
 read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
-127.0.0.1:12380, and the token to $SMSS_ADMIN_TOKEN.
+127.0.0.1:12380, and the token is read from --token-file or
+$SMSS_ADMIN_TOKEN_FILE, else $SMSS_ADMIN_TOKEN (--token shows in the
+process list).
 Servers with authentication: --user NAME, password from --password-file,
 $SMSS_PASSWORD or a prompt. TLS: --tls, --ca FILE, --server-name NAME,
 --cert FILE --key FILE (client certificate).
