@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -302,3 +303,40 @@ func (tr *trickler) next() []byte {
 }
 
 var trickle = &trickler{rest: enc(protocol.AppendDelete(nil, make([]byte, 200), nil))}
+
+// TLS 1.2 is offered with AEAD cipher suites only: a client that speaks
+// only CBC suites is refused, one with GCM or ChaCha20 is served.
+func TestTLS12AEADOnly(t *testing.T) {
+	s := startSecure(t, nil, authtest.User{Name: "alice", Password: "pw"})
+	dial := func(suite uint16) error {
+		cfg := s.pki.ClientConfig(t, false)
+		cfg.MaxVersion = tls.VersionTLS12
+		cfg.CipherSuites = []uint16{suite}
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: testDeadline}, "tcp", s.TLSAddr().String(), cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(testDeadline))
+		if _, err := call(t, c, aliveReq(), protocol.ReplyPlain); err != nil {
+			t.Fatalf("alive over %s: %v", tls.CipherSuiteName(suite), err)
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		suite uint16
+		ok    bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+	} {
+		err := dial(tc.suite)
+		if (err == nil) != tc.ok {
+			t.Errorf("TLS 1.2 with %s: %v, want accepted=%v", tls.CipherSuiteName(tc.suite), err, tc.ok)
+		}
+	}
+}
