@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -236,5 +238,49 @@ func TestSessionExpiresAndLogoutEndsIt(t *testing.T) {
 	}
 	if get(other) != 200 {
 		t.Fatal("sign-out ended another session")
+	}
+}
+
+// Bodies are bounded: a request body over MaxBodyBytes gets 413, whatever
+// the handler.
+func TestAdminBodyBounded(t *testing.T) {
+	e := newEnv(t, testToken, true, func(o *Options) { o.MaxBodyBytes = 1024 })
+	body := strings.NewReader(`{"token":"` + strings.Repeat("a", 2000) + `"}`)
+	resp, err := http.Post(e.base+"/api/login", "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("2 KiB body with a 1 KiB bound: %d", resp.StatusCode)
+	}
+}
+
+// With client authentication on and no admin token, start-up warns.
+func TestStartWarnsAuthWithoutToken(t *testing.T) {
+	for _, tc := range []struct {
+		token      string
+		clientAuth bool
+		warn       bool
+	}{
+		{"", true, true},
+		{"", false, false},
+		{testToken, true, false},
+	} {
+		logs := &strings.Builder{}
+		srv, err := New(Options{Listen: "127.0.0.1:0", Token: tc.token, ClientAuth: tc.clientAuth,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		srv.Shutdown(ctx)
+		cancel()
+		if got := strings.Contains(logs.String(), "auth.enabled is true but admin.token is empty"); got != tc.warn {
+			t.Errorf("token %q, clientAuth %v: warned %v, want %v\n%s", tc.token, tc.clientAuth, got, tc.warn, logs.String())
+		}
 	}
 }

@@ -340,3 +340,63 @@ func TestTLS12AEADOnly(t *testing.T) {
 		}
 	}
 }
+
+// Auth starts count toward the rate limit: past the burst, starts from
+// the address are refused unheard.
+func TestAuthStartsRateLimited(t *testing.T) {
+	lim := auth.NewLimiter(auth.LimiterOptions{StartRate: 0.01, StartBurst: 5})
+	s := startSecure(t, lim, authtest.User{Name: "alice", Password: "pw"})
+	c := s.dial(t)
+	start := enc(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=mallory,r=abcdefgh")))
+	for i := range 5 {
+		if _, err := call(t, c, start, protocol.ReplyJSON); err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	for i := range 3 {
+		_, err := call(t, c, start, protocol.ReplyJSON)
+		var be *protocol.BizError
+		if !errors.As(err, &be) || !lockedOutRe.MatchString(be.Msg) {
+			t.Fatalf("start %d past the burst: %v", 5+i, err)
+		}
+	}
+	// The refused starts verified nothing, and the connection is in step.
+	send(t, c, aliveReq())
+	expect(t, c, aliveReply())
+}
+
+// Lockout bypasses of issue 18: a success of another user does not reset
+// the address's count, and guessing one password per user name still
+// reaches the address's limit.
+func TestAddressLockoutNotResetByAnotherUser(t *testing.T) {
+	lim := auth.NewLimiter(auth.LimiterOptions{Free: 100, AddressFree: 3, BaseDelay: time.Minute})
+	s := startSecure(t, lim,
+		authtest.User{Name: "mallory", Password: "mine", Roles: []string{auth.RoleAdmin}},
+		authtest.User{Name: "u1", Password: "x1"}, authtest.User{Name: "u2", Password: "x2"}, authtest.User{Name: "u3", Password: "x3"})
+	for i, step := range []struct{ user, pw, want string }{
+		{"u1", "guess", "fail"},
+		{"mallory", "mine", "ok"}, // the attacker's own account
+		{"u2", "guess", "fail"},
+		{"mallory", "mine", "ok"},
+		{"u3", "guess", "fail"}, // the address's third failure: locked out
+		{"u3", "x3", "locked"},
+		{"mallory", "mine", "locked"},
+	} {
+		err := login(t, s.dial(t), step.user, step.pw)
+		var be *protocol.BizError
+		switch step.want {
+		case "ok":
+			if err != nil {
+				t.Fatalf("step %d (%s): %v", i, step.user, err)
+			}
+		case "fail":
+			if !errors.Is(err, protocol.ErrAuthFailed) {
+				t.Fatalf("step %d (%s): %v, want authentication failed", i, step.user, err)
+			}
+		case "locked":
+			if !errors.As(err, &be) || !lockedOutRe.MatchString(be.Msg) {
+				t.Fatalf("step %d (%s): %v, want the address locked out", i, step.user, err)
+			}
+		}
+	}
+}
