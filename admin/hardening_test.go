@@ -284,3 +284,25 @@ func TestStartWarnsAuthWithoutToken(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLoopbackHost: any Host header is judged without a panic, and only
+// loopback names and addresses pass.
+func FuzzLoopbackHost(f *testing.F) {
+	for _, h := range []string{"localhost", "localhost:1", "127.0.0.1:12380", "[::1]:80", "::1", "evil.example",
+		"localhost.evil", "[::ffff:127.0.0.1]:1", "127.0.0.1.nip.io", "", ":", "[", "0x7f.1"} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !loopbackHost(host) {
+			return
+		}
+		h := host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		}
+		h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		if ip := net.ParseIP(h); !strings.EqualFold(h, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			t.Fatalf("Host %q accepted as loopback", host)
+		}
+	})
+}

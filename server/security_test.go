@@ -400,3 +400,36 @@ func TestAddressLockoutNotResetByAnotherUser(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPreAuthBytes sends arbitrary bytes to a server with authentication
+// on, as a client that never logged in: the server must not panic, must
+// change nothing, and must close the connection by the login deadline.
+func FuzzPreAuthBytes(f *testing.F) {
+	f.Add(aliveReq())
+	f.Add(pubReq("orders", record("x")))
+	f.Add(protocol.Header{Cmd: protocol.CmdDelete, TopicLen: 0xffff}.AppendTo(nil))
+	f.Add(protocol.Header{Cmd: protocol.CmdAuthStart, TopicLen: 13}.AppendTo(nil))
+	f.Add(enc(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=alice,r=abc"))))
+	f.Add(enc(protocol.AppendAuthContinue(nil, []byte("c=biws,r=abc,p=AAAA"))))
+	f.Add(append(aliveReq(), createReq("x", 0)...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const loginTimeout = 300 * time.Millisecond
+		s := startSecureOpts(t, nil, func(o *Options) { o.Security.LoginTimeout = loginTimeout },
+			authtest.User{Name: "alice", Password: "pw", Roles: []string{auth.RoleAdmin}})
+		before := s.backend.next()
+		c := s.dial(t)
+		start := time.Now()
+		c.Write(data) // may fail once the server has closed
+		c.SetReadDeadline(time.Now().Add(testDeadline))
+		_, err := io.Copy(io.Discard, c)
+		if err != nil && !isReset(err) {
+			t.Fatalf("connection not closed by the server: %v", err)
+		}
+		if el := time.Since(start); el > loginTimeout+5*time.Second {
+			t.Fatalf("closed after %v, login timeout %v", el, loginTimeout)
+		}
+		if got := s.backend.next(); got != before {
+			t.Fatalf("an unauthenticated client changed the backend: next id %d -> %d", before, got)
+		}
+	})
+}
