@@ -40,6 +40,10 @@ func TestTrickledRequestCannotHoldConnection(t *testing.T) {
 		{"body nobody reads", "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"},
 		{"authorized body", "POST /api/topics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testToken + "\r\nContent-Length: 100000\r\n\r\n"},
 		{"header", "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"},
+		// Streams and profiles lift the read deadline, never for a body.
+		{"event stream body", "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"},
+		{"profile body", "GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testToken + "\r\nContent-Length: 100000\r\n\r\n"},
+		{"chunked event stream body", "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -204,7 +204,8 @@ func (s *Server) routes(web fs.FS) http.Handler {
 }
 
 // longRunning reports requests that set their own deadlines: event streams
-// and profiles, which last longer than a response write may.
+// and profiles, which last longer than a response write may. They carry no
+// body.
 func longRunning(r *http.Request) bool {
 	switch r.URL.Path {
 	case "/api/events", "/debug/pprof/profile", "/debug/pprof/trace":
@@ -221,7 +222,9 @@ func longRunning(r *http.Request) bool {
 func (s *Server) deadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
-		if longRunning(r) {
+		// Only without a body: one trickling in would otherwise be read (or
+		// drained after the response) with no deadline at all.
+		if longRunning(r) && r.ContentLength == 0 {
 			_ = rc.SetReadDeadline(time.Time{})
 			// Profiles run for ?seconds= (30 by default) before they write.
 			secs, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
