@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -50,6 +53,10 @@ const preAuthMaxTopic = 2 * protocol.MaxTopicNameLen
 // closed.
 var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1}
 
+// preAuthBufferSize is the read buffer of a connection that has not logged
+// in: a client that never logs in holds 1 KiB of it, not readBufferSize.
+const preAuthBufferSize = 1 << 10
+
 // connAuth is a connection's authentication state; only its goroutine
 // touches it, except that ReloadUsers reads user and the stream fields
 // under s.mu while the connection is in stateStream.
@@ -80,7 +87,6 @@ func (c *conn) initAuth() {
 	}
 	c.auth.key = c.ipKey
 	c.auth.loginBy = time.Now().Add(c.s.opts.Security.LoginTimeout)
-	c.auth.full = c.rr
 	c.rr = protocol.NewRequestReader(c.br, preAuthLimits)
 }
 
@@ -181,10 +187,38 @@ func (c *conn) authStep(a *auth.Authenticator, start time.Time) bool {
 	att.Succeed()
 	c.auth.user = p.Name
 	c.auth.identity = p.Identity()
-	c.rr = c.auth.full
+	c.growReader()
 	c.log = c.log.With("user", p.Name)
 	c.log.Info("authenticated", "elapsed", time.Since(start))
 	return c.replyAuth(msg, start)
+}
+
+// growReader replaces the small pre-login read buffer by a full-size one
+// with the configured limits, keeping the bytes already buffered (a client
+// may send its first request right behind auth continue).
+func (c *conn) growReader() {
+	var src io.Reader = &c.dr
+	if n := c.br.Buffered(); n > 0 {
+		rest, _ := c.br.Peek(n)
+		src = &prefixReader{buf: bytes.Clone(rest), r: &c.dr}
+	}
+	c.br = bufio.NewReaderSize(src, readBufferSize)
+	c.rr = protocol.NewRequestReader(c.br, c.s.opts.Limits)
+}
+
+// prefixReader reads buf, then r.
+type prefixReader struct {
+	buf []byte
+	r   io.Reader
+}
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.buf) == 0 {
+		return p.r.Read(b)
+	}
+	n := copy(b, p.buf)
+	p.buf = p.buf[n:]
+	return n, nil
 }
 
 // authFailed answers a failed handshake step; att, the verification that

@@ -106,7 +106,11 @@ type conn struct {
 func newConn(s *Server, nc net.Conn, ipKey string) *conn {
 	c := &conn{s: s, nc: nc, ipKey: ipKey, log: s.log.With("remote", nc.RemoteAddr().String())}
 	c.dr = deadlineReader{nc: nc, timeout: s.opts.ReadTimeout}
-	c.br = bufio.NewReaderSize(&c.dr, readBufferSize)
+	size := readBufferSize
+	if s.opts.Security.Auth != nil {
+		size = preAuthBufferSize // grown at login (auth.go)
+	}
+	c.br = bufio.NewReaderSize(&c.dr, size)
 	c.rr = protocol.NewRequestReader(c.br, s.opts.Limits)
 	c.initAuth()
 	return c

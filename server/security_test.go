@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -432,4 +433,25 @@ func FuzzPreAuthBytes(f *testing.F) {
 			t.Fatalf("an unauthenticated client changed the backend: next id %d -> %d", before, got)
 		}
 	})
+}
+
+// Before login a connection holds a small read buffer; at login it grows
+// without losing what the client sent right behind auth continue.
+func TestRequestsPipelinedBehindLogin(t *testing.T) {
+	s := startSecure(t, nil, authtest.User{Name: "alice", Password: "pw", Roles: []string{auth.RoleAdmin}})
+	c := s.dial(t)
+	final := halfLogin(t, c, "alice", "pw")
+	big := record(strings.Repeat("b", 100<<10)) // far past the pre-login buffer
+	var w []byte
+	w = append(w, enc(protocol.AppendAuthContinue(nil, final))...)
+	w = append(w, pubReq("orders", record("x"))...)
+	w = append(w, pubReq("orders", big)...)
+	w = append(w, aliveReq()...)
+	send(t, c, w)
+	if _, err := protocol.ReadReply(c, protocol.ReplyJSON, protocol.MaxAuthMessage); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	expect(t, c, okReply())
+	expect(t, c, okReply())
+	expect(t, c, aliveReply())
 }
