@@ -146,7 +146,9 @@ func (c *Config) validateSecurity(v *validator) {
 	v.between("auth.maxStartsPerSecond", int64(a.MaxStartsPerSecond), 1, 1000000, "handshakes one address may start per second")
 	v.between("auth.loginTimeoutMs", a.LoginTimeoutMs, 100, 600000, "ms a connection may take to log in")
 
-	v.between("limit.maxConnsPerIP", int64(c.Limit.MaxConnsPerIP), 1, int64(max(c.Limit.MaxConns, 1)), "connections of one address; at most limit.maxConns")
+	// Above limit.maxConns it is capped (not refused): a config that lowered
+	// maxConns before this key existed must still start.
+	v.atLeast("limit.maxConnsPerIP", int64(c.Limit.MaxConnsPerIP), 1, "connections of one address; capped at limit.maxConns")
 	ad := c.Admin
 	v.between("admin.maxConns", int64(ad.MaxConns), 1, 100000, "open admin connections")
 	v.between("admin.requestTimeoutMs", ad.RequestTimeoutMs, 1000, 30000, "ms to read a request's header and body; at most 30 s")
