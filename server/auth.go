@@ -58,8 +58,9 @@ var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1}
 const preAuthBufferSize = 1 << 10
 
 // connAuth is a connection's authentication state; only its goroutine
-// touches it, except that ReloadUsers reads user and the stream fields
-// under s.mu while the connection is in stateStream.
+// touches it, except that ReloadUsers reads it under s.mu while the
+// connection is in stateIdle or stateStream (it is written only in
+// stateActive).
 type connAuth struct {
 	key string // limiter key: the remote IP (IPv6: its /64)
 	// loginBy is when a connection that has not logged in is closed.
