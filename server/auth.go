@@ -356,9 +356,11 @@ func (s *Server) ReloadUsers() error {
 			continue
 		}
 		p := a.Store.Lookup(c.auth.user)
-		if p == nil || p.Identity() != c.auth.identity {
-			// Removed, re-created or with a new password: another account.
-			s.log.Warn("closing a connection whose user was removed, re-created or got new credentials", "user", c.auth.user,
+		if p != nil && p.Identity() != c.auth.identity {
+			// Re-created or with a new password: another account. (A
+			// disabled or removed user's idle connection is refused, with
+			// a reason, on its next command.)
+			s.log.Warn("closing a connection whose user was re-created or got new credentials", "user", c.auth.user,
 				"remote", c.nc.RemoteAddr().String())
 			c.nc.Close()
 			continue
