@@ -97,6 +97,7 @@ func TestLoginTimeoutClosesUnauthenticated(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	s := startSecureOpts(t, nil, func(o *Options) { o.Security.LoginTimeout = timeout },
 		authtest.User{Name: "alice", Password: "pw", Roles: []string{auth.RoleAdmin}})
+	trickle := &trickler{rest: enc(protocol.AppendDelete(nil, make([]byte, 200), nil))}
 	cases := []struct {
 		name string
 		keep func(t *testing.T, c net.Conn) error // one step; an error ends the loop
@@ -303,7 +304,6 @@ func (tr *trickler) next() []byte {
 	return b
 }
 
-var trickle = &trickler{rest: enc(protocol.AppendDelete(nil, make([]byte, 200), nil))}
 
 // TLS 1.2 is offered with AEAD cipher suites only: a client that speaks
 // only CBC suites is refused, one with GCM or ChaCha20 is served.
