@@ -304,7 +304,6 @@ func (tr *trickler) next() []byte {
 	return b
 }
 
-
 // TLS 1.2 is offered with AEAD cipher suites only: a client that speaks
 // only CBC suites is refused, one with GCM or ChaCha20 is served.
 func TestTLS12AEADOnly(t *testing.T) {
