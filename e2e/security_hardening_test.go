@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/protocol"
 )
 
 // startWithNoFile is start with the process's file descriptor limit (soft
@@ -170,5 +173,99 @@ func TestDataFilesPrivate(t *testing.T) {
 				t.Fatal("no data files found")
 			}
 		})
+	}
+}
+
+// The hardening keys reach the real server: auth.loginTimeoutMs,
+// auth.maxStartsPerSecond, limit.maxConnsPerIP, and the fake-salt secret
+// in store.path that keeps an unknown user's salt across a restart.
+func TestSecurityHardeningKeysWired(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.json")
+	authtest.WriteUsers(t, users, authtest.User{Name: "alice", Password: "pw", Roles: []string{"admin"}})
+	writeConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n  loginTimeoutMs: 400\n  maxStartsPerSecond: 3\n"+
+		"limit:\n  maxConnsPerIP: 3\n", users))
+	p := start(t, dir)
+	s := &secured{proc: p, users: users}
+
+	// An unknown user's salt, and the secret's mode.
+	saltOf := func(s *secured) string {
+		t.Helper()
+		c := s.connect(t, false, nil)
+		reply, err := c.roundTrip(must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=mallory,r=abcdefgh"))), protocol.ReplyJSON)
+		if err != nil {
+			t.Fatalf("auth start: %v", err)
+		}
+		for _, f := range strings.Split(string(reply), ",") {
+			if strings.HasPrefix(f, "s=") {
+				return f
+			}
+		}
+		t.Fatalf("no salt in %q", reply)
+		return ""
+	}
+	salt := saltOf(s)
+	info, err := os.Stat(filepath.Join(dir, "data", "auth.secret"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("auth.secret: %v, %v", info, err)
+	}
+
+	// Starts past the rate are refused (two used above and below).
+	c := s.connect(t, false, nil)
+	authStart := must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=alice,r=abcdefgh")))
+	refused := false
+	for range 4 {
+		if _, err := c.roundTrip(authStart, protocol.ReplyJSON); err != nil {
+			if !strings.Contains(err.Error(), "too many failed authentication attempts") {
+				t.Fatalf("start: %v", err)
+			}
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		t.Fatal("5 auth starts within a second were all served with maxStartsPerSecond 3")
+	}
+
+	// The login deadline closes a connection that only sends alives.
+	c = s.connect(t, false, nil)
+	began := time.Now()
+	var aliveErr error
+	for aliveErr == nil && time.Since(began) < 20*time.Second {
+		_, aliveErr = c.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain)
+	}
+	if el := time.Since(began); aliveErr == nil || el < 350*time.Millisecond || el > 5*time.Second {
+		t.Fatalf("alive-only connection: %v after %v, want closed after 400ms", aliveErr, el)
+	}
+
+	// Three connections from this address; the fourth is refused at accept.
+	var held []*client
+	for range 3 {
+		var h *client
+		if !waitUntil(10*time.Second, func() bool {
+			// The closed ones above may not be counted out yet.
+			h = s.connect(t, false, nil)
+			if _, err := h.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {
+				return false
+			}
+			return true
+		}) {
+			t.Fatal("no slot for a new connection")
+		}
+		held = append(held, h)
+	}
+	over := s.connect(t, false, nil)
+	if _, err := over.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err == nil {
+		t.Fatal("a 4th connection from one address was served with maxConnsPerIP 3")
+	}
+	for _, h := range held {
+		h.c.Close()
+	}
+
+	// After a restart, the unknown user's salt is the same.
+	p.stop()
+	p2 := start(t, dir)
+	if got := saltOf(&secured{proc: p2, users: users}); got != salt {
+		t.Fatalf("unknown user's salt %s, %s before the restart", got, salt)
 	}
 }
