@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -267,5 +268,71 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 	p2 := start(t, dir)
 	if got := saltOf(&secured{proc: p2, users: users}); got != salt {
 		t.Fatalf("unknown user's salt %s, %s before the restart", got, salt)
+	}
+}
+
+// vmHWM is the peak resident set of process pid, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Skip("no VmHWM")
+	return 0
+}
+
+// High 3 of issue 18: requests stalled before login, each declaring a
+// 64 KiB topic field and sending most of it, do not make the server
+// allocate it (2000 of them took about 150 MB more before: the field plus
+// a 16 KiB read buffer each).
+func TestStalledPreAuthRequestsDoNotGrowMemory(t *testing.T) {
+	const n = 2000
+	const budget = 80 << 20 // about 40 MiB fixed (goroutines, linger buffers), 130+ unfixed
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.json")
+	authtest.WriteUsers(t, users, authtest.User{Name: "alice", Password: "pw"})
+	writeConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\nlimit:\n  maxConnsPerIP: 5000\n", users))
+	p := start(t, dir)
+	base := vmHWM(t, p.cmd.Process.Pid)
+	// The header and most of the topic field, then a stall: an unfixed
+	// server reads what came into the buffer it allocated for the field,
+	// which makes it resident.
+	head := protocol.Header{Cmd: protocol.CmdDelete, TopicLen: 0xffff}.AppendTo(nil)
+	head = append(head, make([]byte, 60<<10)...)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		// A fixed server refuses after the header and closes: the rest of
+		// the write may fail.
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		c.Write(head)
+	}
+	// Every request ends: refused at once, or (unfixed) at the server's
+	// read timeout. The peak memory is what counts.
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		io.Copy(io.Discard, c)
+	}
+	if grew := vmHWM(t, p.cmd.Process.Pid) - base; grew > budget {
+		t.Fatalf("%d stalled unauthenticated requests raised the peak RSS by %d MiB (budget %d MiB)", n, grew>>20, budget>>20)
+	} else {
+		t.Logf("peak RSS grew by %d MiB for %d stalled requests", grew>>20, n)
 	}
 }
