@@ -38,4 +38,11 @@
 //     with a 400 naming the missing permission after its body was consumed,
 //     having changed nothing. TLS connections (a second listener) complete
 //     their handshake within ReadTimeout before any request is read.
+//   - Before login a connection holds a 1 KiB read buffer, a request whose
+//     topic field is over 256 bytes is refused unread (connection closed),
+//     and the whole connection is closed at Security.LoginTimeout after
+//     accept. The lockout is checked and counted at auth continue, where
+//     the proof is verified (auth.Limiter.Begin). A session is bound to its
+//     account's identity, not its name. Options.MaxConnsPerIP refuses
+//     connections at accept per address (IPv6: per /64).
 package server
