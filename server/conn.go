@@ -139,10 +139,13 @@ func (c *conn) serve() {
 // waitRequest blocks until a request's first byte is available (or the
 // connection must end), then switches to the per-request read timeout.
 func (c *conn) waitRequest() bool {
-	if !c.s.setState(c, stateIdle) || c.loginExpired() {
+	if !c.s.setState(c, stateIdle) {
 		return false
 	}
 	c.dr.timeout = c.s.opts.IdleTimeout
+	if c.loginExpired() {
+		return false
+	}
 	c.dr.until = c.readUntil()
 	if _, err := c.br.Peek(1); err != nil {
 		switch {
