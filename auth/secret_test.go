@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xdg-go/scram"
+
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
 	"github.com/smssmq/smss/protocol"
@@ -117,5 +119,55 @@ func TestUsersFileReadableByOthersRefused(t *testing.T) {
 	}
 	if s.Lookup("alice") == nil || s.Lookup("bob") != nil {
 		t.Fatal("a refused reload changed the users in force")
+	}
+}
+
+// A proof checked against the credentials of the handshake's start does
+// not log in as the account that replaced them before its end (a password
+// change or a re-created user reloaded in between).
+func TestCredentialsChangedDuringHandshake(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after authtest.User
+		ok    bool
+	}{
+		{"password changed", authtest.User{Name: "alice", Password: "new"}, false},
+		{"re-created", authtest.User{Name: "alice", Password: "old", Fresh: true}, false},
+		{"grants changed", authtest.User{Name: "alice", Password: "old", Publish: []string{"x"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "users.json")
+			authtest.WriteUsers(t, path, authtest.User{Name: "alice", Password: "old"})
+			store, err := auth.OpenStore(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := auth.NewAuthenticator(store, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl, err := scram.SHA256.NewClient("alice", "old", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := cl.NewConversation()
+			first, _ := cc.Step("")
+			conv, serverFirst, err := a.Start(protocol.MechSCRAMSHA256, []byte(first))
+			if err != nil {
+				t.Fatal(err)
+			}
+			final, err := cc.Step(string(serverFirst))
+			if err != nil {
+				t.Fatal(err)
+			}
+			authtest.WriteUsers(t, path, tc.after)
+			if err := store.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = conv.Finish([]byte(final))
+			if (err == nil) != tc.ok {
+				t.Fatalf("finish after the reload: %v, want success=%v", err, tc.ok)
+			}
+		})
 	}
 }
