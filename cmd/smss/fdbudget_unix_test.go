@@ -14,8 +14,8 @@ import (
 
 func TestFDBudgetWarning(t *testing.T) {
 	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Skip(err)
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur >= 1<<30 {
+		t.Skip("no usable descriptor limit", err)
 	}
 	for _, tc := range []struct {
 		name     string
