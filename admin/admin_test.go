@@ -15,14 +15,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
 	"github.com/smssmq/smss/protocol"
 )
 
 func TestAuth(t *testing.T) {
-	e := newEnv(t, testToken, false, nil)
-	session := sessionValue(testToken)
+	// Every wrong credential below is tried on every path: far more
+	// guesses than the throttle allows (TestWrongTokensThrottled).
+	e := newEnv(t, testToken, false, func(o *Options) { o.Throttle = auth.NewLimiter(auth.LimiterOptions{Free: 1 << 20}) })
+	session := e.login(t)
 	paths := []struct {
 		path   string
 		public bool

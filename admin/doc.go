@@ -18,19 +18,26 @@
 //	GET  /api/events         server-sent events: "history" once, then a
 //	                         "snapshot" every Options.SampleInterval
 //	POST /api/login          form or JSON {"token": …}: sets the session cookie
-//	POST /api/logout         clears it
+//	POST /api/logout         ends the session and clears the cookie
 //	GET  /debug/pprof/…      net/http/pprof, on this server's own mux
 //	GET  /, /static/…        the dashboard (static files, no data)
 //
 // Protection: with Options.Token set, every endpoint but /healthz, the
 // dashboard's static files and login/logout requires either the header
 // "Authorization: Bearer <token>" or the session cookie that /api/login sets
-// (HttpOnly, SameSite=Strict; its value is an HMAC of the token, not the
-// token). The cookie exists because a browser's EventSource cannot send
-// headers; the token never travels in a URL, so it does not end up in
-// proxy logs or browser history. Without a token the endpoint is open, which
-// is why the listener is off by default and the start-up log warns when it
-// is reachable from other hosts without one.
+// (HttpOnly, SameSite=Strict; its value is a random server-side session id
+// that expires after Options.SessionTTL and ends at /api/logout). The
+// cookie exists because a browser's EventSource cannot send headers; the
+// token never travels in a URL, so it does not end up in proxy logs or
+// browser history. Wrong tokens are throttled per address
+// (Options.Throttle). Without a token the endpoint is open, which is why
+// the listener is off by default, the start-up log warns when it is
+// reachable from other hosts without one, and it then answers only
+// loopback Host names (DNS rebinding).
+//
+// Resource bounds: Options.RequestTimeout for a request's header and body,
+// a write deadline per response, Options.MaxConns open connections (more
+// are closed at accept), Options.MaxBodyBytes per body.
 //
 // Invariants:
 //   - Nothing is registered on http.DefaultServeMux; pprof handlers are

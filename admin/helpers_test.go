@@ -97,15 +97,35 @@ func newEnv(t *testing.T, token string, start bool, tweak func(*Options)) *testE
 // do runs one request through the handler (no listener needed).
 func (e *testEnv) do(method, path, auth string, body io.Reader, hdr ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, body)
+	// As a browser on this machine sends it (see loopbackHostOnly); a
+	// "Host" in hdr replaces it.
+	req.Host = "127.0.0.1:12380"
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
 	e.srv.Handler().ServeHTTP(w, req)
 	return w
+}
+
+// login signs in with testToken and returns the session cookie's value.
+func (e *testEnv) login(t *testing.T) string {
+	t.Helper()
+	w := e.do(http.MethodPost, "/api/login", "", strings.NewReader(`{"token":"`+testToken+`"}`), "Content-Type", "application/json")
+	for _, c := range w.Result().Cookies() {
+		if c.Name == SessionCookie && w.Code == http.StatusNoContent {
+			return c.Value
+		}
+	}
+	t.Fatalf("login: %d %v", w.Code, w.Result().Cookies())
+	return ""
 }
 
 // sseEvent is one server-sent event.

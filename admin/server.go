@@ -9,11 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/metrics"
 )
 
@@ -26,6 +29,17 @@ const (
 	DefaultSampleInterval = time.Second
 	DefaultHistory        = 300
 	DefaultMaxStreams     = 64
+	// Hardening defaults (admin.maxConns, admin.requestTimeoutMs,
+	// admin.maxBodyBytes, admin.sessionTtlMs).
+	DefaultMaxConns       = 64
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxBodyBytes   = 64 << 10
+	DefaultSessionTTL     = 12 * time.Hour
+	// DefaultWriteTimeout bounds writing a response (event streams and
+	// profiles set their own deadlines).
+	DefaultWriteTimeout = 60 * time.Second
+	// maxHeaderBytes bounds a request's header.
+	maxHeaderBytes = 64 << 10
 )
 
 // ErrClosed is returned by Start after Shutdown.
@@ -57,18 +71,38 @@ type Options struct {
 	History int
 	// MaxStreams caps concurrent /api/events streams (DefaultMaxStreams).
 	MaxStreams int
+
+	// MaxConns caps open connections; further ones are closed at accept,
+	// so a flood of this port cannot take the process's file descriptors
+	// (DefaultMaxConns).
+	MaxConns int
+	// RequestTimeout bounds reading a request's header and body: no
+	// request holds a connection longer before its response starts
+	// (DefaultRequestTimeout; the header alone gets at most 10 s).
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds a request body (DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// SessionTTL is how long a dashboard sign-in lasts (DefaultSessionTTL).
+	SessionTTL time.Duration
+	// Throttle limits wrong tokens per remote address (Check, Failure and
+	// Success by auth.Key); nil means auth.NewLimiter's defaults.
+	Throttle *auth.Limiter
+	// ClientAuth reports that the message port requires logins: Start then
+	// warns when Token is empty, since the endpoint shows every topic name
+	// the filtered list hides.
+	ClientAuth bool
 }
 
 // Server is the admin HTTP server.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	m       *metrics.Metrics
-	src     metrics.Source
-	session string // cookie value that stands for the token
-	handler http.Handler
-	sampler *sampler
-	started time.Time
+	opts     Options
+	log      *slog.Logger
+	m        *metrics.Metrics
+	src      metrics.Source
+	sessions *sessions // dashboard sign-ins (auth.go)
+	handler  http.Handler
+	sampler  *sampler
+	started  time.Time
 
 	mu      sync.Mutex
 	srv     *http.Server
@@ -100,6 +134,21 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.Throttle == nil {
+		opts.Throttle = auth.NewLimiter(auth.LimiterOptions{})
+	}
 	if opts.Source != nil {
 		opts.Metrics.SetSource(opts.Source)
 	}
@@ -111,9 +160,7 @@ func New(opts Options) (*Server, error) {
 		started: time.Now(),
 		stopped: make(chan struct{}),
 	}
-	if opts.Token != "" {
-		s.session = sessionValue(opts.Token)
-	}
+	s.sessions = newSessions(opts.SessionTTL)
 	root, err := webRoot()
 	if err != nil {
 		return nil, err
@@ -153,7 +200,73 @@ func (s *Server) routes(web fs.FS) http.Handler {
 	protected.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	protected.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", s.requireAuth(protected))
-	return securityHeaders(mux)
+	return securityHeaders(s.loopbackHostOnly(s.deadlines(http.MaxBytesHandler(mux, s.opts.MaxBodyBytes))))
+}
+
+// longRunning reports requests that set their own deadlines: event streams
+// and profiles, which last longer than a response write may. They carry no
+// body.
+func longRunning(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/api/events", "/debug/pprof/profile", "/debug/pprof/trace":
+		return true
+	}
+	return false
+}
+
+// deadlines gives a request whose header and body have been read the
+// write deadline of a response. The read deadline of the server's
+// RequestTimeout still runs; long-running requests lift it (an expired
+// read deadline would cancel them) once their request is read: they have
+// no body to read.
+func (s *Server) deadlines(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		// Only without a body: one trickling in would otherwise be read (or
+		// drained after the response) with no deadline at all.
+		if longRunning(r) && r.ContentLength == 0 {
+			_ = rc.SetReadDeadline(time.Time{})
+			// Profiles run for ?seconds= (30 by default) before they write.
+			secs, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
+			secs = min(max(secs, 30), 3600)
+			_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(secs)*time.Second + DefaultWriteTimeout))
+		} else {
+			_ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHostOnly refuses, when no token protects the endpoint, requests
+// whose Host is not a loopback name: a web page on another site could
+// otherwise read the endpoint through DNS rebinding (its own name resolving
+// to 127.0.0.1). /healthz, which tells nothing, stays open.
+func (s *Server) loopbackHostOnly(next http.Handler) http.Handler {
+	if s.opts.Token != "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && !loopbackHost(r.Host) {
+			writeError(w, http.StatusMisdirectedRequest,
+				"this admin endpoint has no admin.token: it answers only requests for localhost, 127.0.0.1 or [::1]")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether host (a Host header: name or address,
+// optional port) names the local machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Handler is the server's whole HTTP handler, for tests or for mounting it
@@ -172,20 +285,23 @@ func (s *Server) Start() error {
 	if s.opts.Listen == "" || s.srv != nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.opts.Listen)
+	inner, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("admin: listen on %s: %w", s.opts.Listen, err)
 	}
+	ln := newCapListener(inner, s.opts.MaxConns, s.log)
 	s.ln = ln
 	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		// No ReadTimeout or WriteTimeout: an expired read deadline cancels
-		// the request context, which would end event streams and CPU
-		// profiles. Bodies are capped by the handlers that read one and
-		// streams bound each write themselves.
-		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Handler: s.handler,
+		// Every request's header and body are read within RequestTimeout
+		// (a body trickling in cannot hold the connection); event streams
+		// and profiles lift the read deadline once they start (deadlines),
+		// as an expired one would cancel them. Writes: see deadlines.
+		ReadHeaderTimeout: min(10*time.Second, s.opts.RequestTimeout),
+		ReadTimeout:       s.opts.RequestTimeout,
+		IdleTimeout:       max(2*s.opts.RequestTimeout, 10*time.Second),
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.wg.Add(2)
 	go func() {
@@ -202,6 +318,9 @@ func (s *Server) Start() error {
 	s.log.Info("admin listening", "addr", addr, "auth", s.opts.Token != "")
 	if s.opts.Token == "" && !isLoopback(ln.Addr()) {
 		s.log.Warn("admin endpoint reachable from other hosts without admin.token: anyone who can connect can read metrics, topic names and profiles", "addr", addr)
+	}
+	if s.opts.Token == "" && s.opts.ClientAuth {
+		s.log.Warn("auth.enabled is true but admin.token is empty: the admin endpoint shows every topic name, subscriber and profile to anyone who can reach it; set admin.token", "addr", addr)
 	}
 	return nil
 }

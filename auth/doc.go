@@ -26,8 +26,9 @@
 //     The file holds the RFC 5802 StoredKey and ServerKey, which verify a
 //     proof but cannot produce one; they still allow an offline guessing
 //     attack, so the file is written with mode 0600 (WriteFile: temporary
-//     file, fsync, rename, directory fsync) and the server warns when it is
-//     readable by others.
+//     file, fsync, rename, directory fsync) and the server refuses it when
+//     others may read it or anyone but its owner may write it (a warning
+//     when its group may read it).
 //   - Parsing is strict: unknown fields, unknown roles, invalid names and
 //     patterns are errors; a file that fails to parse never replaces the
 //     users in force (Store.Reload keeps the previous snapshot).
@@ -44,14 +45,23 @@
 //     promote (35) and follow (36) need the admin role. Alive
 //     and the handshake need nothing. A disabled user may do nothing.
 //   - The handshake never reveals whether a user exists: unknown users get
-//     a salt and iteration count derived from a per-process key, and every
+//     a salt derived from a secret (NewAuthenticatorWithSecret, kept in a
+//     file by LoadOrCreateSecret, so it survives restarts) and the
+//     iteration count most real users have, and every
 //     failure is the same "authentication failed" (only a client that
 //     proved the password of a disabled user is told it is disabled).
 //   - A replayed handshake fails: the server nonce of every conversation is
 //     fresh (24 random bytes), so a recorded client proof never verifies.
-//   - Failed handshakes are limited per remote IP (Limiter): a few may
-//     come back to back, then each further failure locks the address out
-//     for an exponentially growing time.
+//   - Failed handshakes are limited per remote address (an IPv4 address or
+//     an IPv6 /64) and per address and user (Limiter): a few may come back
+//     to back, then each further failure locks the key out for an
+//     exponentially growing time. The check and the count happen where the
+//     proof is verified (Limiter.Begin), a verification under way counts
+//     as a failure until it succeeds, handshake starts are rate-limited
+//     (Limiter.Start), and evicting a key never lifts an active lockout.
+//   - A Principal's Identity is a hash of its credentials: a password
+//     change or a re-created user is another account, whose name alone
+//     must not carry a session over.
 //   - TLS material that can be reloaded (ServerTLS, ClientTLS) is swapped
 //     as a whole: a handshake uses the certificate, key and CA bundle of
 //     one successful load, never a mix. A reload that fails (unreadable

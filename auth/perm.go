@@ -1,6 +1,9 @@
 package auth
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -143,6 +146,27 @@ type Principal struct {
 	subscribe   patterns
 	manage      patterns
 	creds       Credentials
+	identity    string
+}
+
+// Identity names the account behind the principal: a hash of its stored
+// credentials, which change with every password change (a fresh salt) and
+// when a user is removed and added again. A connection logged in as one
+// identity must not act as another account of the same name.
+func (p *Principal) Identity() string { return p.identity }
+
+func credentialsIdentity(c *Credentials) string {
+	h := sha256.New()
+	var it [8]byte
+	binary.BigEndian.PutUint64(it[:], uint64(c.Iterations))
+	h.Write(it[:])
+	for _, b := range [][]byte{c.Salt, c.StoredKey, c.ServerKey} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func newPrincipal(u *User) *Principal {
@@ -155,6 +179,7 @@ func newPrincipal(u *User) *Principal {
 		subscribe:   compilePatterns(u.Subscribe),
 		manage:      compilePatterns(u.Manage),
 		creds:       u.SCRAM,
+		identity:    credentialsIdentity(&u.SCRAM),
 	}
 }
 

@@ -140,6 +140,10 @@ func (c *Conversation) Finish(clientFinal []byte) (*Principal, []byte, error) {
 	switch {
 	case p == nil:
 		return nil, nil, &Failure{Client: protocol.ErrAuthFailed, User: c.user, Reason: "user removed during the handshake"}
+	case p.Identity() != c.principal.Identity():
+		// Re-created or given a new password in between: the proof is for
+		// the old account and must not log in as the new one.
+		return nil, nil, &Failure{Client: protocol.ErrAuthFailed, User: c.user, Reason: "credentials changed during the handshake"}
 	case p.Disabled:
 		return nil, nil, &Failure{Client: protocol.NewBizError(fmt.Sprintf("authentication failed: user %q is disabled", c.user)),
 			User: c.user, Reason: "user disabled"}

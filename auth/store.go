@@ -65,9 +65,16 @@ func (s *Store) Reload() error {
 	if err != nil {
 		return fmt.Errorf("users file: %w", err)
 	}
-	if info.Mode().Perm()&0o077 != 0 {
-		s.log.Warn("users file is readable or writable by other users; chmod 600 it",
-			"path", s.path, "mode", fs.FileMode(info.Mode().Perm()).String())
+	// Other users may not read it (the credentials allow an offline
+	// guessing attack) nor anyone but its owner write it (they could grant
+	// themselves anything): refused. Readable by the group: a warning.
+	switch perm := info.Mode().Perm(); {
+	case perm&0o026 != 0:
+		return fmt.Errorf("users file %s: mode %v lets other users read it or others than its owner write it; chmod 600 it",
+			s.path, fs.FileMode(perm))
+	case perm&0o040 != 0:
+		s.log.Warn("users file is readable by its group; chmod 600 it unless that is meant",
+			"path", s.path, "mode", fs.FileMode(perm).String())
 	}
 	f, err := ReadFile(s.path)
 	if err != nil {

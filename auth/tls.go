@@ -71,6 +71,19 @@ type material struct {
 	leaf *x509.Certificate // nil for a client without a certificate
 }
 
+// AEADCipherSuites are the TLS 1.2 cipher suites smss offers and accepts:
+// ECDHE key exchange (forward secrecy) with an AEAD cipher only; CBC
+// suites (Lucky13-style padding oracles) and RSA key exchange are left
+// out. TLS 1.3's suites are all AEAD and not configurable.
+var AEADCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // loadServer reads a server's files; a non-zero at refuses a certificate
 // that is not valid at that time.
 func loadServer(certFile, keyFile, clientCAFile string, at time.Time) (*material, error) {
@@ -81,7 +94,7 @@ func loadServer(certFile, keyFile, clientCAFile string, at time.Time) (*material
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: AEADCipherSuites}
 	if clientCAFile != "" {
 		pool, err := loadPool(clientCAFile)
 		if err != nil {
@@ -96,7 +109,7 @@ func loadServer(certFile, keyFile, clientCAFile string, at time.Time) (*material
 // loadClient reads a client's files; a non-zero at refuses a client
 // certificate that is not valid at that time.
 func loadClient(caFile, serverName, certFile, keyFile string, at time.Time) (*material, error) {
-	cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12, CipherSuites: AEADCipherSuites}
 	if caFile != "" {
 		pool, err := loadPool(caFile)
 		if err != nil {

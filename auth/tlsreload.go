@@ -33,8 +33,9 @@ func NewServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
 	s := &ServerTLS{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile}
 	s.cur.Store(m)
 	s.base = &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		ClientAuth: m.cfg.ClientAuth, // for those who inspect it; the handshake uses cur's
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: AEADCipherSuites,
+		ClientAuth:   m.cfg.ClientAuth, // for those who inspect it; the handshake uses cur's
 		// The returned configuration replaces this one for the whole
 		// handshake. Session tickets stay encrypted with this one's
 		// rotating keys (crypto/tls uses the original configuration's

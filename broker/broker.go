@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
@@ -212,14 +213,14 @@ func Open(opts Options) (*Broker, error) {
 // folderCount × folderCount topic buckets of spec §5.1.
 func (b *Broker) prepareDirs() error {
 	for _, d := range []string{b.opts.Dir, filepath.Join(b.opts.Dir, "binlog"), b.trashDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, fsmode.Dir()); err != nil {
 			return fmt.Errorf("broker: create %s: %w", d, err)
 		}
 	}
 	for i := 0; i < b.opts.FolderCount; i++ {
 		for j := 0; j < b.opts.FolderCount; j++ {
 			d := filepath.Join(b.topicRoot, fmt.Sprint(i), fmt.Sprint(j))
-			if err := os.MkdirAll(d, 0o755); err != nil {
+			if err := os.MkdirAll(d, fsmode.Dir()); err != nil {
 				return fmt.Errorf("broker: create %s: %w", d, err)
 			}
 		}

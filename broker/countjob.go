@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -480,7 +481,7 @@ func (cs *countState) persist(t *topic, tc *topicCount) {
 		// Written in place: a torn or partial sidecar fails its length or
 		// checksum and only costs a recount, and no temporary name ever
 		// shows up in the directory.
-		if err := root.WriteFile(name, data, 0o644); err != nil {
+		if err := root.WriteFile(name, data, fsmode.File()); err != nil {
 			root.Remove(name)
 			cs.b.log.Warn("saving a topic count sidecar failed; the file is counted again at the next start", "topic", t.meta.Name, "file", name, "err", err)
 			continue

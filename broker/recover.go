@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
@@ -351,7 +352,7 @@ func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) er
 	case binlog.CmdCreate:
 		if t != nil {
 			if t.meta.CreateEventID == blk.EventID {
-				return os.MkdirAll(t.dir, 0o755)
+				return os.MkdirAll(t.dir, fsmode.Dir())
 			}
 			if t.meta.CreateEventID < blk.EventID {
 				b.log.Error("BUG: binlog creates a topic that meta holds from an older create", "topic", name, "metaCreate", t.meta.CreateEventID, "binlogCreate", blk.EventID)

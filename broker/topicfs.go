@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/meta"
 )
 
@@ -24,7 +25,7 @@ func (b *Broker) freshDir(dir string, eventID int64) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, fsmode.Dir()); err != nil {
 		return fmt.Errorf("create topic dir %s: %w", dir, err)
 	}
 	return nil

@@ -63,14 +63,17 @@ type Rotate struct {
 
 // Store is the store.* section.
 type Store struct {
-	Path                 string `yaml:"path"`
-	MaxLogSize           int64  `yaml:"maxLogSize"` // bytes
-	FlushLevel           int    `yaml:"flushLevel"` // 0, 1 or 2 (spec §6.4)
-	MaxDays              int    `yaml:"maxDays"`
-	ClearInterval        int    `yaml:"clearInterval"` // seconds
-	WaitDelLockTimeoutMs int64  `yaml:"waitDelLockTimeoutMs"`
-	NoCache              bool   `yaml:"noCache"`
-	FolderCount          int    `yaml:"folderCount"`
+	Path string `yaml:"path"`
+	// GroupReadable creates data files 0640 and directories 0750 instead
+	// of 0600 and 0700, for a group that must read them (backups).
+	GroupReadable        bool  `yaml:"groupReadable"`
+	MaxLogSize           int64 `yaml:"maxLogSize"` // bytes
+	FlushLevel           int   `yaml:"flushLevel"` // 0, 1 or 2 (spec §6.4)
+	MaxDays              int   `yaml:"maxDays"`
+	ClearInterval        int   `yaml:"clearInterval"` // seconds
+	WaitDelLockTimeoutMs int64 `yaml:"waitDelLockTimeoutMs"`
+	NoCache              bool  `yaml:"noCache"`
+	FolderCount          int   `yaml:"folderCount"`
 	// MaxSlaveKeepFiles caps the binlog files past maxDays that retention
 	// keeps because a connected slave still reads them (new key).
 	MaxSlaveKeepFiles int `yaml:"maxSlaveKeepFiles"`
@@ -130,6 +133,9 @@ type Limit struct {
 	MaxWho     int `yaml:"maxWho"`     // bytes of a sub's who
 	MaxRecords int `yaml:"maxRecords"` // records in one request
 	MaxConns   int `yaml:"maxConns"`   // concurrent client connections
+	// MaxConnsPerIP caps the connections of one address (IPv6: one /64);
+	// further ones are refused at accept (security.go sets the default).
+	MaxConnsPerIP int `yaml:"maxConnsPerIP"`
 }
 
 // Delay is the delay.* section.
@@ -144,12 +150,19 @@ type Admin struct {
 	// Token protects every endpoint but /healthz; "" leaves them open.
 	// Tagged secret: Summary never shows it.
 	Token string `yaml:"token" secret:"true"`
+	// Limits of the admin HTTP server (security.go sets the defaults):
+	// open connections, request header and body reading, body size, and
+	// the dashboard session's lifetime.
+	MaxConns         int   `yaml:"maxConns"`
+	RequestTimeoutMs int64 `yaml:"requestTimeoutMs"`
+	MaxBodyBytes     int64 `yaml:"maxBodyBytes"`
+	SessionTtlMs     int64 `yaml:"sessionTtlMs"`
 }
 
 // Default returns the shipped values of spec §9.1 plus the defaults of the
 // keys this implementation adds. config.yaml must parse to exactly this.
 func Default() *Config {
-	return &Config{
+	c := &Config{
 		Host: "127.0.0.1",
 		Port: 12301,
 		Log: Log{
@@ -188,6 +201,8 @@ func Default() *Config {
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail},
 	}
+	setSecurityDefaults(c)
+	return c
 }
 
 // ListenAddr is host:port for net.Listen.

@@ -82,8 +82,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 61 { // 40 keys + 20 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 61", len(s))
+	// 40 keys + 20 security/replication keys (security.go, with the three
+	// semi-sync keys) + 10 hardening keys of issue 18 + source
+	if len(s) != 71 {
+		t.Errorf("summary has %d entries, want 71", len(s))
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -21,6 +22,20 @@ type Auth struct {
 	MaxFailures  int   `yaml:"maxFailures"`
 	LockoutMs    int64 `yaml:"lockoutMs"`
 	MaxLockoutMs int64 `yaml:"maxLockoutMs"`
+	// MaxFailuresPerAddress is the same count for an address across all
+	// the user names it tries (MaxFailures counts per address and user).
+	MaxFailuresPerAddress int `yaml:"maxFailuresPerAddress"`
+	// MaxStartsPerSecond is how many handshakes one address may start per
+	// second (bursts of as many).
+	MaxStartsPerSecond int `yaml:"maxStartsPerSecond"`
+	// LoginTimeoutMs closes a connection that has not logged in this long
+	// after it was accepted, whatever it sends meanwhile.
+	LoginTimeoutMs int64 `yaml:"loginTimeoutMs"`
+	// SecretFile holds the server's secret from which unknown users' fake
+	// salts are derived, so that they stay the same across restarts; it is
+	// created (32 random bytes, mode 0600) if missing. "" means
+	// <store.path>/auth.secret.
+	SecretFile string `yaml:"secretFile"`
 }
 
 // TLS is the tls.* section: an optional TLS listener beside the plain one.
@@ -93,8 +108,43 @@ func (c *Config) ReplicaLinger() time.Duration {
 
 // Defaults of the security sections.
 func defaultAuth() Auth {
-	return Auth{MaxFailures: 5, LockoutMs: 1000, MaxLockoutMs: 300000}
+	return Auth{MaxFailures: 5, LockoutMs: 1000, MaxLockoutMs: 300000,
+		MaxFailuresPerAddress: 20, MaxStartsPerSecond: 100, LoginTimeoutMs: 10000}
 }
+
+// Defaults of the security keys outside the security sections (issue 18).
+const (
+	DefaultMaxConnsPerIP         = 1000
+	DefaultAdminMaxConns         = 64
+	DefaultAdminRequestTimeoutMs = 30000
+	DefaultAdminMaxBodyBytes     = 65536
+	DefaultAdminSessionTtlMs     = 43200000 // 12 hours
+)
+
+func setSecurityDefaults(c *Config) {
+	c.Limit.MaxConnsPerIP = DefaultMaxConnsPerIP
+	c.Admin.MaxConns = DefaultAdminMaxConns
+	c.Admin.RequestTimeoutMs = DefaultAdminRequestTimeoutMs
+	c.Admin.MaxBodyBytes = DefaultAdminMaxBodyBytes
+	c.Admin.SessionTtlMs = DefaultAdminSessionTtlMs
+}
+
+// LoginTimeout is auth.loginTimeoutMs.
+func (c *Config) LoginTimeout() time.Duration { return ms(c.Auth.LoginTimeoutMs) }
+
+// AuthSecretFile is auth.secretFile, or auth.secret in store.path.
+func (c *Config) AuthSecretFile() string {
+	if c.Auth.SecretFile != "" {
+		return c.Auth.SecretFile
+	}
+	return filepath.Join(c.Store.Path, "auth.secret")
+}
+
+// AdminRequestTimeout is admin.requestTimeoutMs.
+func (c *Config) AdminRequestTimeout() time.Duration { return ms(c.Admin.RequestTimeoutMs) }
+
+// AdminSessionTTL is admin.sessionTtlMs.
+func (c *Config) AdminSessionTTL() time.Duration { return ms(c.Admin.SessionTtlMs) }
 
 // Lockout is auth.lockoutMs.
 func (c *Config) Lockout() time.Duration { return ms(c.Auth.LockoutMs) }
@@ -113,6 +163,18 @@ func (c *Config) validateSecurity(v *validator) {
 	if a.MaxLockoutMs < a.LockoutMs && a.LockoutMs >= 1 {
 		v.add(fmt.Sprintf("auth.maxLockoutMs must be >= auth.lockoutMs (%d) (got %d)", a.LockoutMs, a.MaxLockoutMs))
 	}
+	v.between("auth.maxFailuresPerAddress", int64(a.MaxFailuresPerAddress), 1, 1000000, "failed logins per address, all users, before lockouts")
+	v.between("auth.maxStartsPerSecond", int64(a.MaxStartsPerSecond), 1, 1000000, "handshakes one address may start per second")
+	v.between("auth.loginTimeoutMs", a.LoginTimeoutMs, 100, 600000, "ms a connection may take to log in")
+
+	// Above limit.maxConns it is capped (not refused): a config that lowered
+	// maxConns before this key existed must still start.
+	v.atLeast("limit.maxConnsPerIP", int64(c.Limit.MaxConnsPerIP), 1, "connections of one address; capped at limit.maxConns")
+	ad := c.Admin
+	v.between("admin.maxConns", int64(ad.MaxConns), 1, 100000, "open admin connections")
+	v.between("admin.requestTimeoutMs", ad.RequestTimeoutMs, 1000, 30000, "ms to read a request's header and body; at most 30 s")
+	v.between("admin.maxBodyBytes", ad.MaxBodyBytes, 1024, 1<<30, "bytes of a request body")
+	v.between("admin.sessionTtlMs", ad.SessionTtlMs, 60000, maxMs, "ms a dashboard sign-in lasts")
 
 	t := c.TLS
 	if t.Listen != "" {

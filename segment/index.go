@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/smssmq/smss/internal/fsmode"
 )
 
 const entrySize = 16
@@ -129,7 +131,7 @@ func (l *Log) buildIndex(id int64, size int64, each func(off int64, block []byte
 		return err
 	}
 	tmp := l.indexPath(id) + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o644); err != nil {
+	if err := os.WriteFile(tmp, buf, fsmode.File()); err != nil {
 		os.Remove(tmp)
 		return &indexWriteError{fmt.Errorf("segment: write index %s: %w", tmp, err)}
 	}

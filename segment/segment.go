@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/smssmq/smss/internal/fsmode"
 )
 
 // ErrIncomplete is returned by a Decoder when buf holds only a prefix of a
@@ -132,7 +134,7 @@ func Open(opts Options) (*Log, error) {
 		lg = slog.Default()
 	}
 	if !opts.ReadOnly { // a view never creates the directory it looks at
-		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		if err := os.MkdirAll(opts.Dir, fsmode.Dir()); err != nil {
 			return nil, fmt.Errorf("segment: create dir %s: %w", opts.Dir, err)
 		}
 	}
@@ -270,14 +272,14 @@ func (l *Log) ensureFile() error {
 	if l.reopen {
 		return l.reopenCurrent()
 	}
-	f, err := l.opts.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := l.opts.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fsmode.File())
 	if err != nil {
 		return fmt.Errorf("segment: create %s: %w", path, err)
 	}
 	if of, ok := f.(*os.File); ok && l.opts.NoCache {
 		fadviseDontNeed(of)
 	}
-	idx, err := os.OpenFile(l.indexPath(l.curID), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	idx, err := os.OpenFile(l.indexPath(l.curID), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fsmode.File())
 	if err != nil {
 		l.log.Warn("segment index create failed; lookups will scan", "file", l.indexPath(l.curID), "err", err)
 		idx = nil
@@ -465,7 +467,7 @@ func syncDir(dir string) error {
 
 func (l *Log) reopenCurrent() error {
 	path := l.Path(l.curID)
-	f, err := l.opts.OpenFile(path, os.O_WRONLY, 0o644)
+	f, err := l.opts.OpenFile(path, os.O_WRONLY, fsmode.File())
 	if err != nil {
 		return fmt.Errorf("segment: reopen %s: %w", path, err)
 	}
@@ -473,7 +475,7 @@ func (l *Log) reopenCurrent() error {
 		f.Close()
 		return fmt.Errorf("segment: seek %s: %w", path, err)
 	}
-	idx, err := os.OpenFile(l.indexPath(l.curID), os.O_WRONLY|os.O_APPEND, 0o644)
+	idx, err := os.OpenFile(l.indexPath(l.curID), os.O_WRONLY|os.O_APPEND, fsmode.File())
 	if err != nil {
 		idx = nil // lookups fall back to scanning and rebuild it
 	}

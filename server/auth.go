@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -27,21 +30,48 @@ type Security struct {
 	// Host:Port stays.
 	TLS       *tls.Config
 	TLSListen string
+	// LoginTimeout, with Auth set, closes a connection that has not logged
+	// in this long after it was accepted, whatever it sends meanwhile
+	// (alive included): an unauthenticated client cannot hold a slot.
+	// Zero means DefaultLoginTimeout.
+	LoginTimeout time.Duration
 }
+
+// DefaultLoginTimeout is Security.LoginTimeout's default
+// (auth.loginTimeoutMs).
+const DefaultLoginTimeout = 10 * time.Second
+
+// preAuthMaxTopic bounds the topic field of a request read before login:
+// longer is refused unread and the connection closed, so a client that
+// has not logged in cannot make the server allocate and hold the 64 KiB a
+// topic field may declare. It is twice the longest valid topic name; the
+// mechanism name of auth start is far shorter.
+const preAuthMaxTopic = 2 * protocol.MaxTopicNameLen
 
 // preAuthLimits bound what a client that has not authenticated can make the
 // server read and allocate: a longer request is refused and the connection
 // closed.
 var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1}
 
+// preAuthBufferSize is the read buffer of a connection that has not logged
+// in: a client that never logs in holds 1 KiB of it, not readBufferSize.
+const preAuthBufferSize = 1 << 10
+
 // connAuth is a connection's authentication state; only its goroutine
-// touches it, except that ReloadUsers reads user and the stream fields
-// under s.mu while the connection is in stateStream.
+// touches it, except that ReloadUsers reads it under s.mu while the
+// connection is in stateIdle or stateStream (it is written only in
+// stateActive).
 type connAuth struct {
-	key  string                  // limiter key: the remote IP
-	full *protocol.RequestReader // reader with the configured limits, used once authenticated
-	conv *auth.Conversation      // between auth start and auth continue
-	user string                  // "" until authenticated
+	key string // limiter key: the remote IP (IPv6: its /64)
+	// loginBy is when a connection that has not logged in is closed.
+	loginBy time.Time
+	// identity is the logged-in account's (auth.Principal.Identity): a
+	// user removed and re-created, or whose password changed, is another
+	// account and ends the connection.
+	identity string
+	full     *protocol.RequestReader // reader with the configured limits, used once authenticated
+	conv     *auth.Conversation      // between auth start and auth continue
+	user     string                  // "" until authenticated
 	// principal is the user as of the request being served (the snapshot
 	// current when it was checked).
 	principal *auth.Principal
@@ -56,8 +86,8 @@ func (c *conn) initAuth() {
 	if c.s.opts.Security.Auth == nil {
 		return
 	}
-	c.auth.key = auth.Key(c.nc.RemoteAddr())
-	c.auth.full = c.rr
+	c.auth.key = c.ipKey
+	c.auth.loginBy = time.Now().Add(c.s.opts.Security.LoginTimeout)
 	c.rr = protocol.NewRequestReader(c.br, preAuthLimits)
 }
 
@@ -90,12 +120,15 @@ func (c *conn) gate(err error, start time.Time) (handled, keep bool) {
 		return true, c.refuse(protocol.ErrAuthRequired, re != nil && re.Close, start)
 	}
 	p := a.Store.Lookup(c.auth.user)
-	if p == nil || p.Disabled {
+	if p == nil || p.Disabled || p.Identity() != c.auth.identity {
 		msg := fmt.Sprintf("user %q is disabled", c.auth.user)
-		if p == nil {
+		switch {
+		case p == nil:
 			msg = fmt.Sprintf("user %q no longer exists", c.auth.user)
+		case p.Identity() != c.auth.identity:
+			msg = fmt.Sprintf("the credentials of user %q changed (password changed, or the user was re-created); log in again", c.auth.user)
 		}
-		c.log.Warn("refusing a command of a user that was disabled or removed; closing the connection", "user", c.auth.user)
+		c.log.Warn("refusing a command of a user that was disabled, removed or changed; closing the connection", "user", c.auth.user)
 		return true, c.refuse(protocol.NewBizError(msg), true, start)
 	}
 	c.auth.principal = p
@@ -125,16 +158,13 @@ func (c *conn) authStep(a *auth.Authenticator, start time.Time) bool {
 		if c.auth.user != "" {
 			return c.refuse(protocol.ErrAuthDone, false, start)
 		}
-		if wait, ok := a.Limiter.Check(c.auth.key); !ok {
-			secs := int64(math.Ceil(wait.Seconds()))
-			if c.s.sampler.sample() {
-				c.log.Warn("handshake refused: address locked out after failed attempts", "retryAfter", wait)
-			}
-			return c.refuse(protocol.NewBizError(fmt.Sprintf("too many failed authentication attempts; retry in %ds", secs)), false, start)
+		// Locked out, or starting handshakes too fast: refused unheard.
+		if wait, ok := a.Limiter.Start(c.auth.key); !ok {
+			return c.lockedOut(wait, start)
 		}
 		conv, msg, err := a.Start(string(req.Topic), req.Payload)
 		if err != nil {
-			return c.authFailed(a, err, start)
+			return c.authFailed(nil, err, start)
 		}
 		c.auth.conv = conv
 		return c.replyAuth(msg, start)
@@ -144,31 +174,117 @@ func (c *conn) authStep(a *auth.Authenticator, start time.Time) bool {
 	if conv == nil {
 		return c.refuse(protocol.ErrAuthNoStart, false, start)
 	}
+	// The lockout is checked and counted here, where the proof is
+	// verified: a client cannot start many handshakes before its lockout
+	// and finish them all during it. Locked out, the proof is not looked at.
+	att, wait, ok := a.Limiter.Begin(c.auth.key, conv.User())
+	if !ok {
+		return c.lockedOut(wait, start)
+	}
 	p, msg, err := conv.Finish(req.Payload)
 	if err != nil {
-		return c.authFailed(a, err, start)
+		return c.authFailed(att, err, start)
 	}
-	a.Limiter.Success(c.auth.key)
+	att.Succeed()
 	c.auth.user = p.Name
-	c.rr = c.auth.full
+	c.auth.identity = p.Identity()
+	c.growReader()
 	c.log = c.log.With("user", p.Name)
 	c.log.Info("authenticated", "elapsed", time.Since(start))
 	return c.replyAuth(msg, start)
 }
 
-// authFailed answers a failed handshake step and counts it against the
-// address. The log names the claimed user and the reason, never message
-// contents (the proof is derived from the password).
-func (c *conn) authFailed(a *auth.Authenticator, err error, start time.Time) bool {
+// growReader replaces the small pre-login read buffer by a full-size one
+// with the configured limits, keeping the bytes already buffered (a client
+// may send its first request right behind auth continue).
+func (c *conn) growReader() {
+	var src io.Reader = &c.dr
+	if n := c.br.Buffered(); n > 0 {
+		rest, _ := c.br.Peek(n)
+		src = &prefixReader{buf: bytes.Clone(rest), r: &c.dr}
+	}
+	c.br = bufio.NewReaderSize(src, readBufferSize)
+	c.rr = protocol.NewRequestReader(c.br, c.s.opts.Limits)
+}
+
+// prefixReader reads buf, then r.
+type prefixReader struct {
+	buf []byte
+	r   io.Reader
+}
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.buf) == 0 {
+		return p.r.Read(b)
+	}
+	n := copy(b, p.buf)
+	p.buf = p.buf[n:]
+	return n, nil
+}
+
+// authFailed answers a failed handshake step; att, the verification that
+// failed (nil for a malformed start, which verified nothing), counts
+// against the address and the user. The log names the claimed user and the
+// reason, never message contents (the proof is derived from the password).
+func (c *conn) authFailed(att *auth.Attempt, err error, start time.Time) bool {
 	text := protocol.ErrAuthFailed
 	user, reason := "", err.Error()
 	var f *auth.Failure
 	if errors.As(err, &f) {
 		text, user, reason = f.Client, f.User, f.Reason
 	}
-	lockout := a.Limiter.Failure(c.auth.key)
+	lockout := att.Fail()
 	c.log.Warn("authentication failed", "user", user, "reason", reason, "lockout", lockout)
 	return c.refuse(text, false, start)
+}
+
+// lockedOut refuses a handshake step of a locked-out (or too eager)
+// address without looking at it.
+func (c *conn) lockedOut(wait time.Duration, start time.Time) bool {
+	secs := max(int64(math.Ceil(wait.Seconds())), 1)
+	if c.s.sampler.sample() {
+		c.log.Warn("handshake refused: address locked out after failed attempts, or starting handshakes too fast", "retryAfter", wait)
+	}
+	return c.refuse(protocol.NewBizError(fmt.Sprintf("too many failed authentication attempts; retry in %ds", secs)), false, start)
+}
+
+// preAuthGate refuses, before reading it, a request of a connection that
+// has not logged in whose topic field is longer than preAuthMaxTopic, and
+// closes the connection. handled reports that it answered.
+func (c *conn) preAuthGate(start time.Time) (handled, keep bool) {
+	if c.s.opts.Security.Auth == nil || c.auth.user != "" {
+		return false, false
+	}
+	b, err := c.br.Peek(protocol.HeaderSize)
+	if err != nil {
+		return false, false // RequestReader.Read meets the same error
+	}
+	h := protocol.ParseHeader((*[protocol.HeaderSize]byte)(b))
+	if int(h.TopicLen) <= preAuthMaxTopic {
+		return false, false
+	}
+	c.req = protocol.Request{Header: h}
+	return true, c.refuse(protocol.ErrAuthRequired, true, start)
+}
+
+// loginExpired reports whether the connection has not logged in by its
+// login deadline, and logs it.
+func (c *conn) loginExpired() bool {
+	if c.s.opts.Security.Auth == nil || c.auth.user != "" || time.Now().Before(c.auth.loginBy) {
+		return false
+	}
+	c.log.Info("closing a connection that did not log in within auth.loginTimeoutMs",
+		"loginTimeout", c.s.opts.Security.LoginTimeout)
+	return true
+}
+
+// readUntil is the latest a read may wait: the login deadline of a
+// connection that has not logged in, else zero (no cap).
+func (c *conn) readUntil() time.Time {
+	if c.s.opts.Security.Auth == nil || c.auth.user != "" {
+		return time.Time{}
+	}
+	return c.auth.loginBy
 }
 
 func (c *conn) replyAuth(msg []byte, start time.Time) bool {
@@ -234,10 +350,22 @@ func (s *Server) ReloadUsers() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
-		if c.state != stateStream || c.auth.user == "" {
+		// The connection's goroutine set its auth fields before it moved to
+		// idle or stream (under s.mu) and does not touch them there.
+		if (c.state != stateStream && c.state != stateIdle) || c.auth.user == "" {
 			continue
 		}
-		if !a.Store.Lookup(c.auth.user).Allowed(c.auth.perm, c.auth.topic) {
+		p := a.Store.Lookup(c.auth.user)
+		if p != nil && p.Identity() != c.auth.identity {
+			// Re-created or with a new password: another account. (A
+			// disabled or removed user's idle connection is refused, with
+			// a reason, on its next command.)
+			s.log.Warn("closing a connection whose user was re-created or got new credentials", "user", c.auth.user,
+				"remote", c.nc.RemoteAddr().String())
+			c.nc.Close()
+			continue
+		}
+		if c.state == stateStream && !p.Allowed(c.auth.perm, c.auth.topic) {
 			s.log.Warn("closing a stream whose user lost its permission", "user", c.auth.user,
 				"remote", c.nc.RemoteAddr().String(), "permission", c.auth.perm.String(), "topic", c.auth.topic)
 			c.nc.Close()

@@ -33,7 +33,7 @@ func startSecure(t *testing.T, lim *auth.Limiter, users ...authtest.User) *secSe
 	return startSecureWith(t, lim, nil, users...)
 }
 
-// startSecureWith is startSecure with more options set by tweak.
+// startSecureWith is startSecure with tweak applied to the options last.
 func startSecureWith(t *testing.T, lim *auth.Limiter, tweak func(*Options), users ...authtest.User) *secServer {
 	t.Helper()
 	pki := authtest.NewPKI(t)

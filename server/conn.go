@@ -100,12 +100,17 @@ type conn struct {
 	wdl   lazyDeadline
 	state connState // guarded by s.mu
 	auth  connAuth  // auth.go
+	ipKey string    // remote address as limit.maxConnsPerIP counts it
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, log: s.log.With("remote", nc.RemoteAddr().String())}
+func newConn(s *Server, nc net.Conn, ipKey string) *conn {
+	c := &conn{s: s, nc: nc, ipKey: ipKey, log: s.log.With("remote", nc.RemoteAddr().String())}
 	c.dr = deadlineReader{nc: nc, timeout: s.opts.ReadTimeout}
-	c.br = bufio.NewReaderSize(&c.dr, readBufferSize)
+	size := readBufferSize
+	if s.opts.Security.Auth != nil {
+		size = preAuthBufferSize // grown at login (auth.go)
+	}
+	c.br = bufio.NewReaderSize(&c.dr, size)
 	c.rr = protocol.NewRequestReader(c.br, s.opts.Limits)
 	c.initAuth()
 	return c
@@ -138,8 +143,13 @@ func (c *conn) waitRequest() bool {
 		return false
 	}
 	c.dr.timeout = c.s.opts.IdleTimeout
+	if c.loginExpired() {
+		return false
+	}
+	c.dr.until = c.readUntil()
 	if _, err := c.br.Peek(1); err != nil {
 		switch {
+		case c.loginExpired():
 		case errors.Is(err, io.EOF):
 			c.log.Debug("connection closed by peer")
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -156,6 +166,9 @@ func (c *conn) waitRequest() bool {
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
 	c.dr.until = time.Now().Add(c.s.opts.RequestTimeout)
+	if login := c.readUntil(); !login.IsZero() && login.Before(c.dr.until) {
+		c.dr.until = login
+	}
 	return true
 }
 
@@ -163,6 +176,9 @@ func (c *conn) waitRequest() bool {
 // connection.
 func (c *conn) serveRequest() bool {
 	start := time.Now()
+	if handled, keep := c.preAuthGate(start); handled {
+		return keep
+	}
 	err := c.rr.Read(&c.req)
 	c.dr.until = time.Time{}
 	if handled, keep := c.gate(err, start); handled {

@@ -44,4 +44,11 @@
 //     eventId or the timeout passed; the writer and other connections
 //     never wait for it. A refusal is a 400 "write not confirmed ..." and
 //     the connection stays usable.
+//   - Before login a connection holds a 1 KiB read buffer, a request whose
+//     topic field is over 256 bytes is refused unread (connection closed),
+//     and the whole connection is closed at Security.LoginTimeout after
+//     accept. The lockout is checked and counted at auth continue, where
+//     the proof is verified (auth.Limiter.Begin). A session is bound to its
+//     account's identity, not its name. Options.MaxConnsPerIP refuses
+//     connections at accept per address (IPv6: per /64).
 package server

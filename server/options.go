@@ -75,6 +75,11 @@ type Options struct {
 	IdleTimeout       time.Duration // waiting for a request's first byte (30 min)
 	AliveWriteTimeout time.Duration // reply to alive, timeout.net.write (1 s)
 	MaxConns          int           // open connections beyond this are closed at accept (10000)
+	// MaxConnsPerIP caps the open connections of one remote address (an
+	// IPv6 client's /64); beyond it they are closed at accept, so one
+	// address cannot take the slots of the others (limit.maxConnsPerIP,
+	// 1000; at most MaxConns).
+	MaxConnsPerIP int
 
 	AliveInterval     time.Duration // idle time before a 201 on a subscription, timeout.server.alive (30 s)
 	DefaultAckTimeout time.Duration // ack timeout of a sub that asks for none, timeout.sub.defaultAck (3 s, at most MaxAckTimeout)
@@ -115,6 +120,7 @@ const (
 	DefaultIdleTimeout       = 30 * time.Minute
 	DefaultAliveWriteTimeout = time.Second
 	DefaultMaxConns          = 10000
+	DefaultMaxConnsPerIP     = 1000
 	DefaultAliveInterval     = 30 * time.Second
 	DefaultSubAckTimeout     = 3 * time.Second
 	DefaultMaxAckTimeout     = 10 * time.Minute
@@ -133,6 +139,12 @@ func (o *Options) normalize() error {
 	}
 	if o.MaxConns < 0 {
 		return fmt.Errorf("server options: MaxConns %d is negative", o.MaxConns)
+	}
+	if o.MaxConnsPerIP < 0 {
+		return fmt.Errorf("server options: MaxConnsPerIP %d is negative", o.MaxConnsPerIP)
+	}
+	if o.Security.LoginTimeout < 0 {
+		return fmt.Errorf("server options: Security.LoginTimeout %v is negative", o.Security.LoginTimeout)
 	}
 	for name, d := range map[string]time.Duration{"ReadTimeout": o.ReadTimeout, "RequestTimeout": o.RequestTimeout, "WriteTimeout": o.WriteTimeout,
 		"IdleTimeout": o.IdleTimeout, "AliveWriteTimeout": o.AliveWriteTimeout, "AliveInterval": o.AliveInterval,
@@ -158,6 +170,11 @@ func (o *Options) normalize() error {
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.MaxConnsPerIP == 0 {
+		o.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	o.MaxConnsPerIP = min(o.MaxConnsPerIP, o.MaxConns)
+	setDefault(&o.Security.LoginTimeout, DefaultLoginTimeout)
 	setDefault(&o.AliveInterval, DefaultAliveInterval)
 	setDefault(&o.MaxAckTimeout, DefaultMaxAckTimeout)
 	// A cap below the default ack timeout lowers the default with it.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/metrics"
 )
 
@@ -36,6 +37,7 @@ type Server struct {
 	shutting bool
 	done     chan struct{} // closed by Shutdown
 	conns    map[*conn]struct{}
+	perIP    map[string]int // open connections per conn.ipKey
 	wg       sync.WaitGroup // Serve's accept loop and every connection
 }
 
@@ -53,6 +55,7 @@ func New(opts Options) (*Server, error) {
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		conns:   make(map[*conn]struct{}),
+		perIP:   make(map[string]int),
 	}, nil
 }
 
@@ -161,7 +164,21 @@ func (s *Server) startConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c := newConn(s, nc)
+	// Per address too: one address must not take every slot, and its
+	// connections are refused here, before they cost a goroutine or a
+	// buffer.
+	key := auth.Key(nc.RemoteAddr())
+	if s.perIP[key] >= s.opts.MaxConnsPerIP {
+		s.mu.Unlock()
+		s.opts.Metrics.Error(metrics.KindRefused)
+		if s.sampler.sample() {
+			s.log.Warn("connection refused: too many open connections from this address", "remote", nc.RemoteAddr().String(), "maxConnsPerIP", s.opts.MaxConnsPerIP)
+		}
+		nc.Close()
+		return
+	}
+	s.perIP[key]++
+	c := newConn(s, nc, key)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -191,6 +208,9 @@ func (s *Server) setState(c *conn, st connState) bool {
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if s.perIP[c.ipKey]--; s.perIP[c.ipKey] <= 0 {
+		delete(s.perIP, c.ipKey)
+	}
 	s.mu.Unlock()
 	s.opts.Metrics.ConnClosed()
 }

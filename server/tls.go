@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // listenTLSLocked binds the TLS listener when Security.TLS is set. s.mu is
@@ -62,7 +63,11 @@ func (c *conn) handshakeTLS() bool {
 	if !ok {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.opts.ReadTimeout)
+	limit := time.Now().Add(c.s.opts.ReadTimeout)
+	if login := c.readUntil(); !login.IsZero() && login.Before(limit) {
+		limit = login // the handshake counts toward the login deadline
+	}
+	ctx, cancel := context.WithDeadline(c.s.ctx, limit)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.log.Info("TLS handshake failed; closing the connection", "err", err)

@@ -161,6 +161,27 @@ type User struct {
 	Publish        []string
 	Subscribe      []string
 	Manage         []string
+	// Fresh derives new credentials (a new salt) even when this name and
+	// password were written before: the user was removed and added again.
+	// Otherwise a name and password keep their credentials from one file
+	// to the next, as an edit of a user's grants does, so the server sees
+	// the same account (auth.Principal.Identity).
+	Fresh bool
+}
+
+// credsCache holds the credentials derived per name and password.
+var credsCache sync.Map // [2]string{name, password} -> auth.Credentials
+
+func credentials(u User) (auth.Credentials, error) {
+	key := [2]string{u.Name, u.Password}
+	if c, ok := credsCache.Load(key); ok && !u.Fresh {
+		return c.(auth.Credentials), nil
+	}
+	c, err := auth.NewCredentials(u.Password, auth.MinIterations)
+	if err == nil {
+		credsCache.Store(key, c)
+	}
+	return c, err
 }
 
 // Users returns a users file holding us.
@@ -168,7 +189,7 @@ func Users(t testing.TB, us ...User) *auth.File {
 	t.Helper()
 	f := &auth.File{Version: auth.FileVersion}
 	for _, u := range us {
-		creds, err := auth.NewCredentials(u.Password, auth.MinIterations)
+		creds, err := credentials(u)
 		if err != nil {
 			t.Fatal(err)
 		}

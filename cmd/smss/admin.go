@@ -79,12 +79,20 @@ func startAdmin(cfg *config.Config, role string, logger *slog.Logger) (*adminEnd
 	a := &adminEndpoint{m: metrics.New(), log: logger}
 	a.src = newAdminSource(cfg, role, a.m)
 	srv, err := admin.New(admin.Options{
-		Listen:  cfg.Admin.Listen,
-		Token:   cfg.Admin.Token,
-		Metrics: a.m,
-		Source:  a.src,
-		Ready:   a.src.ready,
-		Logger:  logger,
+		Listen:         cfg.Admin.Listen,
+		Token:          cfg.Admin.Token,
+		Metrics:        a.m,
+		Source:         a.src,
+		Ready:          a.src.ready,
+		Logger:         logger,
+		MaxConns:       cfg.Admin.MaxConns,
+		RequestTimeout: cfg.AdminRequestTimeout(),
+		MaxBodyBytes:   cfg.Admin.MaxBodyBytes,
+		SessionTTL:     cfg.AdminSessionTTL(),
+		// Wrong tokens are throttled like failed logins.
+		Throttle: auth.NewLimiter(auth.LimiterOptions{Free: cfg.Auth.MaxFailures, BaseDelay: cfg.Lockout(),
+			MaxDelay: cfg.MaxLockout()}),
+		ClientAuth: cfg.Auth.Enabled,
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 	role := fl.resolveRole(logger)
 	logger.Info("config in effect", cfg.Summary()...)
+	warnFDBudget(cfg, logger)
 
 	adm, err := startAdmin(cfg, role, logger)
 	if err != nil {
@@ -94,6 +95,10 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	defer adm.shutdown()
 
+	if err := secureDataDir(cfg, logger); err != nil {
+		logger.Error("cannot prepare the data directory", "key", "store.path", "err", err)
+		return exitFailure
+	}
 	b, err := broker.Open(broker.Options{
 		Dir:           cfg.Store.Path,
 		MaxLogSize:    cfg.Store.MaxLogSize,
@@ -181,6 +186,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		IdleTimeout:       cfg.IdleTimeout(),
 		AliveWriteTimeout: cfg.AliveWriteTimeout(),
 		MaxConns:          cfg.Limit.MaxConns,
+		MaxConnsPerIP:     cfg.Limit.MaxConnsPerIP,
 		AliveInterval:     cfg.AliveInterval(),
 		DefaultAckTimeout: cfg.DefaultAckTimeout(),
 		MaxAckTimeout:     cfg.MaxAckTimeout(),

@@ -15,6 +15,7 @@ import (
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/server"
 )
 
@@ -30,10 +31,16 @@ func setupSecurity(cfg *config.Config, logger *slog.Logger) (server.Security, *a
 			return sec, nil, fmt.Errorf("auth.usersFile: %w", err)
 		}
 		lim := auth.NewLimiter(auth.LimiterOptions{Free: cfg.Auth.MaxFailures, BaseDelay: cfg.Lockout(),
-			MaxDelay: cfg.MaxLockout()})
-		if sec.Auth, err = auth.NewAuthenticator(store, lim); err != nil {
+			MaxDelay: cfg.MaxLockout(), AddressFree: cfg.Auth.MaxFailuresPerAddress,
+			StartRate: float64(cfg.Auth.MaxStartsPerSecond)})
+		secret, err := auth.LoadOrCreateSecret(cfg.AuthSecretFile())
+		if err != nil {
+			return sec, nil, fmt.Errorf("auth.secretFile: %w", err)
+		}
+		if sec.Auth, err = auth.NewAuthenticatorWithSecret(store, lim, secret); err != nil {
 			return sec, nil, err
 		}
+		sec.LoginTimeout = cfg.LoginTimeout()
 	}
 	if cfg.TLS.Listen == "" {
 		return sec, nil, nil
@@ -203,4 +210,30 @@ func readPasswordFile(path string, logger *slog.Logger) (string, error) {
 		return "", errors.New(path + " is empty")
 	}
 	return pw, nil
+}
+
+// secureDataDir selects the data files' modes (store.groupReadable) and
+// makes store.path itself private (0700, or 0750): that covers the files
+// an original server or the meta store created with wider modes too. Not
+// being able to tighten an existing directory (not its owner) is a
+// warning, not an error.
+func secureDataDir(cfg *config.Config, logger *slog.Logger) error {
+	fsmode.SetGroupReadable(cfg.Store.GroupReadable)
+	dir := cfg.Store.Path
+	if err := os.MkdirAll(dir, fsmode.Dir()); err != nil {
+		return err
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := info.Mode().Perm(); perm&^fsmode.Dir() != 0 {
+		if err := os.Chmod(dir, perm&fsmode.Dir()); err != nil {
+			logger.Warn("store.path is readable by other users and cannot be made private; chmod it", "path", dir,
+				"mode", perm.String(), "err", err)
+			return nil
+		}
+		logger.Info("store.path made private", "path", dir, "was", perm.String(), "now", (perm & fsmode.Dir()).String())
+	}
+	return nil
 }

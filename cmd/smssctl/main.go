@@ -51,7 +51,7 @@ commands:
   status                                            role, promotion epoch, last eventId, followed master
   promote                                           turn a running slave into a master (admin role)
   follow HOST:PORT                                  re-point a running slave to another master (admin role)
-  stats [--admin HOST:PORT] [--token T]             one report from the admin endpoint (admin.listen)
+  stats [--admin HOST:PORT] [--token-file F]        one report from the admin endpoint (admin.listen)
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
   user list                                         list users, roles and grants (never credentials)
@@ -62,7 +62,9 @@ comma-separated addresses, topic, pub, ping and replica go to the master
 found among them (topic info/list and ping to any reachable server when no
 master is), sub to the first reachable server of any role. stats and top
 read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
-127.0.0.1:12380, and the token to $SMSS_ADMIN_TOKEN.
+127.0.0.1:12380, and the token is read from --token-file or
+$SMSS_ADMIN_TOKEN_FILE, else $SMSS_ADMIN_TOKEN (--token shows in the
+process list).
 Servers with authentication: --user NAME, password from --password-file,
 $SMSS_PASSWORD or a prompt. TLS: --tls, --ca FILE, --server-name NAME,
 --cert FILE --key FILE (client certificate).

@@ -3,21 +3,25 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/smssmq/smss/admin"
 )
 
-const statsUsage = `usage: smssctl stats [--admin HOST:PORT] [--token T]
+const statsUsage = `usage: smssctl stats [--admin HOST:PORT] [--token-file F]
 
 Prints one report from the server's admin endpoint (config admin.listen):
 server info, current rates and latencies, topics, subscribers with their
 lag, replication and delayed messages. --json prints the raw API answers.
-The token defaults to $SMSS_ADMIN_TOKEN (prefer it to --token, which other
-users can see in the process list).
+The token is read from --token-file (default $SMSS_ADMIN_TOKEN_FILE), else
+taken from $SMSS_ADMIN_TOKEN; prefer either to --token, which other users
+can see in the process list (/proc/*/cmdline).
 `
 
-const topUsage = `usage: smssctl top [--admin HOST:PORT] [--token T] [--interval 2s] [--duration D]
+const topUsage = `usage: smssctl top [--admin HOST:PORT] [--token-file F] [--interval 2s] [--duration D]
 
 A live view of the admin endpoint, redrawn every --interval until
 interrupted (or for --duration): rates, latencies, the busiest topics,
@@ -27,7 +31,8 @@ the subscribers furthest behind, replication.
 // adminFlags are the flags of the commands that read the admin endpoint.
 // --addr is the client protocol's address and is not used by them.
 type adminFlags struct {
-	addr, token string
+	addr, token, tokenFile string
+	fs                     *flag.FlagSet
 }
 
 func (a *adminFlags) bind(fs *flag.FlagSet, g *globals) {
@@ -37,7 +42,34 @@ func (a *adminFlags) bind(fs *flag.FlagSet, g *globals) {
 	}
 	a.token = g.e.getenv("SMSS_ADMIN_TOKEN")
 	fs.StringVar(&a.addr, "admin", a.addr, "admin endpoint `host:port` or URL (default $SMSS_ADMIN_ADDR, else "+admin.DefaultListen+")")
-	fs.StringVar(&a.token, "token", a.token, "admin token (default $SMSS_ADMIN_TOKEN)")
+	fs.StringVar(&a.token, "token", a.token, "admin token (default $SMSS_ADMIN_TOKEN; visible to other users in the process list: prefer --token-file)")
+	a.tokenFile = g.e.getenv("SMSS_ADMIN_TOKEN_FILE")
+	fs.StringVar(&a.tokenFile, "token-file", a.tokenFile, "file holding the admin token (default $SMSS_ADMIN_TOKEN_FILE)")
+	a.fs = fs
+}
+
+// resolve settles the token after parsing: --token-file (or
+// $SMSS_ADMIN_TOKEN_FILE) wins over $SMSS_ADMIN_TOKEN; with --token too it
+// is a usage error.
+func (a *adminFlags) resolve() error {
+	if a.tokenFile == "" {
+		return nil
+	}
+	explicit := false
+	a.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "token" })
+	if explicit {
+		return usagef("--token and --token-file (or $SMSS_ADMIN_TOKEN_FILE) are exclusive")
+	}
+	data, err := os.ReadFile(a.tokenFile)
+	if err != nil {
+		return fmt.Errorf("admin token file: %w", err)
+	}
+	tok := strings.TrimRight(string(data), "\r\n")
+	if tok == "" {
+		return usagef("admin token file %s is empty", a.tokenFile)
+	}
+	a.token = tok
+	return nil
 }
 
 func runStats(ctx context.Context, g *globals, args []string) int {
@@ -49,6 +81,9 @@ func runStats(ctx context.Context, g *globals, args []string) int {
 		return code
 	}
 	if err := needArgs(pos, 0, 0, ""); err != nil {
+		return fail(g, err)
+	}
+	if err := af.resolve(); err != nil {
 		return fail(g, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, g.timeout)
@@ -71,6 +106,9 @@ func runTop(ctx context.Context, g *globals, args []string) int {
 		return code
 	}
 	if err := needArgs(pos, 0, 0, ""); err != nil {
+		return fail(g, err)
+	}
+	if err := af.resolve(); err != nil {
 		return fail(g, err)
 	}
 	if interval.d <= 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -68,6 +69,20 @@ func TestStatsAgainstServer(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "unauthorized") {
 		t.Fatalf("stats with a wrong token: %+v", r)
 	}
+
+	// The token from a file, by flag or environment; never with --token.
+	tokFile := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(tokFile, []byte(statsToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctl(t, addr, "", "stats", "--admin", adm, "--token-file", tokFile).expect(t, 0, "smss master")
+	t.Setenv("SMSS_ADMIN_TOKEN_FILE", tokFile)
+	t.Setenv("SMSS_ADMIN_TOKEN", "wrong-token-from-the-environment")
+	ctl(t, addr, "", "stats", "--admin", adm).expect(t, 0, "smss master")
+	if r := ctl(t, addr, "", "stats", "--admin", adm, "--token", statsToken); r.code != 2 || !strings.Contains(r.stderr, "exclusive") {
+		t.Fatalf("--token with a token file: %+v", r)
+	}
+	t.Setenv("SMSS_ADMIN_TOKEN_FILE", "")
 
 	t.Setenv("SMSS_ADMIN_TOKEN", statsToken)
 	t.Setenv("SMSS_ADMIN_ADDR", adm)
