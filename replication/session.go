@@ -69,12 +69,37 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if s.legacyPos {
 		from = s.posFirst
 	}
+	// Divergence check (diverge.go): ask from the block before the last
+	// local one and compare the master's first frame with it; the stream
+	// then simply goes on after it.
+	var check *localBlock
+	if s.verifies() {
+		lb, ok, err := lastLocalBlock(s.t.Binlog())
+		if err != nil {
+			return false, stopped("read the last local binlog block: %v", err)
+		}
+		if ok && lb.last == s.pos {
+			check, from = &lb, lb.anchor
+		}
+	}
 	req, err := protocol.AppendReplica(nil, from)
 	if err != nil {
 		return false, err
 	}
 	if err := writeAll(conn, req, s.opts.RequestTimeout); err != nil {
 		return false, fmt.Errorf("send replica request: %w", err)
+	}
+	if check != nil {
+		dc.timeout = s.opts.SilenceTimeout
+		v, err := s.firstFrame(br, check)
+		if err != nil {
+			return false, err
+		}
+		if !v.match {
+			conn.Close()
+			return false, s.search(ctx, *check, v)
+		}
+		from = s.pos
 	}
 	s.setState(StateStreaming, "after", from)
 	now := time.Now()

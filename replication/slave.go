@@ -59,7 +59,10 @@ type SlaveOptions struct {
 	MaxBlock int
 	// MaxValidList caps the valid-list reply (default 256 MiB).
 	MaxValidList int
-	Logger       *slog.Logger
+	// MaxProbes bounds the replica requests of one divergence search
+	// (default DefaultMaxProbes); each is a connection to the master.
+	MaxProbes int
+	Logger    *slog.Logger
 	// OnApply, if set, is called on the replication goroutine after each
 	// apply step (one block, or a run of blocks with a BatchApplier) with
 	// the last eventId applied so far (metrics, tests).
@@ -110,6 +113,9 @@ func (o *SlaveOptions) setDefaults() error {
 	}
 	if o.MaxValidList <= 0 {
 		o.MaxValidList = DefaultMaxValidList
+	}
+	if o.MaxProbes <= 0 {
+		o.MaxProbes = DefaultMaxProbes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

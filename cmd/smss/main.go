@@ -94,26 +94,18 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	defer adm.shutdown()
 
-	b, err := broker.Open(broker.Options{
-		Dir:           cfg.Store.Path,
-		MaxLogSize:    cfg.Store.MaxLogSize,
-		FlushLevel:    cfg.Store.FlushLevel,
-		FolderCount:   cfg.Store.FolderCount,
-		NoCache:       cfg.Store.NoCache,
-		BuffSize:      cfg.Worker.BuffSize,
-		MaxGroup:      cfg.Worker.MaxGroup,
-		GroupWait:     time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond,
-		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
-		IdleWake:      cfg.IdleWake(),
-		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
-		Slave:         role == roleSlave,
-		Logger:        logger,
-		LogSample:     cfg.Log.Sample,
-		Metrics:       adm.metrics(),
-	})
+	open := func() (*broker.Broker, error) { return broker.Open(brokerOptions(cfg, role == roleSlave, logger, adm)) }
+	b, err := open()
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
+	}
+	if role == roleSlave {
+		if b, code = checkDivergence(cfg, fl, b, open, logger, sig); code >= 0 {
+			return code
+		}
+	} else if fl.rejoin {
+		logger.Warn("-rejoin applies to -role slave only; ignored")
 	}
 	adm.setBroker(b)
 	bg, err := startBackground(cfg, b, logger)
@@ -132,6 +124,31 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	logger.Info("smss stopped", "exit", code)
 	return code
+}
+
+// brokerOptions are the broker's options from the configuration; adm may
+// be nil (no metrics).
+func brokerOptions(cfg *config.Config, slave bool, logger *slog.Logger, adm *adminEndpoint) broker.Options {
+	o := broker.Options{
+		Dir:           cfg.Store.Path,
+		MaxLogSize:    cfg.Store.MaxLogSize,
+		FlushLevel:    cfg.Store.FlushLevel,
+		FolderCount:   cfg.Store.FolderCount,
+		NoCache:       cfg.Store.NoCache,
+		BuffSize:      cfg.Worker.BuffSize,
+		MaxGroup:      cfg.Worker.MaxGroup,
+		GroupWait:     time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond,
+		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
+		IdleWake:      cfg.IdleWake(),
+		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
+		Slave:         slave,
+		Logger:        logger,
+		LogSample:     cfg.Log.Sample,
+	}
+	if adm != nil {
+		o.Metrics = adm.metrics()
+	}
+	return o
 }
 
 // serve runs the network server until a signal, a fatal broker error or a
@@ -183,6 +200,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 	if sec.Auth != nil {
 		hup.users = srv.ReloadUsers
 	}
+	var diverged <-chan error
 	if role == roleSlave {
 		r, err := startReplication(cfg, fl.masterHost, fl.masterPort, fl.event, b, logger)
 		if err != nil {
@@ -192,6 +210,7 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		}
 		adm.setReplication(r)
 		defer r.Stop()
+		diverged = r.diverged
 		hup.master = r.link
 	}
 	// Before "smss listening", which tells scripts they may send SIGHUP.
@@ -208,6 +227,9 @@ func serve(cfg *config.Config, role string, fl *flags, b *broker.Broker, adm *ad
 		logger.Info("shutting down", "signal", s.String())
 	case err := <-b.Fatal():
 		logger.Error("the writer stopped on a fatal error; shutting down", "err", err)
+		code = exitFailure
+	case err := <-diverged:
+		logger.Error("STOPPING: this node's binlog is not a prefix of its master's; restart it with -rejoin to move the divergent tail aside and follow", "err", err)
 		code = exitFailure
 	case err := <-serveErr:
 		logger.Error("the server stopped unexpectedly; shutting down", "err", err)

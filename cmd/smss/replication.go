@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,9 @@ type replicaRunner struct {
 	slave  *replication.Slave
 	cancel context.CancelFunc
 	done   chan struct{}
+	// diverged receives the error when replication stopped because the
+	// local binlog is not a prefix of the master's.
+	diverged chan error
 	// link dials the master with the TLS material and password SIGHUP
 	// reloads; nil for a plain connection without a login.
 	link *masterLink
@@ -43,25 +48,13 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if err != nil {
 		return nil, err
 	}
-	var dial client.DialFunc
-	if link != nil {
-		dial = link.DialContext
+	r := &replicaRunner{done: make(chan struct{}), diverged: make(chan error, 1), link: link}
+	opts := slaveOptions(cfg, masterHost, masterPort, event, link, logger)
+	opts.OnApply = func(last int64) {
+		r.applied.Store(last)
+		r.appliedAt.Store(time.Now().UnixNano())
 	}
-	r := &replicaRunner{done: make(chan struct{}), link: link}
-	s, err := replication.NewSlave(b, replication.SlaveOptions{
-		DialContext:   dial,
-		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),
-		StartEvent:    event,
-		AliveInterval: cfg.AliveInterval(),
-		// A master may accept larger requests than this slave's config
-		// says; the cap only guards against absurd lengths.
-		MaxBlock: max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
-		Logger:   logger.With("component", "replication"),
-		OnApply: func(last int64) {
-			r.applied.Store(last)
-			r.appliedAt.Store(time.Now().UnixNano())
-		},
-	})
+	s, err := replication.NewSlave(b, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,8 +63,12 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	go func() {
 		defer close(r.done)
 		// Run logs a stop at error level itself; the slave keeps serving
-		// reads so operators can inspect it.
-		_ = s.Run(ctx)
+		// reads so operators can inspect it, unless its binlog diverged
+		// from the master's: then the process ends (serve), so that it
+		// does not serve a tail the master never had.
+		if err := s.Run(ctx); errors.Is(err, replication.ErrDiverged) {
+			r.diverged <- err
+		}
 	}()
 	return r, nil
 }
@@ -84,3 +81,123 @@ func (r *replicaRunner) Stop() {
 
 // Status is the replication state for operators.
 func (r *replicaRunner) Status() replication.Status { return r.slave.Status() }
+
+// slaveOptions are the replication options of a slave started with
+// -host/-port/-event; link is nil for a plain connection.
+func slaveOptions(cfg *config.Config, masterHost string, masterPort int, event int64, link *masterLink, logger *slog.Logger) replication.SlaveOptions {
+	var dial client.DialFunc
+	if link != nil {
+		dial = link.DialContext
+	}
+	return replication.SlaveOptions{
+		DialContext:   dial,
+		MasterAddr:    net.JoinHostPort(masterHost, strconv.Itoa(masterPort)),
+		StartEvent:    event,
+		AliveInterval: cfg.AliveInterval(),
+		// A master may accept larger requests than this slave's config
+		// says; the cap only guards against absurd lengths.
+		MaxBlock: max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
+		Logger:   logger.With("component", "replication"),
+	}
+}
+
+// Divergence at start-up (issue 16). A slave checks before it listens that
+// its binlog is a byte prefix of the master's. Without -rejoin a divergent
+// node exits (status 1) with an error naming both positions; a master that
+// cannot be reached now is left to the replication sessions, which check
+// again on every connection (and end the process the same way). With
+// -rejoin start-up waits for the master, and a divergent tail is moved
+// aside (broker.Rewind) before the node listens and follows.
+
+// rejoinRetryMax caps the wait between two attempts to reach the master
+// while -rejoin holds start-up.
+const rejoinRetryMax = 30 * time.Second
+
+// checkDivergence runs the start-up check on the open broker b, which it
+// may close and reopen (opened by reopen). It returns the broker to serve
+// with and -1, or nil and an exit status.
+func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen func() (*broker.Broker, error),
+	logger *slog.Logger, sig <-chan os.Signal) (*broker.Broker, int) {
+	if fl.masterHost == "" {
+		return b, -1 // startReplication reports it
+	}
+	link, err := masterDialer(cfg, fl.masterHost, logger)
+	if err != nil {
+		return b, -1 // startReplication reports it
+	}
+	opts := slaveOptions(cfg, fl.masterHost, fl.masterPort, fl.event, link, logger)
+	s, err := replication.NewSlave(b, opts)
+	if err != nil {
+		return b, -1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-stopped:
+		}
+	}()
+	defer close(stopped)
+	wait := time.Second
+	for {
+		err := s.Check(ctx)
+		var d *replication.DivergenceError
+		switch {
+		case err == nil:
+			return b, -1
+		case errors.As(err, &d):
+			if !fl.rejoin || !d.Found {
+				logger.Error("REFUSING TO START: "+d.Error(), "localLastEventId", d.LocalLast, "firstDifferingEventId", d.FirstDiff,
+					"commonLastEventId", d.CommonLast, "master", opts.MasterAddr)
+				b.Close()
+				return nil, exitFailure
+			}
+			return rejoin(cfg, d, b, reopen, logger)
+		case ctx.Err() != nil:
+			b.Close()
+			return nil, exitOK
+		case !fl.rejoin:
+			logger.Warn("cannot reach the master to check that this node's binlog is a prefix of its; the replication sessions check it on connect", "err", err)
+			return b, -1
+		}
+		logger.Warn("-rejoin: waiting for the master before serving", "master", opts.MasterAddr, "err", err, "retryIn", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			b.Close()
+			return nil, exitOK
+		case <-t.C:
+		}
+		wait = min(2*wait, rejoinRetryMax)
+	}
+}
+
+// rejoin closes b, moves the divergent tail d aside and reopens the data
+// directory.
+func rejoin(cfg *config.Config, d *replication.DivergenceError, b *broker.Broker, reopen func() (*broker.Broker, error), logger *slog.Logger) (*broker.Broker, int) {
+	logger.Warn("-rejoin: the binlog diverged from the master's; moving the divergent tail aside", "err", d.Error())
+	if err := b.Close(); err != nil {
+		logger.Error("-rejoin: closing the broker failed", "err", err)
+		return nil, exitFailure
+	}
+	man, dir, err := broker.Rewind(brokerOptions(cfg, true, logger, nil), broker.RewindRequest{
+		At: d.At, CommonLast: d.CommonLast, Master: d.Master, Reason: d.Error()})
+	if err != nil {
+		logger.Error("-rejoin: moving the divergent tail aside failed; the data directory is as recovery left it (re-run to retry)", "err", err)
+		return nil, exitFailure
+	}
+	if man != nil {
+		logger.Warn("-rejoin: done; following the master from the common prefix", "dir", dir, "commonLastEventId", man.CommonLastEventID,
+			"movedEventIds", fmt.Sprintf("%d..%d", man.FirstEventID, man.LastEventID))
+	}
+	nb, err := reopen()
+	if err != nil {
+		logger.Error("cannot reopen the data directory after -rejoin", "dir", cfg.Store.Path, "err", err)
+		return nil, exitFailure
+	}
+	return nb, -1
+}
