@@ -59,6 +59,11 @@ type ReplicationClient struct {
 	// receives the commits of that time in one write instead of one per
 	// commit (0 writes every commit at once).
 	LingerMs int64 `yaml:"lingerMs"`
+	// RejoinMaxProbes is slave side: the most replica requests one search
+	// for the common prefix of a divergent binlog may send (issue 16;
+	// each is a connection to the master, and about 2·log2 of the
+	// divergent eventIds are needed).
+	RejoinMaxProbes int64 `yaml:"rejoinMaxProbes"`
 }
 
 // ReplicaLinger is replication.lingerMs as MasterOptions.Linger wants it
@@ -110,6 +115,7 @@ func (c *Config) validateSecurity(v *validator) {
 
 	r := c.Replication
 	v.between("replication.lingerMs", r.LingerMs, 0, 1000, "ms; 0 sends every commit at once")
+	v.between("replication.rejoinMaxProbes", r.RejoinMaxProbes, 1, 1000, "replica requests per divergence search")
 	if (r.User == "") != (r.PasswordFile == "") {
 		v.add("replication.user and replication.passwordFile must be set together")
 	}

@@ -16,6 +16,8 @@ func TestSecurityValidation(t *testing.T) {
 		{"failures", "auth:\n  maxFailures: 0\n", "auth.maxFailures must be between"},
 		{"linger negative", "replication:\n  lingerMs: -1\n", "replication.lingerMs must be between"},
 		{"linger too long", "replication:\n  lingerMs: 1001\n", "replication.lingerMs must be between"},
+		{"rejoin probes zero", "replication:\n  rejoinMaxProbes: 0\n", "replication.rejoinMaxProbes must be between"},
+		{"rejoin probes", "replication:\n  rejoinMaxProbes: 200\n", ""},
 		{"tls", "tls:\n  listen: 0.0.0.0:12302\n  cert: c.pem\n  key: k.pem\n  clientCA: ca.pem\n", ""},
 		{"tls without cert", "tls:\n  listen: 0.0.0.0:12302\n", "tls.cert and tls.key must be set"},
 		{"tls bad listen", "tls:\n  listen: nope\n  cert: c\n  key: k\n", "tls.listen must be host:port"},

@@ -96,8 +96,9 @@ func slaveOptions(cfg *config.Config, masterHost string, masterPort int, event i
 		AliveInterval: cfg.AliveInterval(),
 		// A master may accept larger requests than this slave's config
 		// says; the cap only guards against absurd lengths.
-		MaxBlock: max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
-		Logger:   logger.With("component", "replication"),
+		MaxBlock:  max(replication.DefaultMaxBlock, cfg.Limit.MaxPayload+binlog.DelayPrefixLen+binlog.MaxLineLen+16),
+		MaxProbes: int(cfg.Replication.RejoinMaxProbes),
+		Logger:    logger.With("component", "replication"),
 	}
 }
 
