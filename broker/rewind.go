@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -490,6 +491,11 @@ func (r *rewinder) cutTopic(m meta.Topic) (*MovedTopic, error) {
 	}
 	if err := l.TruncateTo(loc.Pos); err != nil {
 		return nil, fmt.Errorf("rewind: topic %s: truncate to %s: %w", m.Name, loc.Pos, err)
+	}
+	// Count sidecars of the cut files describe bytes that are gone; the
+	// counter rebuilds them.
+	for _, f := range files {
+		os.Remove(filepath.Join(t.dir, strings.TrimSuffix(f.Name, ".log")+countFileExt))
 	}
 	return &MovedTopic{Name: m.Name, Action: "truncated", Messages: n, Files: files}, nil
 }
