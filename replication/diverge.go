@@ -162,6 +162,9 @@ type verdict struct {
 	// masterFirst is the first eventId of the block the master sent, 0
 	// when it sent none.
 	masterFirst int64
+	// refused: the master answered 400 (it could not resolve the anchor,
+	// or it serves no replication at all).
+	refused bool
 }
 
 // firstFrame reads the master's first answer to a replica request and
@@ -173,7 +176,7 @@ func (s *Slave) firstFrame(br *bufio.Reader, lb *localBlock) (verdict, error) {
 		var be *protocol.BizError
 		switch {
 		case errors.As(err, &be):
-			return verdict{says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
+			return verdict{refused: true, says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
 		case err != nil:
 			return verdict{}, err
 		case len(b.ends) == 0:
@@ -272,6 +275,10 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	}
 	hi, hiV := bad, v
 	var lo *localBlock
+	// streamed: the master answered at least one probe with a stream (a
+	// block or an alive), so it is a replication source whose history
+	// differs; a master that refused every probe may be no source at all.
+	streamed := !v.refused
 	probe := func(c *localBlock) (verdict, error) {
 		if d.Probes >= maxProbes {
 			return verdict{}, errGiveUp
@@ -281,6 +288,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 			return pv, err
 		}
 		d.Probes++
+		streamed = streamed || !pv.refused
 		loFirst := int64(0)
 		if lo != nil {
 			loFirst = lo.first
@@ -292,7 +300,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	// Gallop backwards until a block matches.
 	for step := int64(1); lo == nil; step *= 2 {
 		if hi.first <= oldest {
-			return s.noPrefix(d, hi, hiV)
+			return s.noPrefix(d, hi, hiV, streamed)
 		}
 		c, ok, err := blockAt(l, max(hi.first-step, oldest))
 		if err != nil || !ok {
@@ -300,7 +308,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 		}
 		cv, err := probe(&c)
 		if errors.Is(err, errGiveUp) {
-			return s.noPrefix(d, hi, hiV)
+			return s.noPrefix(d, hi, hiV, streamed)
 		}
 		if err != nil {
 			return err
@@ -331,7 +339,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 		}
 		cv, err := probe(&c)
 		if errors.Is(err, errGiveUp) {
-			return s.noPrefix(d, hi, hiV)
+			return s.noPrefix(d, hi, hiV, streamed)
 		}
 		if err != nil {
 			return err
@@ -354,7 +362,16 @@ var errGiveUp = errors.New("probe limit reached")
 // noPrefix ends a search in which no local block matched down to hi. When
 // hi is the very first eventId and the master holds another block 1 there,
 // the histories differ from the start: the common prefix is empty.
-func (s *Slave) noPrefix(d *DivergenceError, hi localBlock, v verdict) error {
+//
+// When the master refused every probe it did not show a different history:
+// it may serve no replication (a slave, a user without the replication
+// role) or no longer retain the slave's position. That stops replication
+// as the master's refusal always did, not as a divergence.
+func (s *Slave) noPrefix(d *DivergenceError, hi localBlock, v verdict, streamed bool) error {
+	if !streamed {
+		return stopped("the master refused replication from the slave's position (%d probes, down to eventId %d): it %s",
+			d.Probes, hi.first, v.says)
+	}
 	d.FirstDiff, d.At, d.MasterSays = hi.first, hi.pos, v.says
 	if hi.first == 1 && hi.anchor == 0 && v.masterFirst == 1 && hi.pos.Offset == 0 {
 		d.Found, d.CommonLast = true, 0

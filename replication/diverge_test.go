@@ -240,3 +240,26 @@ func TestDivergenceSearchBounded(t *testing.T) {
 		t.Fatalf("Check: %v (%+v), want a bounded search without a prefix", err, d)
 	}
 }
+
+// TestRefusingMasterIsNoDivergence: a master that refuses every request
+// (a slave, which serves no replication, or one that no longer retains the
+// position) shows no different history: replication stops with its text,
+// as before, and not as a divergence (which would end the process and
+// advise moving data aside).
+func TestRefusingMasterIsNoDivergence(t *testing.T) {
+	aDir, b, _, _ := forked(t, seq(createT, pubs("c", 10, 1)), pubs("a", 3, 1), nothing)
+	b.Close()
+	fm := startFake(t, func(int, int64) ([]byte, bool) {
+		return protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg), false
+	})
+	a := openBroker(t, aDir, true, nil)
+	defer a.Close()
+	s, err := NewSlave(a, SlaveOptions{MasterAddr: fm.addr, AliveInterval: testAlive, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Check(context.Background())
+	if !errors.Is(err, ErrStopped) || errors.Is(err, ErrDiverged) || !strings.Contains(err.Error(), protocol.ErrNotSupported.Msg) {
+		t.Fatalf("Check: %v, want a stop with the master's refusal", err)
+	}
+}

@@ -160,6 +160,12 @@ func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen fun
 		case ctx.Err() != nil:
 			b.Close()
 			return nil, exitOK
+		case errors.Is(err, replication.ErrStopped):
+			// The master refused without showing another history (it
+			// serves no replication, or no longer has this position):
+			// replication stops on it loudly as it always did.
+			logger.Error("the master refused the check that this node's binlog is a prefix of its", "err", err)
+			return b, -1
 		case !fl.rejoin:
 			logger.Warn("cannot reach the master to check that this node's binlog is a prefix of its; the replication sessions check it on connect", "err", err)
 			return b, -1
