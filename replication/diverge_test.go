@@ -101,7 +101,7 @@ func TestDivergenceDetection(t *testing.T) {
 			defer a.Close()
 			localLast := a.LastEventID()
 			aBin := binlogBytes(t, aDir)
-			opts := SlaveOptions{MasterAddr: ms.addr, AliveInterval: testAlive, Logger: testLogger(t)}
+			opts := SlaveOptions{MasterAddr: ms.addr, AliveInterval: testAlive, SilenceTimeout: 10 * time.Second, Logger: testLogger(t)}
 			s, err := NewSlave(a, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -204,7 +204,7 @@ func TestDivergenceAgainstOriginalMaster(t *testing.T) {
 			})
 			a := openBroker(t, aDir, true, nil)
 			defer a.Close()
-			s, err := NewSlave(a, SlaveOptions{MasterAddr: fm.addr, AliveInterval: testAlive, Logger: testLogger(t)})
+			s, err := NewSlave(a, SlaveOptions{MasterAddr: fm.addr, AliveInterval: testAlive, SilenceTimeout: 10 * time.Second, Logger: testLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +230,7 @@ func TestDivergenceSearchBounded(t *testing.T) {
 	ms := serveMaster(t, b, "", MasterOptions{AliveInterval: testAlive})
 	a := openBroker(t, aDir, true, nil)
 	defer a.Close()
-	s, err := NewSlave(a, SlaveOptions{MasterAddr: ms.addr, AliveInterval: testAlive, MaxProbes: 3, Logger: testLogger(t)})
+	s, err := NewSlave(a, SlaveOptions{MasterAddr: ms.addr, AliveInterval: testAlive, SilenceTimeout: 10 * time.Second, MaxProbes: 3, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestRefusingMasterIsNoDivergence(t *testing.T) {
 	})
 	a := openBroker(t, aDir, true, nil)
 	defer a.Close()
-	s, err := NewSlave(a, SlaveOptions{MasterAddr: fm.addr, AliveInterval: testAlive, Logger: testLogger(t)})
+	s, err := NewSlave(a, SlaveOptions{MasterAddr: fm.addr, AliveInterval: testAlive, SilenceTimeout: 10 * time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
