@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/segment"
+	"github.com/smssmq/smss/topicstore"
 )
 
 // copyTree copies a closed data directory.
@@ -198,12 +200,23 @@ func TestRewind(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := binlogConcat(t, dir)
+			beforeMsgs := map[string][]string{}
+			for _, name := range []string{"keep", "victim", "lifed"} {
+				beforeMsgs[name] = messagesOf(t, dir, name)
+			}
 			man, out, err := Rewind(Options{Dir: dir, Logger: b.log}, RewindRequest{At: at, CommonLast: commonLast, Master: "test:1", Reason: "test"})
 			if err != nil {
 				t.Fatalf("rewind: %v", err)
 			}
 			if got := binlogConcat(t, dir); !bytes.Equal(got, wantBin) {
 				t.Fatalf("binlog after rewind: %d bytes, want the %d bytes of the prefix", len(got), len(wantBin))
+			}
+			// The surgery itself cut the topics (not the recovery of the
+			// next start): their files hold the reference's messages.
+			for _, name := range []string{"keep"} {
+				if got := messagesOf(t, dir, name); strings.Join(got, ",") != strings.Join(want.Messages[name], ",") {
+					t.Fatalf("topic %s right after the rewind: %v, want %v", name, got, want.Messages[name])
+				}
 			}
 			if got := stateOf(t, dir); !equalJSON(got, want) {
 				t.Fatalf("state after rewind\n got %s\nwant %s", js(got), js(want))
@@ -243,9 +256,15 @@ func TestRewind(t *testing.T) {
 			got := map[string]string{}
 			for _, mt := range man.Topics {
 				got[mt.Name] = mt.Action
-				for _, f := range mt.Files {
-					if _, err := os.Stat(filepath.Join(out, f.Path)); err != nil {
-						t.Fatalf("moved topic file: %v", err)
+				if mt.Action == "truncated" {
+					// Moved + kept = what the topic held before.
+					moved := messagesIn(t, filepath.Join(out, "topic", mt.Name))
+					if len(moved) != mt.Messages || len(mt.Files) == 0 {
+						t.Fatalf("topic %s: %d messages in the moved files, manifest says %d in %v", mt.Name, len(moved), mt.Messages, mt.Files)
+					}
+					all := append(append([]string(nil), want.Messages[mt.Name]...), moved...)
+					if strings.Join(all, ",") != strings.Join(beforeMsgs[mt.Name], ",") {
+						t.Fatalf("topic %s: kept %v + moved %v, before %v", mt.Name, want.Messages[mt.Name], moved, beforeMsgs[mt.Name])
 					}
 				}
 				if mt.Action == "removed" {
@@ -300,6 +319,35 @@ func TestRewindRefusesAWrongPoint(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, DivergedDir)); !os.IsNotExist(err) {
 		t.Fatalf("a refused rewind created %s: %v", DivergedDir, err)
 	}
+}
+
+// messagesOf lists "eventId:record" of a topic in a data directory.
+func messagesOf(t *testing.T, dir, name string) []string {
+	t.Helper()
+	ids, recs := readTopic(t, dir, name)
+	var out []string
+	for i := range ids {
+		out = append(out, itoa(ids[i])+":"+string(recs[i]))
+	}
+	return out
+}
+
+// messagesIn lists "eventId:record" of the topic files in a directory.
+func messagesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	l, err := segment.Open(segment.Options{Dir: dir, Decode: decodeTopic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if _, err := l.Scan(segment.Position{}, func(_ segment.Position, first, _ int64, raw []byte) error {
+		blk, _, err := topicstore.DecodeBlock(raw)
+		out = append(out, itoa(first)+":"+string(blk.Record))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func equalJSON(a, b any) bool { return js(a) == js(b) }
