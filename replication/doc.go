@@ -45,5 +45,11 @@ master's. Invariants:
     master's alive interval) only cause a reconnect with capped
     exponential backoff; an unreachable master never ends the process.
   - A frame is applied only once it has been received whole.
+  - A slave follows only a master whose binlog starts with its own, byte
+    for byte (diverge.go): every session asks from the block before its
+    last local block and compares the first frame with that block; on a
+    mismatch a bounded search finds the common prefix and replication
+    stops with a DivergenceError (ErrDiverged) naming both positions. The
+    tail is moved aside only by an explicit -rejoin (broker.Rewind).
 */
 package replication
