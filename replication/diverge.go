@@ -188,6 +188,14 @@ func (s *Slave) firstFrame(br *bufio.Reader, lb *localBlock) (verdict, error) {
 			return verdict{match: true}, nil
 		}
 		v := verdict{masterFirst: blockFirstID(got)}
+		if lb.anchor == 0 && v.masterFirst > lb.first {
+			// Asked from the beginning, the master starts later: it
+			// no longer retains this block, which says nothing about
+			// whether it ever had it.
+			v.refused = true
+			v.says = fmt.Sprintf("no longer holds eventId %d (its oldest block starts at eventId %d)", lb.first, v.masterFirst)
+			return v, nil
+		}
 		if blk, last, _, derr := binlog.DecodeSpan(got); derr == nil {
 			v.says = fmt.Sprintf("holds a different block (eventIds %d..%d, written at %d)", blk.EventID, last, blk.WriteTime)
 		} else {
