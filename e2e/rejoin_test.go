@@ -228,3 +228,45 @@ func TestReplRejoinOldMaster(t *testing.T) {
 	a.stop()
 	b.stop()
 }
+
+// TestReplDivergenceOnReconnect: a running slave whose master is replaced
+// by one with another history (same address) finds out at its next
+// connection, stops and ends the process with status 1 rather than keep
+// serving what the new master never had.
+func TestReplDivergenceOnReconnect(t *testing.T) {
+	m1dir, m2dir, sdir := t.TempDir(), t.TempDir(), t.TempDir()
+	mport := freePort(t)
+	replConfig(t, m1dir, mport, "")
+	replConfig(t, m2dir, mport, "")
+	replConfig(t, sdir, 0, "")
+	m1 := startArgs(t, m1dir)
+	c := dial(t, m1.addr)
+	if err := c.create("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	s := startReplSlave(t, sdir, mport, 0)
+	replPublish(t, m1.addr, []string{"t"}, 40, "first")
+	waitReplicated(t, filepath.Join(m1dir, "data"), filepath.Join(sdir, "data"), s, time.Minute)
+	m1.kill()
+
+	// Another master on the same address, with a history of its own.
+	m2 := startArgs(t, m2dir)
+	c2 := dial(t, m2.addr)
+	if err := c2.create("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	replPublish(t, m2.addr, []string{"t"}, 80, "other")
+	select {
+	case <-s.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("the slave kept running against a master with another history:\n%s", tail(s.out.String(), 4000))
+	}
+	ee, ok := s.err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("slave exit %v, want status 1", s.err)
+	}
+	if out := s.out.String(); !strings.Contains(out, "STOPPING") || !strings.Contains(out, "diverged") {
+		t.Fatalf("the slave's exit does not say why:\n%s", tail(out, 4000))
+	}
+	m2.stop()
+}
