@@ -22,7 +22,8 @@
 // Exit status: 0 after a clean shutdown; 2 for bad flags or configuration
 // (the message names the flag or key); 1 for any other failure, including
 // a fatal broker error (e.g. a failed fsync), after which the process must
-// not keep accepting writes.
+// not keep accepting writes, and a slave whose binlog has diverged from its
+// master's (replication.go; -rejoin moves the divergent tail aside instead).
 package main
 
 import (

@@ -143,6 +143,7 @@ func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen fun
 	}()
 	defer close(stopped)
 	wait := time.Second
+	logger.Info("checking that this node's binlog is a prefix of the master's before serving", "master", opts.MasterAddr, "rejoin", fl.rejoin)
 	for {
 		err := s.Check(ctx)
 		var d *replication.DivergenceError
