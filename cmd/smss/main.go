@@ -95,14 +95,30 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	defer adm.shutdown()
 
-	open := func() (*broker.Broker, error) { return broker.Open(brokerOptions(cfg, role == roleSlave, logger, adm)) }
-	b, err := open()
+	bopts := broker.Options{
+		Dir:           cfg.Store.Path,
+		MaxLogSize:    cfg.Store.MaxLogSize,
+		FlushLevel:    cfg.Store.FlushLevel,
+		FolderCount:   cfg.Store.FolderCount,
+		NoCache:       cfg.Store.NoCache,
+		BuffSize:      cfg.Worker.BuffSize,
+		MaxGroup:      cfg.Worker.MaxGroup,
+		GroupWait:     time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond,
+		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
+		IdleWake:      cfg.IdleWake(),
+		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
+		Slave:         role == roleSlave,
+		Logger:        logger,
+		LogSample:     cfg.Log.Sample,
+		Metrics:       adm.metrics(),
+	}
+	b, err := broker.Open(bopts)
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
 	}
 	if role == roleSlave {
-		if b, code = checkDivergence(cfg, fl, b, open, logger, sig); code >= 0 {
+		if b, code = checkDivergence(cfg, fl, b, bopts, logger, sig); code >= 0 {
 			return code
 		}
 	} else if fl.rejoin {
@@ -125,31 +141,6 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	}
 	logger.Info("smss stopped", "exit", code)
 	return code
-}
-
-// brokerOptions are the broker's options from the configuration; adm may
-// be nil (no metrics).
-func brokerOptions(cfg *config.Config, slave bool, logger *slog.Logger, adm *adminEndpoint) broker.Options {
-	o := broker.Options{
-		Dir:           cfg.Store.Path,
-		MaxLogSize:    cfg.Store.MaxLogSize,
-		FlushLevel:    cfg.Store.FlushLevel,
-		FolderCount:   cfg.Store.FolderCount,
-		NoCache:       cfg.Store.NoCache,
-		BuffSize:      cfg.Worker.BuffSize,
-		MaxGroup:      cfg.Worker.MaxGroup,
-		GroupWait:     time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond,
-		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
-		IdleWake:      cfg.IdleWake(),
-		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
-		Slave:         slave,
-		Logger:        logger,
-		LogSample:     cfg.Log.Sample,
-	}
-	if adm != nil {
-		o.Metrics = adm.metrics()
-	}
-	return o
 }
 
 // serve runs the network server until a signal, a fatal broker error or a

@@ -114,10 +114,10 @@ func slaveOptions(cfg *config.Config, masterHost string, masterPort int, event i
 // while -rejoin holds start-up.
 const rejoinRetryMax = 30 * time.Second
 
-// checkDivergence runs the start-up check on the open broker b, which it
-// may close and reopen (opened by reopen). It returns the broker to serve
+// checkDivergence runs the start-up check on the open broker b (opened with
+// bopts), which it may close and reopen. It returns the broker to serve
 // with and -1, or nil and an exit status.
-func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen func() (*broker.Broker, error),
+func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, bopts broker.Options,
 	logger *slog.Logger, sig <-chan os.Signal) (*broker.Broker, int) {
 	if fl.masterHost == "" {
 		return b, -1 // startReplication reports it
@@ -157,7 +157,7 @@ func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen fun
 				b.Close()
 				return nil, exitFailure
 			}
-			return rejoin(cfg, d, b, reopen, logger)
+			return rejoin(cfg, d, b, bopts, logger)
 		case ctx.Err() != nil:
 			b.Close()
 			return nil, exitOK
@@ -186,13 +186,13 @@ func checkDivergence(cfg *config.Config, fl *flags, b *broker.Broker, reopen fun
 
 // rejoin closes b, moves the divergent tail d aside and reopens the data
 // directory.
-func rejoin(cfg *config.Config, d *replication.DivergenceError, b *broker.Broker, reopen func() (*broker.Broker, error), logger *slog.Logger) (*broker.Broker, int) {
+func rejoin(cfg *config.Config, d *replication.DivergenceError, b *broker.Broker, bopts broker.Options, logger *slog.Logger) (*broker.Broker, int) {
 	logger.Warn("-rejoin: the binlog diverged from the master's; moving the divergent tail aside", "err", d.Error())
 	if err := b.Close(); err != nil {
 		logger.Error("-rejoin: closing the broker failed", "err", err)
 		return nil, exitFailure
 	}
-	man, dir, err := broker.Rewind(brokerOptions(cfg, true, logger, nil), broker.RewindRequest{
+	man, dir, err := broker.Rewind(bopts, broker.RewindRequest{
 		At: d.At, CommonLast: d.CommonLast, Master: d.Master, Reason: d.Error()})
 	if err != nil {
 		logger.Error("-rejoin: moving the divergent tail aside failed; the data directory is as recovery left it (re-run to retry)", "err", err)
@@ -202,7 +202,7 @@ func rejoin(cfg *config.Config, d *replication.DivergenceError, b *broker.Broker
 		logger.Warn("-rejoin: done; following the master from the common prefix", "dir", dir, "commonLastEventId", man.CommonLastEventID,
 			"movedEventIds", fmt.Sprintf("%d..%d", man.FirstEventID, man.LastEventID))
 	}
-	nb, err := reopen()
+	nb, err := broker.Open(bopts)
 	if err != nil {
 		logger.Error("cannot reopen the data directory after -rejoin", "dir", cfg.Store.Path, "err", err)
 		return nil, exitFailure
