@@ -72,6 +72,7 @@ type nodeState struct {
 	Topics   []string
 	Messages map[string][]string
 	Delays   []string
+	Lifetime []string // topics with an lf@ entry, in expiry order
 	Last     int64
 }
 
@@ -96,6 +97,9 @@ func stateOf(t *testing.T, dir string) nodeState {
 		st.Delays = append(st.Delays, string(d.Key)+"="+string(d.Value))
 	}
 	sort.Strings(st.Delays)
+	if st.Lifetime, err = b.Meta().ExpiredTopics(math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
 	return st
 }
 
@@ -133,7 +137,7 @@ func TestRewind(t *testing.T) {
 			must(t)(b.Publish(ctx, []byte("victim"), rec("y4"), 1))
 		}, actions: map[string]string{"keep": "truncated", "victim": "truncated"}},
 		{name: "topic created after", tail: func(t *testing.T, b *Broker, _ []byte) {
-			must(t)(b.CreateTopic(ctx, []byte("fresh"), far))
+			must(t)(b.CreateTopic(ctx, []byte("fresh"), far+1))
 			must(t)(b.Publish(ctx, []byte("fresh"), rec("f1"), 1))
 			must(t)(b.Publish(ctx, []byte("keep"), rec("k1"), 1))
 		}, actions: map[string]string{"fresh": "removed", "keep": "truncated"}},
