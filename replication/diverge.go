@@ -305,10 +305,27 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 			"matchedUpTo", loFirst, "differsFrom", hi.first)
 		return pv, nil
 	}
-	// Gallop backwards until a block matches.
+	// Gallop backwards until a block matches. floor/ceil remember the first
+	// refused probe below one the master answered with another history:
+	// below the master's oldest retained block every probe is refused, so
+	// a gallop can jump over a short matching stretch (a master that
+	// started as a slave with -event, or pruned more).
+	var floor, ceil *localBlock
+	var ceilV verdict
 	for step := int64(1); lo == nil; step *= 2 {
 		if hi.first <= oldest {
-			return s.noPrefix(d, hi, hiV, streamed)
+			if floor == nil {
+				return s.noPrefix(d, hi, hiV, streamed)
+			}
+			var err error
+			if lo, err = s.refine(l, *floor, ceil, &ceilV, probe); err != nil {
+				if errors.Is(err, errGiveUp) || errors.Is(err, errNoMatch) {
+					return s.noPrefix(d, hi, hiV, streamed)
+				}
+				return err
+			}
+			hi, hiV = *ceil, ceilV
+			break
 		}
 		c, ok, err := blockAt(l, max(hi.first-step, oldest))
 		if err != nil || !ok {
@@ -321,9 +338,14 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 		if err != nil {
 			return err
 		}
-		if cv.match {
+		switch {
+		case cv.match:
 			lo = &c
-		} else {
+		case cv.refused && !hiV.refused && floor == nil:
+			floor, ceil, ceilV = &c, &localBlock{}, hiV
+			*ceil = hi
+			fallthrough
+		default:
 			hi, hiV = c, cv
 		}
 	}
@@ -365,7 +387,47 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	return d
 }
 
-var errGiveUp = errors.New("probe limit reached")
+var (
+	errGiveUp  = errors.New("probe limit reached")
+	errNoMatch = errors.New("no matching block")
+)
+
+// refine looks for a matching block between floor (refused: taken to be
+// below the master's retained history) and ceil (another history there),
+// narrowing ceil as it goes. It returns the matching block.
+func (s *Slave) refine(l *segment.Log, floor localBlock, ceil *localBlock, ceilV *verdict,
+	probe func(*localBlock) (verdict, error)) (*localBlock, error) {
+	for {
+		nf, ok, err := nextFirst(l, floor.first)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
+		}
+		if nf >= ceil.first {
+			return nil, errNoMatch
+		}
+		c, ok, err := blockAt(l, floor.first+(ceil.first-floor.first)/2)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
+		}
+		if c.first <= floor.first {
+			if c, ok, err = blockAt(l, nf); err != nil || !ok {
+				return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
+			}
+		}
+		cv, err := probe(&c)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case cv.match:
+			return &c, nil
+		case cv.refused:
+			floor = c
+		default:
+			*ceil, *ceilV = c, cv
+		}
+	}
+}
 
 // noPrefix ends a search in which no local block matched down to hi. When
 // hi is the very first eventId and the master holds another block 1 there,

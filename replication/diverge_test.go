@@ -263,3 +263,38 @@ func TestRefusingMasterIsNoDivergence(t *testing.T) {
 		t.Fatalf("Check: %v, want a stop with the master's refusal", err)
 	}
 }
+
+// TestDivergenceMasterWithShortHistory: the new master started as a slave
+// with -event 90, so it holds nothing before eventId 91 and refuses every
+// probe below it. The gallop jumps over the short shared stretch into that
+// refused region; the search still finds the common prefix in between.
+func TestDivergenceMasterWithShortHistory(t *testing.T) {
+	aDir, bDir := t.TempDir(), t.TempDir()
+	a := openBroker(t, aDir, false, nil)
+	seq(createT, pubs("c", 100, 1))(a) // 1..101
+	ms := serveMaster(t, a, "", MasterOptions{})
+	b := openBroker(t, bDir, true, nil)
+	s, stop := runSlave(t, b, SlaveOptions{MasterAddr: ms.addr, StartEvent: 90})
+	waitCaughtUp(t, s, a, 10*time.Second)
+	stop()
+	ms.stop()
+	shared := a.LastEventID()
+	pubs("a", 40, 1)(a)
+	a.Close()
+	b.Close()
+	b = openBroker(t, bDir, false, nil)
+	defer b.Close()
+	pubs("b", 30, 1)(b)
+	ms = serveMaster(t, b, "", MasterOptions{AliveInterval: testAlive})
+	a = openBroker(t, aDir, true, nil)
+	defer a.Close()
+	sl, err := NewSlave(a, SlaveOptions{MasterAddr: ms.addr, AliveInterval: testAlive, SilenceTimeout: 10 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sl.Check(context.Background())
+	var d *DivergenceError
+	if !errors.As(err, &d) || !d.Found || d.CommonLast != shared || d.FirstDiff != shared+1 {
+		t.Fatalf("Check: %v (%+v), want the common prefix up to %d", err, d, shared)
+	}
+}
