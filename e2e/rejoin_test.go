@@ -60,6 +60,20 @@ func lastBinlogID(t *testing.T, dataDir string) int64 {
 	return last
 }
 
+// procState is the state letter of a process (Linux /proc), 0 if unknown.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ...: comm may hold spaces, so look after the ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
 // rejoinManifest is the part of manifest.json the test reads.
 type rejoinManifest struct {
 	CommonLastEventID int64 `json:"commonLastEventId"`
@@ -102,6 +116,11 @@ func TestReplRejoinOldMaster(t *testing.T) {
 	// B stops following; A acknowledges writes only it has, then dies.
 	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// The signal is asynchronous: write only once B is stopped, so that
+	// what follows is A's alone.
+	if !waitUntil(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
+		t.Fatalf("B did not stop (state %c)", procState(b.cmd.Process.Pid))
 	}
 	if err := ac.create("onlyA", 0); err != nil {
 		t.Fatal(err)

@@ -302,7 +302,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 			loFirst = lo.first
 		}
 		s.log.Info("divergence search", "probe", d.Probes, "maxProbes", maxProbes, "block", c.first, "match", pv.match,
-			"matchedUpTo", loFirst, "differsFrom", hi.first)
+			"master", pv.says, "matchedUpTo", loFirst, "differsFrom", hi.first)
 		return pv, nil
 	}
 	// Gallop backwards until a block matches. floor/ceil remember the first
