@@ -276,7 +276,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	d := &DivergenceError{Master: s.opts.MasterAddr, LocalLast: bad.last, FirstDiff: bad.first, At: bad.pos, MasterSays: v.says, Probes: 1}
 	maxProbes := s.opts.MaxProbes
 	s.log.Warn("the master does not hold the last local binlog block; searching for the common prefix",
-		"localLast", bad.last, "block", bad.first, "master", v.says)
+		"localLast", bad.last, "block", bad.first, "masterSays", v.says)
 	oldest, _, err := l.FirstEventID()
 	if err != nil {
 		return fmt.Errorf("replication: divergence search: %w", err)
@@ -302,7 +302,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 			loFirst = lo.first
 		}
 		s.log.Info("divergence search", "probe", d.Probes, "maxProbes", maxProbes, "block", c.first, "match", pv.match,
-			"master", pv.says, "matchedUpTo", loFirst, "differsFrom", hi.first)
+			"masterSays", pv.says, "matchedUpTo", loFirst, "differsFrom", hi.first)
 		return pv, nil
 	}
 	// Gallop backwards until a block matches. floor/ceil remember the first
@@ -383,7 +383,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	d.Found, d.CommonLast = true, lo.last
 	d.FirstDiff, d.At, d.MasterSays = hi.first, hi.pos, hiV.says
 	s.log.Error("DIVERGED: the local binlog is not a prefix of the master's", "commonLastEventId", d.CommonLast,
-		"firstDifferingEventId", d.FirstDiff, "localLastEventId", d.LocalLast, "master", d.MasterSays, "probes", d.Probes)
+		"firstDifferingEventId", d.FirstDiff, "localLastEventId", d.LocalLast, "masterSays", d.MasterSays, "probes", d.Probes)
 	return d
 }
 
@@ -447,6 +447,6 @@ func (s *Slave) noPrefix(d *DivergenceError, hi localBlock, v verdict, streamed 
 		d.Found, d.CommonLast = true, 0
 	}
 	s.log.Error("DIVERGED: the local binlog is not a prefix of the master's", "commonPrefixFound", d.Found,
-		"firstDifferingEventId", d.FirstDiff, "localLastEventId", d.LocalLast, "master", d.MasterSays, "probes", d.Probes)
+		"firstDifferingEventId", d.FirstDiff, "localLastEventId", d.LocalLast, "masterSays", d.MasterSays, "probes", d.Probes)
 	return d
 }
