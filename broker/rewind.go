@@ -167,7 +167,14 @@ func (r *rewinder) run() (*RewindManifest, string, error) {
 			return err
 		}
 		blk.Topic = append([]byte(nil), blk.Topic...)
-		blk.Payload = append([]byte(nil), blk.Payload...)
+		if blk.Cmd == binlog.CmdDelay || blk.Cmd == binlog.CmdDelayApply {
+			// The roll-back needs their delay keys and values; the
+			// messages of a pub are in the moved files (a long tail
+			// must not be held in memory).
+			blk.Payload = append([]byte(nil), blk.Payload...)
+		} else {
+			blk.Payload = nil
+		}
 		r.tail = append(r.tail, tailBlock{pos: pos, blk: blk, last: last})
 		return nil
 	}); err != nil {
@@ -545,6 +552,7 @@ func (r *rewinder) restoreTopic(name string) (*MovedTopic, error) {
 		r.man.Warnings = append(r.man.Warnings, w)
 		return &MovedTopic{Name: name, Action: "not-restored"}, nil
 	}
+	b.log.Info("rejoin: rebuilding a topic deleted after the common prefix from the binlog", "topic", name, "createEventId", m.CreateEventID, "from", created.String())
 	t := &topic{meta: *m, dir: b.topicDir(name)}
 	if err := b.freshDir(t.dir, m.CreateEventID); err != nil {
 		return nil, err
