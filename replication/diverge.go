@@ -171,38 +171,36 @@ type verdict struct {
 // compares it with lb. A network error is returned as such.
 func (s *Slave) firstFrame(br *bufio.Reader, lb *localBlock) (verdict, error) {
 	var b batch
-	for {
-		err := s.readFrame(br, &b)
-		var be *protocol.BizError
-		switch {
-		case errors.As(err, &be):
-			return verdict{refused: true, says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
-		case err != nil:
-			return verdict{}, err
-		case len(b.ends) == 0:
-			// An alive: nothing follows the anchor on the master.
-			return verdict{says: fmt.Sprintf("has nothing after eventId %d", lb.anchor)}, nil
-		}
-		got := b.buf[:b.ends[0]]
-		if bytes.Equal(got, lb.raw) {
-			return verdict{match: true}, nil
-		}
-		v := verdict{masterFirst: blockFirstID(got)}
-		if lb.anchor == 0 && v.masterFirst > lb.first {
-			// Asked from the beginning, the master starts later: it
-			// no longer retains this block, which says nothing about
-			// whether it ever had it.
-			v.refused = true
-			v.says = fmt.Sprintf("no longer holds eventId %d (its oldest block starts at eventId %d)", lb.first, v.masterFirst)
-			return v, nil
-		}
-		if blk, last, _, derr := binlog.DecodeSpan(got); derr == nil {
-			v.says = fmt.Sprintf("holds a different block (eventIds %d..%d, written at %d)", blk.EventID, last, blk.WriteTime)
-		} else {
-			v.says = fmt.Sprintf("holds a different block (%d bytes)", len(got))
-		}
+	err := s.readFrame(br, &b)
+	var be *protocol.BizError
+	switch {
+	case errors.As(err, &be):
+		return verdict{refused: true, says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
+	case err != nil:
+		return verdict{}, err
+	case len(b.ends) == 0:
+		// An alive: nothing follows the anchor on the master.
+		return verdict{says: fmt.Sprintf("has nothing after eventId %d", lb.anchor)}, nil
+	}
+	got := b.buf[:b.ends[0]]
+	if bytes.Equal(got, lb.raw) {
+		return verdict{match: true}, nil
+	}
+	v := verdict{masterFirst: blockFirstID(got)}
+	if lb.anchor == 0 && v.masterFirst > lb.first {
+		// Asked from the beginning, the master starts later: it no
+		// longer retains this block, which says nothing about whether it
+		// ever had it.
+		v.refused = true
+		v.says = fmt.Sprintf("no longer holds eventId %d (its oldest block starts at eventId %d)", lb.first, v.masterFirst)
 		return v, nil
 	}
+	if blk, last, _, derr := binlog.DecodeSpan(got); derr == nil {
+		v.says = fmt.Sprintf("holds a different block (eventIds %d..%d, written at %d)", blk.EventID, last, blk.WriteTime)
+	} else {
+		v.says = fmt.Sprintf("holds a different block (%d bytes)", len(got))
+	}
+	return v, nil
 }
 
 // probe asks the master on a fresh connection whether it holds lb.
