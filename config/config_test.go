@@ -60,25 +60,27 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		keys[attr.Key] = attr.Value.Any()
 	}
 	for key, want := range map[string]any{
-		"config.source":               "x.yaml",
-		"host":                        "127.0.0.1",
-		"port":                        int64(12301),
-		"log.rotate.maxAge":           int64(14),
-		"store.noCache":               false,
-		"timeout.server.alive":        int64(30000),
-		"delay.maxDelay":              int64(2592000000),
-		"worker.maxGroupBytes":        int64(4194304),
-		"worker.groupWaitUs":          int64(500),
-		"store.maxSlaveKeepFiles":     int64(64),
-		"admin.listen":                "",
-		"admin.token":                 "",
-		"timeout.net.request":         int64(60000),
-		"replication.lingerMs":        int64(5),
-		"replication.rejoinMaxProbes": int64(64),
+		"config.source":           "x.yaml",
+		"host":                    "127.0.0.1",
+		"port":                    int64(12301),
+		"log.rotate.maxAge":       int64(14),
+		"store.noCache":           false,
+		"timeout.server.alive":    int64(30000),
+		"delay.maxDelay":          int64(2592000000),
+		"worker.maxGroupBytes":    int64(4194304),
+		"worker.groupWaitUs":      int64(500),
+		"store.maxSlaveKeepFiles": int64(64),
+		"admin.listen":            "",
+		"admin.token":             "",
+		"timeout.net.request":     int64(60000),
+		"replication.lingerMs":    int64(5),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
+	}
+	if got := keys["replication.rejoinMaxProbes"]; got != int64(64) {
+		t.Errorf("summary replication.rejoinMaxProbes = %v (%T), want 64", got, got)
 	}
 	if len(s) != 59 { // 40 keys + 18 security/replication keys (security.go) + source
 		t.Errorf("summary has %d entries, want 59", len(s))
