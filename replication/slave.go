@@ -59,10 +59,7 @@ type SlaveOptions struct {
 	MaxBlock int
 	// MaxValidList caps the valid-list reply (default 256 MiB).
 	MaxValidList int
-	// MaxProbes bounds the replica requests of one divergence search
-	// (default DefaultMaxProbes); each is a connection to the master.
-	MaxProbes int
-	Logger    *slog.Logger
+	Logger       *slog.Logger
 	// OnApply, if set, is called on the replication goroutine after each
 	// apply step (one block, or a run of blocks with a BatchApplier) with
 	// the last eventId applied so far (metrics, tests).
@@ -71,6 +68,9 @@ type SlaveOptions struct {
 	// handshake and login (see client.SecureDialer); it is bounded by
 	// ConnectTimeout. nil uses a plain net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxProbes bounds the replica requests of one divergence search
+	// (default DefaultMaxProbes); each is a connection to the master.
+	MaxProbes int
 }
 
 // Defaults of SlaveOptions.
