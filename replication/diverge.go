@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
@@ -163,8 +164,9 @@ type verdict struct {
 	// when it sent none.
 	masterFirst int64
 	// refused: the master answered 400 (it could not resolve the anchor,
-	// or it serves no replication at all).
+	// or it serves no replication at all); msg is its text.
 	refused bool
+	msg     string
 }
 
 // firstFrame reads the master's first answer to a replica request and
@@ -175,7 +177,7 @@ func (s *Slave) firstFrame(br *bufio.Reader, lb *localBlock) (verdict, error) {
 	var be *protocol.BizError
 	switch {
 	case errors.As(err, &be):
-		return verdict{refused: true, says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
+		return verdict{refused: true, msg: be.Msg, says: fmt.Sprintf("answered %q to a replica request from eventId %d", be.Msg, lb.anchor)}, nil
 	case err != nil:
 		return verdict{}, err
 	case len(b.ends) == 0:
@@ -264,7 +266,30 @@ func (s *Slave) Check(ctx context.Context) error {
 		s.log.Info("the local binlog is a prefix of the master's", "lastEventId", lb.last)
 		return nil
 	}
+	if s.cannotVerify(&lb, v) {
+		return nil
+	}
 	return s.search(ctx, lb, v)
+}
+
+// cannotVerify reports, and logs, the one case the check cannot decide:
+// the last local block is also the oldest (retention removed the ones
+// before it), so it is anchored at its first eventId - 1, which only a
+// master of this implementation resolves, and an original master (its
+// texts for an eventId that starts no block, spec §5.7) refused that. Such
+// a slave resumes as it did before the check existed. This
+// implementation's refusals name the reason and are searched as usual.
+func (s *Slave) cannotVerify(lb *localBlock, v verdict) bool {
+	legacy := v.msg == legacyNotFound || strings.HasPrefix(v.msg, "can't find event id")
+	if !v.refused || !legacy || lb.anchor != lb.first-1 || lb.anchor == 0 {
+		return false
+	}
+	if oldest, ok, err := s.t.Binlog().FirstEventID(); err != nil || !ok || oldest != lb.first {
+		return false
+	}
+	s.log.Warn("cannot check that the local binlog is a prefix of the master's: its last block is also its oldest, and the master refused the eventId before it; resuming unchecked",
+		"block", lb.first, "masterSays", v.says)
+	return true
 }
 
 // search finds the common prefix once the last local block bad turned out

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,5 +297,77 @@ func TestDivergenceMasterWithShortHistory(t *testing.T) {
 	var d *DivergenceError
 	if !errors.As(err, &d) || !d.Found || d.CommonLast != shared || d.FirstDiff != shared+1 {
 		t.Fatalf("Check: %v (%+v), want the common prefix up to %d", err, d, shared)
+	}
+}
+
+// TestUnverifiableAgainstOriginalMaster: retention removed every local
+// block but the last, so the check can only anchor at its first eventId -
+// 1, which an original master does not resolve ("EOF"). The slave then
+// resumes as it always did, unchecked, instead of stopping.
+func TestUnverifiableAgainstOriginalMaster(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	m := openBroker(t, mdir, false, nil)
+	seq(createT, pubs("c", 1, 3))(m) // 1, 2..4
+	ms := serveMaster(t, m, "", MasterOptions{})
+	sb := openBroker(t, sdir, true, nil)
+	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr})
+	waitCaughtUp(t, s, m, 10*time.Second)
+	stop()
+	sb.Close()
+	pubs("d", 1, 1)(m) // 5, into a new slave binlog file
+	sb = openBroker(t, sdir, true, nil)
+	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr})
+	waitCaughtUp(t, s, m, 10*time.Second)
+	stop()
+	if err := sb.Binlog().RemoveFile(sb.Binlog().Files()[0]); err != nil { // retention
+		t.Fatal(err)
+	}
+	sb.Close()
+	ms.stop()
+	pubs("e", 1, 1)(m) // 6
+	m.Close()
+
+	var raws [][]byte
+	buf := binlogBytes(t, mdir)
+	for len(buf) > 0 {
+		_, _, n, err := binlog.DecodeSpan(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws, buf = append(raws, buf[:n]), buf[n:]
+	}
+	var mu sync.Mutex
+	var asked []int64
+	fm := startFake(t, func(_ int, id int64) ([]byte, bool) {
+		mu.Lock()
+		asked = append(asked, id)
+		mu.Unlock()
+		for i, raw := range raws {
+			if blockFirstID(raw) == id {
+				var out []byte
+				for _, r := range raws[i+1:] {
+					out = append(out, frame(r)...)
+				}
+				return out, false
+			}
+		}
+		return protocol.AppendReplyError(nil, "EOF"), false
+	})
+	sb = openBroker(t, sdir, true, nil)
+	defer sb.Close()
+	sl, err := NewSlave(sb, SlaveOptions{MasterAddr: fm.addr, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.Check(context.Background()); err != nil {
+		t.Fatalf("Check: %v, want nil (unverifiable)", err)
+	}
+	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr})
+	waitFor(t, 10*time.Second, "the next block", func() bool { return s.Status().LastEventID == 6 })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(asked); got != "[4 4 5]" {
+		t.Fatalf("replica requests %s, want [4 4 5] (Check, the session's check, the unchecked resume)", got)
 	}
 }

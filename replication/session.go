@@ -73,7 +73,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	// local one and compare the master's first frame with it; the stream
 	// then simply goes on after it.
 	var check *localBlock
-	if s.verifies() {
+	if s.verifies() && !s.unverifiable {
 		lb, ok, err := lastLocalBlock(s.t.Binlog())
 		if err != nil {
 			return false, stopped("read the last local binlog block: %v", err)
@@ -97,6 +97,10 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 		}
 		if !v.match {
 			conn.Close()
+			if s.cannotVerify(check, v) {
+				s.unverifiable = true
+				return false, fmt.Errorf("%w: the last local block cannot be checked", errRetryNow)
+			}
 			return false, s.search(ctx, *check, v)
 		}
 		from = s.pos
@@ -274,6 +278,7 @@ func (s *Slave) apply(ctx context.Context, b *batch) error {
 
 func (s *Slave) applied(last int64, raw []byte) {
 	s.pos, s.posFirst = last, blockFirstID(raw)
+	s.unverifiable = false // the applied block has a local predecessor now
 	if s.opts.OnApply != nil {
 		s.opts.OnApply(last)
 	}

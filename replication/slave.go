@@ -176,6 +176,10 @@ type Slave struct {
 	needSync  bool  // §4.2 topic sync still to do
 	legacyPos bool  // the master matches block-first ids (original smss)
 	raws      [][]byte
+	// unverifiable: the last local block has no local predecessor to
+	// anchor the divergence check, and the master refused the fallback
+	// anchor (diverge.go); the next session resumes unchecked.
+	unverifiable bool
 }
 
 // NewSlave prepares replication into t. It reads the position from t's
