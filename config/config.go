@@ -199,7 +199,7 @@ func Default() *Config {
 		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Auth:        defaultAuth(),
-		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail},
+		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, RejoinMaxProbes: 64},
 	}
 	setSecurityDefaults(c)
 	return c

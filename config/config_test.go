@@ -82,10 +82,14 @@ func TestSummaryListsEveryKey(t *testing.T) {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	// 40 keys + 20 security/replication keys (security.go, with the three
-	// semi-sync keys) + 10 hardening keys of issue 18 + source
-	if len(s) != 71 {
-		t.Errorf("summary has %d entries, want 71", len(s))
+	if got := keys["replication.rejoinMaxProbes"]; got != int64(64) {
+		t.Errorf("summary replication.rejoinMaxProbes = %v (%T), want 64", got, got)
+	}
+	// 40 keys + 21 security/replication keys (security.go, with the three
+	// semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue 18
+	// + source
+	if len(s) != 72 {
+		t.Errorf("summary has %d entries, want 72", len(s))
 	}
 }
 

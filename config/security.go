@@ -83,6 +83,11 @@ type ReplicationClient struct {
 	SyncSlaves    int    `yaml:"syncSlaves"`
 	SyncTimeoutMs int64  `yaml:"syncTimeoutMs"`
 	OnSyncTimeout string `yaml:"onSyncTimeout"`
+	// RejoinMaxProbes is slave side: the most replica requests one search
+	// for the common prefix of a divergent binlog may send (issue 16;
+	// each is a connection to the master, and about 2·log2 of the
+	// divergent eventIds are needed).
+	RejoinMaxProbes int64 `yaml:"rejoinMaxProbes"`
 }
 
 // Values of replication.onSyncTimeout.
@@ -198,6 +203,7 @@ func (c *Config) validateSecurity(v *validator) {
 	if r.OnSyncTimeout != SyncFail && r.OnSyncTimeout != SyncDegrade {
 		v.add(fmt.Sprintf("replication.onSyncTimeout must be %q or %q (got %q)", SyncFail, SyncDegrade, r.OnSyncTimeout))
 	}
+	v.between("replication.rejoinMaxProbes", r.RejoinMaxProbes, 1, 1000, "replica requests per divergence search")
 	if (r.User == "") != (r.PasswordFile == "") {
 		v.add("replication.user and replication.passwordFile must be set together")
 	}

@@ -36,6 +36,8 @@ func TestSecurityValidation(t *testing.T) {
 		{"sync timeout too long", "replication:\n  syncTimeoutMs: 3600001\n", "replication.syncTimeoutMs must be between"},
 		{"on sync timeout", "replication:\n  onSyncTimeout: ignore\n", "replication.onSyncTimeout must be"},
 		{"on sync timeout empty", "replication:\n  onSyncTimeout: \"\"\n", "replication.onSyncTimeout must be"},
+		{"rejoin probes zero", "replication:\n  rejoinMaxProbes: 0\n", "replication.rejoinMaxProbes must be between"},
+		{"rejoin probes", "replication:\n  rejoinMaxProbes: 200\n", ""},
 		{"tls", "tls:\n  listen: 0.0.0.0:12302\n  cert: c.pem\n  key: k.pem\n  clientCA: ca.pem\n", ""},
 		{"tls without cert", "tls:\n  listen: 0.0.0.0:12302\n", "tls.cert and tls.key must be set"},
 		{"tls bad listen", "tls:\n  listen: nope\n  cert: c\n  key: k\n", "tls.listen must be host:port"},

@@ -55,5 +55,11 @@ master's. Invariants:
     when SlaveOptions.Fsynced).
     A sender goroutine writes them, coalescing: the apply loop never
     waits for the network, and an original master simply discards them.
+  - A slave follows only a master whose binlog starts with its own, byte
+    for byte (diverge.go): every session asks from the block before its
+    last local block and compares the first frame with that block; on a
+    mismatch a bounded search finds the common prefix and replication
+    stops with a DivergenceError (ErrDiverged) naming both positions. The
+    tail is moved aside only by an explicit -rejoin (broker.Rewind).
 */
 package replication

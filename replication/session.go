@@ -69,12 +69,41 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if s.legacyPos {
 		from = s.posFirst
 	}
+	// Divergence check (diverge.go): ask from the block before the last
+	// local one and compare the master's first frame with it; the stream
+	// then simply goes on after it.
+	var check *localBlock
+	if s.verifies() && !s.unverifiable {
+		lb, ok, err := lastLocalBlock(s.t.Binlog())
+		if err != nil {
+			return false, stopped("read the last local binlog block: %v", err)
+		}
+		if ok && lb.last == s.pos {
+			check, from = &lb, lb.anchor
+		}
+	}
 	req, err := protocol.AppendReplica(nil, from)
 	if err != nil {
 		return false, err
 	}
 	if err := writeAll(conn, req, s.opts.RequestTimeout); err != nil {
 		return false, fmt.Errorf("send replica request: %w", err)
+	}
+	if check != nil {
+		dc.timeout = s.opts.SilenceTimeout
+		v, err := s.firstFrame(br, check)
+		if err != nil {
+			return false, err
+		}
+		if !v.match {
+			conn.Close()
+			if s.cannotVerify(check, v) {
+				s.unverifiable = true
+				return false, fmt.Errorf("%w: the last local block cannot be checked", errRetryNow)
+			}
+			return false, s.search(ctx, *check, v)
+		}
+		from = s.pos
 	}
 	s.setState(StateStreaming, "after", from)
 	now := time.Now()
@@ -264,6 +293,7 @@ func (s *Slave) apply(ctx context.Context, b *batch) error {
 
 func (s *Slave) applied(last int64, raw []byte) {
 	s.pos, s.posFirst, s.have = last, blockFirstID(raw), last
+	s.unverifiable = false // the applied block has a local predecessor now
 	if s.opts.OnApply != nil {
 		s.opts.OnApply(last)
 	}

@@ -73,6 +73,9 @@ type SlaveOptions struct {
 	// handshake and login (see client.SecureDialer); it is bounded by
 	// ConnectTimeout. nil uses a plain net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxProbes bounds the replica requests of one divergence search
+	// (default DefaultMaxProbes); each is a connection to the master.
+	MaxProbes int
 }
 
 // Defaults of SlaveOptions.
@@ -115,6 +118,9 @@ func (o *SlaveOptions) setDefaults() error {
 	}
 	if o.MaxValidList <= 0 {
 		o.MaxValidList = DefaultMaxValidList
+	}
+	if o.MaxProbes <= 0 {
+		o.MaxProbes = DefaultMaxProbes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -182,6 +188,10 @@ type Slave struct {
 
 	// instance names this process in its hello records (confirm.go).
 	instance [InstanceIDLen]byte
+	// unverifiable: the last local block has no local predecessor to
+	// anchor the divergence check, and the master refused the fallback
+	// anchor (diverge.go); the next session resumes unchecked.
+	unverifiable bool
 }
 
 // NewSlave prepares replication into t. It reads the position from t's

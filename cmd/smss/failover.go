@@ -33,6 +33,11 @@ type node struct {
 	mu      sync.Mutex
 	stopped bool
 	runner  atomic.Pointer[replicaRunner] // nil on a master
+
+	// diverged receives the error of a runner that stopped because this
+	// node's binlog is not a prefix of its master's: serve then ends the
+	// process rather than serve a tail the master never had.
+	diverged chan error
 }
 
 var (
@@ -51,7 +56,7 @@ var errShuttingDown = protocol.NewBizError("the server is shutting down")
 
 // startFollowing starts a slave's replication from masterHost:masterPort.
 func (n *node) startFollowing(masterHost string, masterPort int) error {
-	r, err := startReplication(n.cfg, masterHost, masterPort, n.event, n.b, n.log)
+	r, err := startReplication(n.cfg, masterHost, masterPort, n.event, n.b, n.log, n.diverged)
 	if err != nil {
 		return err
 	}
@@ -145,7 +150,7 @@ func (n *node) Promote(ctx context.Context) (uint64, error) {
 // resume restarts replication from r's master after a failed promotion or
 // follow, so the slave keeps following rather than standing still.
 func (n *node) resume(r *replicaRunner) {
-	again, err := runReplication(n.cfg, r.link, r.addr, n.event, n.b, n.log)
+	again, err := runReplication(n.cfg, r.link, r.addr, n.event, n.b, n.log, n.diverged)
 	if err != nil {
 		n.setRunner(nil)
 		n.log.Error("could not resume replication; the slave follows no master now", "master", r.addr, "err", err)
@@ -182,7 +187,7 @@ func (n *node) Follow(ctx context.Context, addr string) error {
 		from = old.addr
 		old.Stop()
 	}
-	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.log)
+	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.log, n.diverged)
 	if err != nil {
 		n.log.Error("follow failed; resuming the previous master", "master", addr, "previousMaster", from, "err", err)
 		if old != nil {

@@ -21,6 +21,7 @@ type flags struct {
 	masterHost string
 	masterPort int
 	event      int64
+	rejoin     bool
 	configPath string
 	set        map[string]bool // flags given explicitly
 }
@@ -35,9 +36,10 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 	fs.StringVar(&fl.masterHost, "host", "", "master host to replicate from (slave only)")
 	fs.IntVar(&fl.masterPort, "port", 12301, "master port to replicate from (slave only; the listen port is the config key port)")
 	fs.Int64Var(&fl.event, "event", 0, "last eventId already replicated (slave only)")
+	fs.BoolVar(&fl.rejoin, "rejoin", false, "slave only: if this node's binlog has diverged from the master's, move the divergent tail aside into <store.path>/diverged/ and follow (without it such a node refuses to start)")
 	fs.StringVar(&fl.configPath, "config", "", "config file (default ./config/config.yaml if present, else built-in defaults)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: smss [-config PATH] [-role master|slave] [-host H -port P -event E]\n")
+		fmt.Fprintf(fs.Output(), "usage: smss [-config PATH] [-role master|slave] [-host H -port P -event E [-rejoin]]\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

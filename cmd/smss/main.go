@@ -22,7 +22,8 @@
 // Exit status: 0 after a clean shutdown; 2 for bad flags or configuration
 // (the message names the flag or key); 1 for any other failure, including
 // a fatal broker error (e.g. a failed fsync), after which the process must
-// not keep accepting writes.
+// not keep accepting writes, and a slave whose binlog has diverged from its
+// master's (replication.go; -rejoin moves the divergent tail aside instead).
 package main
 
 import (
@@ -99,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		logger.Error("cannot prepare the data directory", "key", "store.path", "err", err)
 		return exitFailure
 	}
-	b, err := broker.Open(broker.Options{
+	bopts := broker.Options{
 		Dir:           cfg.Store.Path,
 		MaxLogSize:    cfg.Store.MaxLogSize,
 		FlushLevel:    cfg.Store.FlushLevel,
@@ -115,10 +116,18 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
 		Metrics:       adm.metrics(),
-	})
+	}
+	b, err := broker.Open(bopts)
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
+	}
+	if role == roleSlave {
+		if b, code = checkDivergence(cfg, fl, b, bopts, logger, sig); code >= 0 {
+			return code
+		}
+	} else if fl.rejoin {
+		logger.Warn("-rejoin applies to -role slave only; ignored")
 	}
 	adm.setBroker(b)
 	bg, err := startBackground(cfg, b, logger)
@@ -128,7 +137,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		b.Close()
 		return exitFailure
 	}
-	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event}
+	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event, diverged: make(chan error, 1)}
 	code = serve(cfg, role, fl, n, adm, logger, sig)
 	bg.stop()      // background jobs write through the broker: stop them first
 	adm.shutdown() // it reads the broker's state
@@ -241,6 +250,9 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		logger.Info("shutting down", "signal", s.String())
 	case err := <-b.Fatal():
 		logger.Error("the writer stopped on a fatal error; shutting down", "err", err)
+		code = exitFailure
+	case err := <-n.diverged:
+		logger.Error("STOPPING: this node's binlog is not a prefix of its master's; restart it with -rejoin to move the divergent tail aside and follow", "err", err)
 		code = exitFailure
 	case err := <-serveErr:
 		logger.Error("the server stopped unexpectedly; shutting down", "err", err)

@@ -265,6 +265,11 @@ func TestMasterIgnoresSlaveFlags(t *testing.T) {
 	in.out.waitLine(t, "-host, -port and -event apply to -role slave only")
 }
 
+func TestMasterIgnoresRejoin(t *testing.T) {
+	in := start(t, "", "-rejoin")
+	in.out.waitLine(t, "-rejoin applies to -role slave only")
+}
+
 func TestAllInterfacesWarning(t *testing.T) {
 	in := start(t, "host: 0.0.0.0\n")
 	line := in.out.waitLine(t, "remote clients can connect")

@@ -55,6 +55,7 @@ commands:
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
   user list                                         list users, roles and grants (never credentials)
+  diverged DIR [--republish] [--create-topics]      list (and publish again) what "smss -rejoin" moved aside
 
 Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
 The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. With several
@@ -121,6 +122,8 @@ func run(ctx context.Context, args []string, e env) int {
 		return runStats(ctx, g, rest)
 	case "top":
 		return runTop(ctx, g, rest)
+	case "diverged":
+		return runDiverged(ctx, g, rest)
 	case "help":
 		fmt.Fprint(e.stdout, usageText)
 		return exitOK
