@@ -36,6 +36,7 @@ type writer struct {
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
 	topicEnc topicstore.RunEncoder
+	dd       dedupeState // the message id window (dedupe.go)
 
 	// flushLevel 2 group wait (Options.GroupWait): commands expected for
 	// the next group, when that expectation was formed, the last binlog
@@ -86,6 +87,7 @@ func newWriter(b *Broker, next int64) *writer {
 	return &writer{
 		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(), applied: map[string]bool{},
 		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(), syncDone: make(chan bgSync, 1),
+		dd: dedupeState{window: b.opts.DedupeWindow.Milliseconds(), max: b.opts.DedupeMaxIDs},
 	}
 }
 
@@ -179,9 +181,13 @@ func (w *writer) process(group []*command) {
 			c.err = err
 			continue
 		}
+		if c.dup {
+			continue // answered by the dedupe window (dedupe.go)
+		}
 		w.ok = append(w.ok, c)
 	}
 	m := w.b.opts.Metrics
+	committed := false
 	if len(w.ok) > 0 && (len(w.binBuf) > 0 || !w.mb.Empty()) {
 		if err := w.apply(binStart); err != nil {
 			m.Error(metrics.KindStorage)
@@ -204,9 +210,16 @@ func (w *writer) process(group []*command) {
 				c.err, c.eventID = err, 0
 			}
 			w.die(err)
-		} else if m != nil {
-			w.record(m)
+		} else {
+			committed = true
+			if m != nil {
+				w.record(m)
+			}
 		}
+	}
+	if len(w.dd.pend) > 0 || len(w.dd.dups) > 0 {
+		w.dd.settle(committed, now)
+		w.publishDedupeSize()
 	}
 	for _, c := range group {
 		if c.err != nil && c.cmd == protocol.CmdDelayApply {
@@ -306,9 +319,15 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
+	if c.msgID != "" && w.dd.hit(t, c, now) {
+		return nil
+	}
 	l, err := w.b.topicLog(t)
 	if err != nil {
 		return fmt.Errorf("open topic %s: %w", c.topic, err)
+	}
+	if c.msgID != "" {
+		w.dd.stage(t, c, now) // nothing below fails
 	}
 	c.eventID = w.next
 	w.next += int64(c.count)
@@ -367,6 +386,8 @@ func (w *writer) stageDelete(c *command, now int64) error {
 	eid := c.eventID
 	w.post = append(w.post, func() {
 		delete(w.dirty, t)
+		w.dd.drop(t)
+		w.publishDedupeSize()
 		w.b.removeTopic(t, eid)
 	})
 	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
@@ -498,6 +519,11 @@ func (w *writer) onIdle() {
 		return
 	}
 	now := w.b.opts.Now()
+	if w.dd.live > 0 {
+		// Expired ids leave the window even when nothing is published.
+		w.dd.evict(now)
+		w.publishDedupeSize()
+	}
 	if w.b.opts.FlushLevel == 0 && w.ckptPos != w.b.binlog.Position() {
 		w.checkpoint(now)
 	}

@@ -74,13 +74,15 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"admin.token":             "",
 		"timeout.net.request":     int64(60000),
 		"replication.lingerMs":    int64(5),
+		"dedupe.window":           int64(120000),
+		"dedupe.maxIds":           int64(1000000),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 58 { // 40 keys + 17 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 58", len(s))
+	if len(s) != 60 { // 42 keys + 17 security/replication keys (security.go) + source
+		t.Errorf("summary has %d entries, want 60", len(s))
 	}
 }
 

@@ -36,6 +36,7 @@ var (
 	descLastID      = desc("last_event_id", "Last eventId assigned (master) or applied (slave).")
 	descBinlogBytes = desc("binlog_disk_bytes", "Size of all binlog files.")
 	descBinlogFiles = desc("binlog_files", "Number of binlog files.")
+	descDedupeIDs   = desc("dedupe_ids", "Message ids held in the dedupe window, over all topics.")
 
 	descTopics       = desc("topics", "Topics by state.", "state")
 	descTopicBytes   = desc("topic_disk_bytes", "Size of a topic's log files.", "topic")
@@ -53,7 +54,7 @@ var (
 	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
 	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
 	descCertExpiry   = desc("tls_certificate_expiry_timestamp_seconds", "NotAfter of a TLS certificate in force, Unix seconds; key is its configuration key.", "key")
-	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles,
+	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descDedupeIDs,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
 		descSlaves, descSlaveLag, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
 		descCertExpiry}
@@ -85,6 +86,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge(descLastID, float64(info.LastEventID))
 	e.gauge(descBinlogBytes, float64(info.BinlogBytes))
 	e.gauge(descBinlogFiles, float64(info.BinlogFiles))
+	e.gauge(descDedupeIDs, float64(info.DedupeIDs))
 	seenCert := map[string]bool{}
 	for _, c := range info.Certificates {
 		if k := labelValue(c.Key); !seenCert[k] {

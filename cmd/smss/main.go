@@ -110,6 +110,8 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
 		Metrics:       adm.metrics(),
+		DedupeWindow:  cfg.DedupeWindow(),
+		DedupeMaxIDs:  cfg.Dedupe.MaxIDs,
 	})
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)

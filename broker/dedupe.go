@@ -1,0 +1,375 @@
+package broker
+
+import (
+	"errors"
+	"time"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/segment"
+)
+
+// Exactly-once publishing: the dedupe window of message ids (issue 17,
+// README "Protocol extension: message ids").
+//
+// A pub or delay request may carry an id (protocol.MessageID). The writer
+// owns the window, so the check and the insertion are serialised with the
+// group commits: a duplicate can never slip in between two groups.
+//
+//   - The window holds, per topic incarnation, the ids of requests that were
+//     committed within the last Options.DedupeWindow (by the binlog block's
+//     writeTime), at most Options.DedupeMaxIDs ids over all topics (the
+//     oldest go first).
+//   - A request whose id is in the window is not staged: it gets the
+//     original's eventId and a nil error.
+//   - A request whose id was staged earlier in the same group (in flight:
+//     not yet committed) waits with the group and gets the first one's
+//     outcome: its eventId, or its error when the group failed. A request
+//     queued behind a group that failed finds nothing in the window and is
+//     processed as a new publish (nothing of the failed one was stored).
+//   - Ids enter the window only after their group committed; deleting a
+//     topic drops its ids. A delay apply (101) is never checked or added:
+//     it carries the records of the delay request, whose id is already in
+//     the window.
+//   - On a slave the writer adds the ids of the replicated pub and delay
+//     blocks it applies (without checking: the master decided), so a
+//     promoted slave already holds the window.
+//   - At start-up the window is rebuilt from the binlog blocks written
+//     within the window (rebuildDedupe): nothing is persisted for it and
+//     the binlog stays byte-identical.
+//
+// Memory: one id costs its bytes plus about 100 bytes of bookkeeping (map
+// slot, FIFO item, string headers); BenchmarkDedupeMemory measures it (see
+// README, dedupe.maxIds).
+
+// Defaults of Options.DedupeWindow and Options.DedupeMaxIDs.
+const (
+	DefaultDedupeWindow = 2 * time.Minute
+	DefaultDedupeMaxIDs = 1_000_000
+)
+
+// dedupeSet is the window of one topic incarnation. Only the writer (and
+// recovery, before the writer starts) touches it.
+type dedupeSet struct {
+	m map[string]dedupeVal // nil once the topic was deleted
+}
+
+type dedupeVal struct {
+	eventID int64 // first eventId of the original request
+	at      int64 // writeTime (ms) of its binlog block
+}
+
+// dedupeItem is one id in insertion (time) order, for eviction.
+type dedupeItem struct {
+	set     *dedupeSet
+	id      string
+	eventID int64
+	at      int64
+}
+
+// dedupeState is the writer's window over all topics.
+type dedupeState struct {
+	window int64 // ms; <= 0: dedupe off
+	max    int
+
+	fifo []dedupeItem
+	head int
+	live int // ids held over all sets
+
+	// This group's ids: pend are the staged commands that carry an id
+	// (looked up through pendOf), dups the in-flight duplicates of them.
+	pend   []*command
+	pendOf map[dedupeKey]*command
+	dups   []*command
+}
+
+type dedupeKey struct {
+	t  *topic
+	id string
+}
+
+func (d *dedupeState) on() bool { return d.window > 0 }
+
+// hit reports whether c (carrying an id, for topic t) duplicates a request
+// that is committed within the window or staged in this group; c is then
+// settled as such and must not be staged.
+func (d *dedupeState) hit(t *topic, c *command, now int64) bool {
+	if first := d.pendOf[dedupeKey{t, c.msgID}]; first != nil {
+		c.dup, c.dupOf = true, first
+		d.dups = append(d.dups, c)
+		return true
+	}
+	if t.ids != nil {
+		if v, ok := t.ids.m[c.msgID]; ok && v.at >= now-d.window {
+			c.dup, c.eventID = true, v.eventID
+			return true
+		}
+	}
+	return false
+}
+
+// stage remembers that c's id goes into t's window (at ms) if its group
+// commits.
+func (d *dedupeState) stage(t *topic, c *command, at int64) {
+	if d.pendOf == nil {
+		d.pendOf = map[dedupeKey]*command{}
+	}
+	c.ddTopic, c.ddAt = t, at
+	d.pendOf[dedupeKey{t, c.msgID}] = c
+	d.pend = append(d.pend, c)
+}
+
+// settle ends a group: the ids of a committed group enter the window, and
+// in-flight duplicates take the outcome of the request they duplicate.
+func (d *dedupeState) settle(committed bool, now int64) {
+	for _, c := range d.pend {
+		if committed && c.err == nil {
+			first := c.eventID
+			if c.cmd == cmdReplicated {
+				first = c.repl.EventID // c.eventID is the block's last
+			}
+			d.add(c.ddTopic, c.msgID, first, c.ddAt)
+		}
+		delete(d.pendOf, dedupeKey{c.ddTopic, c.msgID})
+		c.ddTopic = nil
+	}
+	for i, c := range d.dups {
+		c.eventID, c.err = c.dupOf.eventID, c.dupOf.err
+		if c.err != nil {
+			c.eventID = 0
+		}
+		c.dupOf = nil
+		d.dups[i] = nil
+	}
+	for i := range d.pend {
+		d.pend[i] = nil
+	}
+	d.pend, d.dups = d.pend[:0], d.dups[:0]
+	if committed {
+		d.evict(now)
+	}
+}
+
+// add puts id into t's window. An entry already there (expired, or the
+// master's choice on a slave) is replaced.
+func (d *dedupeState) add(t *topic, id string, eventID, at int64) {
+	if t.ids == nil {
+		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
+	}
+	if _, ok := t.ids.m[id]; !ok {
+		d.live++
+	}
+	t.ids.m[id] = dedupeVal{eventID: eventID, at: at}
+	d.fifo = append(d.fifo, dedupeItem{set: t.ids, id: id, eventID: eventID, at: at})
+}
+
+// evict drops the ids older than the window and the oldest beyond max.
+func (d *dedupeState) evict(now int64) {
+	cut := now - d.window
+	for d.head < len(d.fifo) {
+		it := &d.fifo[d.head]
+		if it.at >= cut && d.live <= d.max {
+			break
+		}
+		// An item whose id was replaced by a newer entry, or whose topic
+		// was deleted, only leaves the queue.
+		if it.set.m != nil {
+			if v, ok := it.set.m[it.id]; ok && v.eventID == it.eventID {
+				delete(it.set.m, it.id)
+				d.live--
+			}
+		}
+		*it = dedupeItem{}
+		d.head++
+	}
+	d.compact()
+}
+
+// compact reclaims the queue's popped prefix once it is most of the slice.
+func (d *dedupeState) compact() {
+	if d.head == len(d.fifo) {
+		d.fifo, d.head = d.fifo[:0], 0
+		return
+	}
+	if d.head >= 1024 && d.head >= len(d.fifo)/2 {
+		n := copy(d.fifo, d.fifo[d.head:])
+		clear(d.fifo[n:])
+		d.fifo, d.head = d.fifo[:n], 0
+	}
+}
+
+// drop forgets the ids of a deleted topic: a topic created later under the
+// same name starts with an empty window.
+func (d *dedupeState) drop(t *topic) {
+	s := t.ids
+	if s == nil {
+		return
+	}
+	d.live -= len(s.m)
+	s.m = nil
+	t.ids = nil
+	// Deletes are rare and run alone in their group: filter the queue now
+	// so it never holds more than the live ids plus the expired ones.
+	n := 0
+	for _, it := range d.fifo[d.head:] {
+		if it.set != s {
+			d.fifo[n] = it
+			n++
+		}
+	}
+	clear(d.fifo[n:])
+	d.fifo, d.head = d.fifo[:n], 0
+}
+
+// publishID returns the message id of a pub or delay request's records,
+// "" when it has none or dedupe is off, and the refusal of an invalid one
+// (which is checked even when dedupe is off, so a client sees the same
+// protocol whatever the configuration).
+func (b *Broker) publishID(records []byte) (string, error) {
+	id, err := protocol.MessageID(records)
+	if err != nil || id == nil || b.opts.DedupeWindow <= 0 {
+		return "", err
+	}
+	return string(id), nil
+}
+
+// DedupeIDs returns the number of message ids the dedupe window holds.
+func (b *Broker) DedupeIDs() int64 { return b.dedupeIDs.Load() }
+
+// publish ids of the writer's dedupe state for DedupeIDs.
+func (w *writer) publishDedupeSize() {
+	w.b.dedupeIDs.Store(int64(w.dd.live))
+}
+
+// replicatedID adds the id of a replicated pub or delay block to the
+// pending ids of the group (slave side; no check, the master decided).
+func (w *writer) replicatedID(t *topic, c *command, records []byte, at int64) {
+	if !w.dd.on() {
+		return
+	}
+	id, err := protocol.MessageID(records)
+	if err != nil || id == nil {
+		return // an id the master accepted is valid; anything else is no id
+	}
+	// No check: the master decided. Should the master have stored the
+	// id twice in one group (outside its window), settle adds both in
+	// order and the later one is what the window keeps.
+	c.msgID = string(id)
+	w.dd.stage(t, c, at)
+}
+
+// dedupeRecords returns the records of a pub or delay block that may carry
+// a message id, nil for other blocks.
+func dedupeRecords(blk *binlog.Block) []byte {
+	switch blk.Cmd {
+	case binlog.CmdPub:
+		return blk.Payload
+	case binlog.CmdDelay:
+		if len(blk.Payload) > binlog.DelayPrefixLen {
+			return blk.Payload[binlog.DelayPrefixLen:]
+		}
+	}
+	return nil
+}
+
+// dedupeProgressEvery is how often a long window rebuild logs where it is.
+// A variable for tests.
+var dedupeProgressEvery = 5 * time.Second
+
+// rebuildDedupe fills d from the binlog blocks written within the window,
+// before the writer starts. It reads only the tail files that can hold
+// such blocks: from the newest file whose first block is older than the
+// window. A damaged older file ends the rebuild early (logged): recovery
+// already vouched for the tail it serves from, and a shorter window only
+// means an old retry may be stored again.
+func (b *Broker) rebuildDedupe(d *dedupeState) {
+	if !d.on() {
+		return
+	}
+	start := time.Now()
+	now := b.opts.Now()
+	cut := now - d.window
+	files := b.binlog.Files()
+	from := -1
+	for i := len(files) - 1; i >= 0; i-- {
+		wt, ok, err := b.firstWriteTime(files[i])
+		if err != nil {
+			b.log.Warn("dedupe window: read binlog file start", "file", b.binlog.Path(files[i]), "err", err)
+			break
+		}
+		if !ok {
+			continue
+		}
+		from = i
+		if wt < cut {
+			break
+		}
+	}
+	if from < 0 {
+		return
+	}
+	pos := segment.Position{FileID: files[from]}
+	end := b.binlog.Committed()
+	blocks, logAt := 0, time.Now().Add(dedupeProgressEvery)
+	_, err := b.binlog.Scan(pos, func(p segment.Position, _, _ int64, raw []byte) error {
+		blocks++
+		if blocks%256 == 0 && time.Now().After(logAt) {
+			logAt = time.Now().Add(dedupeProgressEvery)
+			b.log.Info("rebuilding dedupe window from the binlog", "at", p.String(), "to", end.String(),
+				"blocks", blocks, "ids", d.live)
+		}
+		blk, _, err := binlog.DecodeBlock(raw)
+		if err != nil {
+			return err
+		}
+		if blk.WriteTime < cut {
+			return nil
+		}
+		recs := dedupeRecords(&blk)
+		if recs == nil {
+			return nil
+		}
+		id, err := protocol.MessageID(recs)
+		if err != nil || id == nil {
+			return nil
+		}
+		t := b.topics[string(blk.Topic)]
+		if t == nil || t.meta.CreateEventID > blk.EventID {
+			return nil // an earlier incarnation's id
+		}
+		d.add(t, string(id), blk.EventID, blk.WriteTime)
+		if d.live > d.max {
+			d.evict(now)
+		}
+		return nil
+	})
+	if err != nil {
+		b.log.Error("dedupe window: binlog scan stopped early; older ids are not in the window", "from", pos.String(), "err", err)
+	}
+	d.evict(now)
+	b.dedupeIDs.Store(int64(d.live))
+	b.log.Info("dedupe window rebuilt", "ids", d.live, "from", pos.String(), "blocks", blocks, "took", time.Since(start))
+}
+
+var errFirstBlock = errors.New("first block read")
+
+// firstWriteTime returns the writeTime of the first block of binlog file
+// id; ok is false when the file holds no whole block.
+func (b *Broker) firstWriteTime(id int64) (int64, bool, error) {
+	var wt int64
+	found := false
+	_, err := b.binlog.Scan(segment.Position{FileID: id}, func(p segment.Position, _, _ int64, raw []byte) error {
+		if p.FileID == id {
+			blk, _, err := binlog.DecodeBlock(raw)
+			if err != nil {
+				return err
+			}
+			wt, found = blk.WriteTime, true
+		}
+		return errFirstBlock
+	})
+	if err != nil && !errors.Is(err, errFirstBlock) {
+		return 0, false, err
+	}
+	return wt, found, nil
+}
