@@ -51,6 +51,7 @@ type options struct {
 	backlog   int64         // repl: messages the slave catches up on
 	timeout   time.Duration // repl catch-up and live-delivery waits
 	withSlave bool          // pub: attach a slave during the run
+	ids       bool          // smss: a message id (smss-msg-id) on every publish request
 
 	runs  int
 	json  bool
@@ -120,6 +121,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
+	fs.BoolVar(&o.ids, "ids", false, "smss: attach a new 32-hex-char message id (smss-msg-id) to every publish request, as the Go client does")
 	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
@@ -201,6 +203,8 @@ func (o *options) validate(set map[string]bool) error {
 		return errors.New("--pid goes with --addr (a started server's pid is known)")
 	case o.withSlave && (o.workload != wPub || o.target != targetSmss):
 		return errors.New("--with-slave applies to the smss pub workload")
+	case o.ids && (o.target != targetSmss || o.compare):
+		return errors.New("--ids applies to smss workloads (not compare or redis)")
 	case (o.workload == wE2E || o.workload == wRepl) && o.rate == 0:
 		return fmt.Errorf("%s needs a fixed --rate", o.workload)
 	case o.workload == wRepl && o.count > 0:

@@ -20,6 +20,7 @@ type Params struct {
 	Flush     int     `json:"flush"`
 	Durable   string  `json:"durability"` // smss flushLevel or Redis appendfsync
 	WithSlave bool    `json:"with_slave,omitempty"`
+	IDs       bool    `json:"ids,omitempty"` // smss: a message id on every request
 }
 
 // RSS is the server's memory as /proc/PID/status reports it, in KiB.
@@ -239,6 +240,9 @@ func describe(r *Result) string {
 	s += " durability=" + p.Durable
 	if p.WithSlave {
 		s += " with-slave"
+	}
+	if p.IDs {
+		s += " ids"
 	}
 	return s
 }
