@@ -38,9 +38,9 @@ import (
 //     within the window (rebuildDedupe): nothing is persisted for it and
 //     the binlog stays byte-identical.
 //
-// Memory: one id costs its bytes plus about 100 bytes of bookkeeping (map
-// slot, FIFO item, string headers); BenchmarkDedupeMemory measures it (see
-// README, dedupe.maxIds).
+// Memory: one id of 32 bytes costs about 160 bytes of heap (the id's bytes,
+// its map slot and its FIFO item, with the growth slack of both), measured
+// by BenchmarkDedupeMemory (BENCHMARKS.md, dedupe.maxIds).
 
 // Defaults of Options.DedupeWindow and Options.DedupeMaxIDs.
 const (
@@ -54,10 +54,19 @@ type dedupeSet struct {
 	m map[string]dedupeVal // nil once the topic was deleted
 }
 
+// dedupeVal is one id's entry. While the request that carries it is in
+// flight (staged in the current group) at is pendingAt and eventID is the
+// request's index in dedupeState.pend: one map entry serves both the
+// committed window and the in-flight check, so a request with an id costs
+// the writer one lookup and one insert before its commit and one update
+// after it.
 type dedupeVal struct {
 	eventID int64 // first eventId of the original request
 	at      int64 // writeTime (ms) of its binlog block
 }
+
+// pendingAt marks an entry whose request is in flight.
+const pendingAt = -1
 
 // dedupeItem is one id in insertion (time) order, for eviction.
 type dedupeItem struct {
@@ -74,64 +83,76 @@ type dedupeState struct {
 
 	fifo []dedupeItem
 	head int
-	live int // ids held over all sets
+	live int // ids held over all sets, in-flight ones included
 
-	// This group's ids: pend are the staged commands that carry an id
-	// (looked up through pendOf), dups the in-flight duplicates of them.
-	pend   []*command
-	pendOf map[dedupeKey]*command
-	dups   []*command
-}
-
-type dedupeKey struct {
-	t  *topic
-	id string
+	// This group's requests with an id (pend, their entries say where)
+	// and the in-flight duplicates of them (dups).
+	pend []*command
+	dups []*command
 }
 
 func (d *dedupeState) on() bool { return d.window > 0 }
 
-// hit reports whether c (carrying an id, for topic t) duplicates a request
-// that is committed within the window or staged in this group; c is then
-// settled as such and must not be staged.
-func (d *dedupeState) hit(t *topic, c *command, now int64) bool {
-	if first := d.pendOf[dedupeKey{t, c.msgID}]; first != nil {
-		c.dup, c.dupOf = true, first
-		d.dups = append(d.dups, c)
-		return true
+// check looks c's id up in t's window. A duplicate of a request committed
+// within the window, or of one in flight in this group, is settled as such
+// (true: c must not be staged). Otherwise c's id is entered as in flight
+// (at ms once committed): settle makes it a window entry if the group
+// commits and removes it if not.
+func (d *dedupeState) check(t *topic, c *command, now, at int64) bool {
+	if t.ids == nil {
+		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
 	}
-	if t.ids != nil {
-		if v, ok := t.ids.m[c.msgID]; ok && v.at >= now-d.window {
+	v, ok := t.ids.m[c.msgID]
+	if ok {
+		if v.at == pendingAt {
+			c.dup, c.dupOf = true, d.pend[v.eventID]
+			d.dups = append(d.dups, c)
+			return true
+		}
+		if v.at >= now-d.window {
 			c.dup, c.eventID = true, v.eventID
 			return true
 		}
 	}
+	d.stage(t, c, at, ok)
 	return false
 }
 
-// stage remembers that c's id goes into t's window (at ms) if its group
-// commits.
-func (d *dedupeState) stage(t *topic, c *command, at int64) {
-	if d.pendOf == nil {
-		d.pendOf = map[dedupeKey]*command{}
+// stage enters c's id as in flight in t's window; existed says whether the
+// id already has an entry there (expired, or on a slave any entry).
+func (d *dedupeState) stage(t *topic, c *command, at int64, existed bool) {
+	if !existed {
+		d.live++
 	}
 	c.ddTopic, c.ddAt = t, at
-	d.pendOf[dedupeKey{t, c.msgID}] = c
+	t.ids.m[c.msgID] = dedupeVal{eventID: int64(len(d.pend)), at: pendingAt}
 	d.pend = append(d.pend, c)
 }
 
-// settle ends a group: the ids of a committed group enter the window, and
-// in-flight duplicates take the outcome of the request they duplicate.
+// settle ends a group: the ids of a committed group become window entries,
+// those of a failed one are removed, and in-flight duplicates take the
+// outcome of the request they duplicate.
 func (d *dedupeState) settle(committed bool, now int64) {
-	for _, c := range d.pend {
-		if committed && c.err == nil {
-			first := c.eventID
-			if c.cmd == cmdReplicated {
-				first = c.repl.EventID // c.eventID is the block's last
+	for i, c := range d.pend {
+		set := c.ddTopic.ids
+		if v, ok := set.m[c.msgID]; ok && v.at == pendingAt && v.eventID == int64(i) {
+			if committed && c.err == nil {
+				first := c.eventID
+				if c.cmd == cmdReplicated {
+					first = c.repl.EventID // c.eventID is the block's last
+				}
+				set.m[c.msgID] = dedupeVal{eventID: first, at: c.ddAt}
+				d.fifo = append(d.fifo, dedupeItem{set: set, id: c.msgID, eventID: first, at: c.ddAt})
+			} else {
+				delete(set.m, c.msgID)
+				d.live--
 			}
-			d.add(c.ddTopic, c.msgID, first, c.ddAt)
 		}
-		delete(d.pendOf, dedupeKey{c.ddTopic, c.msgID})
+		// Otherwise a later request of the group re-entered the id (a
+		// slave applying a master's blocks that hold it twice): the
+		// later one's outcome decides the entry.
 		c.ddTopic = nil
+		d.pend[i] = nil
 	}
 	for i, c := range d.dups {
 		c.eventID, c.err = c.dupOf.eventID, c.dupOf.err
@@ -140,9 +161,6 @@ func (d *dedupeState) settle(committed bool, now int64) {
 		}
 		c.dupOf = nil
 		d.dups[i] = nil
-	}
-	for i := range d.pend {
-		d.pend[i] = nil
 	}
 	d.pend, d.dups = d.pend[:0], d.dups[:0]
 	if committed {
@@ -255,7 +273,11 @@ func (w *writer) replicatedID(t *topic, c *command, records []byte, at int64) {
 	// id twice in one group (outside its window), settle adds both in
 	// order and the later one is what the window keeps.
 	c.msgID = string(id)
-	w.dd.stage(t, c, at)
+	if t.ids == nil {
+		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
+	}
+	_, existed := t.ids.m[c.msgID]
+	w.dd.stage(t, c, at, existed)
 }
 
 // dedupeRecords returns the records of a pub or delay block that may carry

@@ -110,11 +110,8 @@ func (w *writer) stageDelay(c *command, now int64) error {
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
-	if c.msgID != "" {
-		if w.dd.hit(t, c, now) {
-			return nil
-		}
-		w.dd.stage(t, c, now)
+	if c.msgID != "" && w.dd.check(t, c, now, now) {
+		return nil // nothing below fails
 	}
 	c.eventID = w.next
 	w.next++

@@ -319,15 +319,12 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
-	if c.msgID != "" && w.dd.hit(t, c, now) {
+	if c.msgID != "" && w.dd.check(t, c, now, now) {
 		return nil
 	}
 	l, err := w.b.topicLog(t)
 	if err != nil {
 		return fmt.Errorf("open topic %s: %w", c.topic, err)
-	}
-	if c.msgID != "" {
-		w.dd.stage(t, c, now) // nothing below fails
 	}
 	c.eventID = w.next
 	w.next += int64(c.count)
