@@ -346,6 +346,9 @@ func TestDedupeConcurrentSubmits(t *testing.T) {
 	if n := b.DedupeIDs(); n != ids {
 		t.Errorf("window holds %d ids, want %d", n, ids)
 	}
+	if n := b.ServerInfo().DedupeIDs; n != ids { // /api/info, smss_dedupe_ids
+		t.Errorf("ServerInfo reports %d ids, want %d", n, ids)
+	}
 	b.Close()
 	if _, recs := readTopic(t, dir, "a"); len(recs) != ids {
 		t.Fatalf("topic holds %d messages, want %d", len(recs), ids)
