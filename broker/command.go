@@ -43,6 +43,7 @@ type command struct {
 	dup     bool
 	dupOf   *command
 	ddTopic *topic
+	ddID    int64
 	ddAt    int64
 
 	eventID int64

@@ -54,19 +54,17 @@ type dedupeSet struct {
 	m map[string]dedupeVal // nil once the topic was deleted
 }
 
-// dedupeVal is one id's entry. While the request that carries it is in
-// flight (staged in the current group) at is pendingAt and eventID is the
-// request's index in dedupeState.pend: one map entry serves both the
-// committed window and the in-flight check, so a request with an id costs
-// the writer one lookup and one insert before its commit and one update
-// after it.
+// dedupeVal is one id's entry. An entry is entered when its request is
+// staged, with its final values: while the group is being staged, entries
+// whose eventID is at or above dedupeState.from are that group's, in
+// flight; once the group committed the next group's from is above them
+// and they are window entries without another map write. A failed group's
+// entries are removed (settle). So a request with an id costs the writer
+// one lookup and one insert.
 type dedupeVal struct {
 	eventID int64 // first eventId of the original request
 	at      int64 // writeTime (ms) of its binlog block
 }
-
-// pendingAt marks an entry whose request is in flight.
-const pendingAt = -1
 
 // dedupeItem is one id in insertion (time) order, for eviction.
 type dedupeItem struct {
@@ -85,8 +83,11 @@ type dedupeState struct {
 	head int
 	live int // ids held over all sets, in-flight ones included
 
-	// This group's requests with an id (pend, their entries say where)
-	// and the in-flight duplicates of them (dups).
+	// from is the first eventId of the group being staged (set by
+	// process): entries at or above it are in flight.
+	from int64
+	// This group's requests with an id (pend) and the in-flight
+	// duplicates of them (dups).
 	pend []*command
 	dups []*command
 }
@@ -95,62 +96,61 @@ func (d *dedupeState) on() bool { return d.window > 0 }
 
 // check looks c's id up in t's window. A duplicate of a request committed
 // within the window, or of one in flight in this group, is settled as such
-// (true: c must not be staged). Otherwise c's id is entered as in flight
-// (at ms once committed): settle makes it a window entry if the group
-// commits and removes it if not.
-func (d *dedupeState) check(t *topic, c *command, now, at int64) bool {
+// (dup: c must not be staged). Otherwise the caller stages c and then
+// enters its id with stage; existed says whether the id has an (expired)
+// entry.
+func (d *dedupeState) check(t *topic, c *command, now int64) (dup, existed bool) {
 	if t.ids == nil {
 		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
+		return false, false
 	}
 	v, ok := t.ids.m[c.msgID]
-	if ok {
-		if v.at == pendingAt {
-			c.dup, c.dupOf = true, d.pend[v.eventID]
-			d.dups = append(d.dups, c)
-			return true
-		}
-		if v.at >= now-d.window {
-			c.dup, c.eventID = true, v.eventID
-			return true
+	if !ok {
+		return false, false
+	}
+	if v.eventID >= d.from {
+		// In flight: the request of this group that entered it.
+		for i := len(d.pend) - 1; i >= 0; i-- {
+			if p := d.pend[i]; p.ddTopic == t && p.msgID == c.msgID {
+				c.dup, c.dupOf = true, p
+				d.dups = append(d.dups, c)
+				return true, true
+			}
 		}
 	}
-	d.stage(t, c, at, ok)
-	return false
+	if v.at >= now-d.window {
+		c.dup, c.eventID = true, v.eventID
+		return true, true
+	}
+	return false, true
 }
 
-// stage enters c's id as in flight in t's window; existed says whether the
-// id already has an entry there (expired, or on a slave any entry).
-func (d *dedupeState) stage(t *topic, c *command, at int64, existed bool) {
+// stage enters c's id into t's window as in flight: eventID is the first
+// eventId c was given, at the writeTime of its block.
+func (d *dedupeState) stage(t *topic, c *command, eventID, at int64, existed bool) {
 	if !existed {
 		d.live++
 	}
-	c.ddTopic, c.ddAt = t, at
-	t.ids.m[c.msgID] = dedupeVal{eventID: int64(len(d.pend)), at: pendingAt}
+	c.ddTopic, c.ddID, c.ddAt = t, eventID, at
+	t.ids.m[c.msgID] = dedupeVal{eventID: eventID, at: at}
 	d.pend = append(d.pend, c)
 }
 
-// settle ends a group: the ids of a committed group become window entries,
-// those of a failed one are removed, and in-flight duplicates take the
-// outcome of the request they duplicate.
+// settle ends a group: the ids of a committed group join the eviction
+// queue, those of a failed one are removed, and in-flight duplicates take
+// the outcome of the request they duplicate.
 func (d *dedupeState) settle(committed bool, now int64) {
 	for i, c := range d.pend {
 		set := c.ddTopic.ids
-		if v, ok := set.m[c.msgID]; ok && v.at == pendingAt && v.eventID == int64(i) {
-			if committed && c.err == nil {
-				first := c.eventID
-				if c.cmd == cmdReplicated {
-					first = c.repl.EventID // c.eventID is the block's last
-				}
-				set.m[c.msgID] = dedupeVal{eventID: first, at: c.ddAt}
-				d.fifo = append(d.fifo, dedupeItem{set: set, id: c.msgID, eventID: first, at: c.ddAt})
-			} else {
-				delete(set.m, c.msgID)
-				d.live--
-			}
+		if committed && c.err == nil {
+			d.fifo = append(d.fifo, dedupeItem{set: set, id: c.msgID, eventID: c.ddID, at: c.ddAt})
+		} else if v, ok := set.m[c.msgID]; ok && v.eventID == c.ddID {
+			// (A later request of the group that re-entered the id, a
+			// slave applying a master's blocks that hold it twice,
+			// removes its own entry.)
+			delete(set.m, c.msgID)
+			d.live--
 		}
-		// Otherwise a later request of the group re-entered the id (a
-		// slave applying a master's blocks that hold it twice): the
-		// later one's outcome decides the entry.
 		c.ddTopic = nil
 		d.pend[i] = nil
 	}
@@ -277,7 +277,7 @@ func (w *writer) replicatedID(t *topic, c *command, records []byte, at int64) {
 		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
 	}
 	_, existed := t.ids.m[c.msgID]
-	w.dd.stage(t, c, at, existed)
+	w.dd.stage(t, c, c.repl.EventID, at, existed)
 }
 
 // dedupeRecords returns the records of a pub or delay block that may carry

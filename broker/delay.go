@@ -110,8 +110,12 @@ func (w *writer) stageDelay(c *command, now int64) error {
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
-	if c.msgID != "" && w.dd.check(t, c, now, now) {
-		return nil // nothing below fails
+	if c.msgID != "" {
+		dup, existed := w.dd.check(t, c, now)
+		if dup {
+			return nil
+		}
+		w.dd.stage(t, c, w.next, now, existed) // nothing below fails
 	}
 	c.eventID = w.next
 	w.next++

@@ -150,6 +150,7 @@ func (w *writer) process(group []*command) {
 	}
 	binStart := w.b.binlog.Position()
 	nextBefore := w.next
+	w.dd.from = w.next
 	w.reset()
 	for _, c := range group {
 		var err error
@@ -319,8 +320,12 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
-	if c.msgID != "" && w.dd.check(t, c, now, now) {
-		return nil
+	existed := false
+	if c.msgID != "" {
+		var dup bool
+		if dup, existed = w.dd.check(t, c, now); dup {
+			return nil
+		}
 	}
 	l, err := w.b.topicLog(t)
 	if err != nil {
@@ -328,6 +333,9 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	}
 	c.eventID = w.next
 	w.next += int64(c.count)
+	if c.msgID != "" {
+		w.dd.stage(t, c, c.eventID, now, existed) // nothing below fails
+	}
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
 		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
 	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
