@@ -79,8 +79,7 @@ type dedupeState struct {
 	window int64 // ms; <= 0: dedupe off
 	max    int
 
-	fifo []dedupeItem
-	head int
+	fifo idQueue
 	live int // ids held over all sets, in-flight ones included
 
 	// from is the first eventId of the group being staged (set by
@@ -143,7 +142,7 @@ func (d *dedupeState) settle(committed bool, now int64) {
 	for i, c := range d.pend {
 		set := c.ddTopic.ids
 		if committed && c.err == nil {
-			d.fifo = append(d.fifo, dedupeItem{set: set, id: c.msgID, eventID: c.ddID, at: c.ddAt})
+			d.fifo.push(dedupeItem{set: set, id: c.msgID, eventID: c.ddID, at: c.ddAt})
 		} else if v, ok := set.m[c.msgID]; ok && v.eventID == c.ddID {
 			// (A later request of the group that re-entered the id, a
 			// slave applying a master's blocks that hold it twice,
@@ -178,14 +177,14 @@ func (d *dedupeState) add(t *topic, id string, eventID, at int64) {
 		d.live++
 	}
 	t.ids.m[id] = dedupeVal{eventID: eventID, at: at}
-	d.fifo = append(d.fifo, dedupeItem{set: t.ids, id: id, eventID: eventID, at: at})
+	d.fifo.push(dedupeItem{set: t.ids, id: id, eventID: eventID, at: at})
 }
 
 // evict drops the ids older than the window and the oldest beyond max.
 func (d *dedupeState) evict(now int64) {
 	cut := now - d.window
-	for d.head < len(d.fifo) {
-		it := &d.fifo[d.head]
+	for d.fifo.len() > 0 {
+		it := d.fifo.front()
 		if it.at >= cut && d.live <= d.max {
 			break
 		}
@@ -197,22 +196,7 @@ func (d *dedupeState) evict(now int64) {
 				d.live--
 			}
 		}
-		*it = dedupeItem{}
-		d.head++
-	}
-	d.compact()
-}
-
-// compact reclaims the queue's popped prefix once it is most of the slice.
-func (d *dedupeState) compact() {
-	if d.head == len(d.fifo) {
-		d.fifo, d.head = d.fifo[:0], 0
-		return
-	}
-	if d.head >= 1024 && d.head >= len(d.fifo)/2 {
-		n := copy(d.fifo, d.fifo[d.head:])
-		clear(d.fifo[n:])
-		d.fifo, d.head = d.fifo[:n], 0
+		d.fifo.pop()
 	}
 }
 
@@ -228,15 +212,74 @@ func (d *dedupeState) drop(t *topic) {
 	t.ids = nil
 	// Deletes are rare and run alone in their group: filter the queue now
 	// so it never holds more than the live ids plus the expired ones.
-	n := 0
-	for _, it := range d.fifo[d.head:] {
-		if it.set != s {
-			d.fifo[n] = it
-			n++
+	d.fifo.filter(func(it *dedupeItem) bool { return it.set != s })
+}
+
+// idQueueChunk is the number of items of one idQueue chunk (160 KiB).
+const idQueueChunk = 4096
+
+// idQueue is the eviction queue: fixed-size chunks, so that growing it
+// never copies what it holds (a slice's doubling moved up to tens of MB
+// on the writer's goroutine and kept up to twice the memory), and popped
+// chunks are reused.
+type idQueue struct {
+	chunks [][]dedupeItem
+	head   int // next item to pop in chunks[0]
+	n      int
+	spare  []dedupeItem
+}
+
+func (q *idQueue) len() int { return q.n }
+
+func (q *idQueue) push(it dedupeItem) {
+	last := len(q.chunks) - 1
+	if last < 0 || len(q.chunks[last]) == idQueueChunk {
+		c := q.spare
+		q.spare = nil
+		if c == nil {
+			c = make([]dedupeItem, 0, idQueueChunk)
+		}
+		q.chunks = append(q.chunks, c)
+		last++
+	}
+	q.chunks[last] = append(q.chunks[last], it)
+	q.n++
+}
+
+// front is the oldest item; the queue must not be empty.
+func (q *idQueue) front() *dedupeItem { return &q.chunks[0][q.head] }
+
+func (q *idQueue) pop() {
+	c := q.chunks[0]
+	c[q.head] = dedupeItem{} // release the id and the set
+	q.head++
+	q.n--
+	if q.head == len(c) && (len(c) == idQueueChunk || q.n == 0) {
+		q.spare = c[:0]
+		q.chunks[0] = nil
+		q.chunks = q.chunks[1:]
+		q.head = 0
+		if len(q.chunks) == 0 {
+			q.chunks = nil
 		}
 	}
-	clear(d.fifo[n:])
-	d.fifo, d.head = d.fifo[:n], 0
+}
+
+// filter keeps the items keep accepts, in order.
+func (q *idQueue) filter(keep func(*dedupeItem) bool) {
+	old := *q
+	*q = idQueue{spare: old.spare}
+	for i, c := range old.chunks {
+		from := 0
+		if i == 0 {
+			from = old.head
+		}
+		for j := from; j < len(c); j++ {
+			if keep(&c[j]) {
+				q.push(c[j])
+			}
+		}
+	}
 }
 
 // publishID returns the message id of a pub or delay request's records,

@@ -594,3 +594,50 @@ func TestDedupeRebuildProgressLog(t *testing.T) {
 		t.Fatalf("no progress line:\n%s", logs.String())
 	}
 }
+
+// The eviction queue keeps order across chunk boundaries, reuses popped
+// chunks and filters in order.
+func TestIDQueue(t *testing.T) {
+	for _, n := range []int{0, 1, idQueueChunk - 1, idQueueChunk, idQueueChunk + 1, 3*idQueueChunk + 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var q idQueue
+			push := func(from, to int) {
+				for i := from; i < to; i++ {
+					q.push(dedupeItem{eventID: int64(i)})
+				}
+			}
+			push(0, n)
+			popped := n / 2
+			for i := 0; i < popped; i++ {
+				if got := q.front().eventID; got != int64(i) {
+					t.Fatalf("pop %d: eventId %d", i, got)
+				}
+				q.pop()
+			}
+			push(n, n+idQueueChunk+3)
+			q.filter(func(it *dedupeItem) bool { return it.eventID%3 != 0 })
+			want := []int64{}
+			for i := popped; i < n+idQueueChunk+3; i++ {
+				if i%3 != 0 {
+					want = append(want, int64(i))
+				}
+			}
+			if q.len() != len(want) {
+				t.Fatalf("len %d, want %d", q.len(), len(want))
+			}
+			for i, w := range want {
+				if got := q.front().eventID; got != w {
+					t.Fatalf("item %d: eventId %d, want %d", i, got, w)
+				}
+				q.pop()
+			}
+			if q.len() != 0 || len(q.chunks) != 0 {
+				t.Fatalf("empty queue keeps %d items in %d chunks", q.len(), len(q.chunks))
+			}
+			push(0, 2) // usable again
+			if q.front().eventID != 0 || q.len() != 2 {
+				t.Fatal("queue not usable after emptying")
+			}
+		})
+	}
+}
