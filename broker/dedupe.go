@@ -27,8 +27,9 @@ import (
 //     outcome: its eventId, or its error when the group failed. A request
 //     queued behind a group that failed finds nothing in the window and is
 //     processed as a new publish (nothing of the failed one was stored).
-//   - Ids enter the window only after their group committed; deleting a
-//     topic drops its ids. A delay apply (101) is never checked or added:
+//   - An id is entered when its request is staged and is a window entry
+//     once its group committed; a failed group's ids are removed. Deleting
+//     a topic drops its ids. A delay apply (101) is never checked or added:
 //     it carries the records of the delay request, whose id is already in
 //     the window.
 //   - On a slave the writer adds the ids of the replicated pub and delay
@@ -39,8 +40,8 @@ import (
 //     the binlog stays byte-identical.
 //
 // Memory: one id of 32 bytes costs about 160 bytes of heap (the id's bytes,
-// its map slot and its FIFO item, with the growth slack of both), measured
-// by BenchmarkDedupeMemory (BENCHMARKS.md, dedupe.maxIds).
+// its map slot with the map's growth slack, its eviction queue item),
+// measured by BenchmarkDedupeMemory (BENCHMARKS.md, dedupe.maxIds).
 
 // Defaults of Options.DedupeWindow and Options.DedupeMaxIDs.
 const (
@@ -297,7 +298,7 @@ func (b *Broker) publishID(records []byte) (string, error) {
 // DedupeIDs returns the number of message ids the dedupe window holds.
 func (b *Broker) DedupeIDs() int64 { return b.dedupeIDs.Load() }
 
-// publish ids of the writer's dedupe state for DedupeIDs.
+// publishDedupeSize makes the window's size visible to DedupeIDs.
 func (w *writer) publishDedupeSize() {
 	w.b.dedupeIDs.Store(int64(w.dd.live))
 }
