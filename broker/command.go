@@ -36,10 +36,10 @@ type command struct {
 	repl     binlog.Block
 	replLast int64
 
-	// Dedupe (dedupe.go): the request's message id ("" for none), whether
+	// Dedupe (dedupe.go): the request's message id (zero for none), whether
 	// it was settled as a duplicate (of dupOf when that was in flight in
 	// the same group), and the window entry it adds if its group commits.
-	msgID   string
+	msgID   idKey
 	dup     bool
 	dupOf   *command
 	ddTopic *topic

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/sha256"
 	"errors"
 	"time"
 
@@ -39,9 +40,10 @@ import (
 //     within the window (rebuildDedupe): nothing is persisted for it and
 //     the binlog stays byte-identical.
 //
-// Memory: one id of 32 bytes costs about 160 bytes of heap (the id's bytes,
-// its map slot with the map's growth slack, its eviction queue item),
-// measured by BenchmarkDedupeMemory (BENCHMARKS.md, dedupe.maxIds).
+// Memory: one id costs about 140 bytes of heap (its 17-byte key and
+// entry in a map slot, with the map's growth slack, and its eviction queue
+// item), none of it scanned by the garbage collector; measured by
+// BenchmarkDedupeMemory (BENCHMARKS.md, dedupe.maxIds).
 
 // Defaults of Options.DedupeWindow and Options.DedupeMaxIDs.
 const (
@@ -49,10 +51,70 @@ const (
 	DefaultDedupeMaxIDs = 1_000_000
 )
 
+// idKey is a message id as the window keys it, in 17 bytes: the id itself
+// when it has at most 16 bytes; the 16 bytes that 32 lowercase hex
+// characters (the Go client's ids) decode to; else the first 16 bytes of
+// its SHA-256 (two different ids then share a key with a probability of
+// about n²/2¹²⁹ for n ids: never, in practice). It holds no pointer, so
+// neither the window's maps nor its queue are scanned by the garbage
+// collector, and making one allocates nothing. The zero idKey is "no id".
+type idKey struct {
+	n uint8 // the id's length 1..16, hexID or hashedID
+	b [16]byte
+}
+
+const (
+	hexID    = 0xfe // b is what 32 lowercase hex characters decode to
+	hashedID = 0xff // b is the SHA-256 prefix of any other longer id
+)
+
+// makeIDKey returns the key of a valid id (1..protocol.MaxMsgIDLen bytes).
+func makeIDKey(id []byte) idKey {
+	var k idKey
+	if len(id) <= len(k.b) {
+		k.n = uint8(len(id))
+		copy(k.b[:], id)
+		return k
+	}
+	if len(id) == 2*len(k.b) && decodeLowerHex(k.b[:], id) {
+		k.n = hexID
+		return k
+	}
+	sum := sha256.Sum256(id)
+	k.n = hashedID
+	copy(k.b[:], sum[:])
+	return k
+}
+
+// decodeLowerHex decodes src (2×len(dst) bytes of 0-9a-f only, so that one
+// key stands for one id) into dst.
+func decodeLowerHex(dst, src []byte) bool {
+	for i := range dst {
+		hi, ok1 := lowerHexVal(src[2*i])
+		lo, ok2 := lowerHexVal(src[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func lowerHexVal(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
 // dedupeSet is the window of one topic incarnation. Only the writer (and
 // recovery, before the writer starts) touches it.
 type dedupeSet struct {
-	m map[string]dedupeVal // nil once the topic was deleted
+	m  map[idKey]dedupeVal // nil once the topic was deleted
+	id uint32              // its key in dedupeState.sets
 }
 
 // dedupeVal is one id's entry. An entry is entered when its request is
@@ -67,10 +129,11 @@ type dedupeVal struct {
 	at      int64 // writeTime (ms) of its binlog block
 }
 
-// dedupeItem is one id in insertion (time) order, for eviction.
+// dedupeItem is one id in insertion (time) order, for eviction. It names
+// its set by number, not by pointer, so the queue holds no pointer.
 type dedupeItem struct {
-	set     *dedupeSet
-	id      string
+	set     uint32
+	id      idKey
 	eventID int64
 	at      int64
 }
@@ -81,7 +144,11 @@ type dedupeState struct {
 	max    int
 
 	fifo idQueue
-	live int // ids held over all sets, in-flight ones included
+	live int
+
+	// sets are the live topic windows by number, for the queue's items.
+	sets    map[uint32]*dedupeSet
+	nextSet uint32 // ids held over all sets, in-flight ones included
 
 	// from is the first eventId of the group being staged (set by
 	// process): entries at or above it are in flight.
@@ -94,6 +161,19 @@ type dedupeState struct {
 
 func (d *dedupeState) on() bool { return d.window > 0 }
 
+// setOf returns t's window, creating it on first use.
+func (d *dedupeState) setOf(t *topic) *dedupeSet {
+	if t.ids == nil {
+		if d.sets == nil {
+			d.sets = map[uint32]*dedupeSet{}
+		}
+		d.nextSet++
+		t.ids = &dedupeSet{m: map[idKey]dedupeVal{}, id: d.nextSet}
+		d.sets[t.ids.id] = t.ids
+	}
+	return t.ids
+}
+
 // check looks c's id up in t's window. A duplicate of a request committed
 // within the window, or of one in flight in this group, is settled as such
 // (dup: c must not be staged). Otherwise the caller stages c and then
@@ -101,7 +181,7 @@ func (d *dedupeState) on() bool { return d.window > 0 }
 // entry.
 func (d *dedupeState) check(t *topic, c *command, now int64) (dup, existed bool) {
 	if t.ids == nil {
-		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
+		d.setOf(t)
 		return false, false
 	}
 	v, ok := t.ids.m[c.msgID]
@@ -143,7 +223,7 @@ func (d *dedupeState) settle(committed bool, now int64) {
 	for i, c := range d.pend {
 		set := c.ddTopic.ids
 		if committed && c.err == nil {
-			d.fifo.push(dedupeItem{set: set, id: c.msgID, eventID: c.ddID, at: c.ddAt})
+			d.fifo.push(dedupeItem{set: set.id, id: c.msgID, eventID: c.ddID, at: c.ddAt})
 		} else if v, ok := set.m[c.msgID]; ok && v.eventID == c.ddID {
 			// (A later request of the group that re-entered the id, a
 			// slave applying a master's blocks that hold it twice,
@@ -170,15 +250,13 @@ func (d *dedupeState) settle(committed bool, now int64) {
 
 // add puts id into t's window. An entry already there (expired, or the
 // master's choice on a slave) is replaced.
-func (d *dedupeState) add(t *topic, id string, eventID, at int64) {
-	if t.ids == nil {
-		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
-	}
-	if _, ok := t.ids.m[id]; !ok {
+func (d *dedupeState) add(t *topic, id idKey, eventID, at int64) {
+	set := d.setOf(t)
+	if _, ok := set.m[id]; !ok {
 		d.live++
 	}
-	t.ids.m[id] = dedupeVal{eventID: eventID, at: at}
-	d.fifo.push(dedupeItem{set: t.ids, id: id, eventID: eventID, at: at})
+	set.m[id] = dedupeVal{eventID: eventID, at: at}
+	d.fifo.push(dedupeItem{set: set.id, id: id, eventID: eventID, at: at})
 }
 
 // evict drops the ids older than the window and the oldest beyond max.
@@ -191,9 +269,9 @@ func (d *dedupeState) evict(now int64) {
 		}
 		// An item whose id was replaced by a newer entry, or whose topic
 		// was deleted, only leaves the queue.
-		if it.set.m != nil {
-			if v, ok := it.set.m[it.id]; ok && v.eventID == it.eventID {
-				delete(it.set.m, it.id)
+		if set := d.sets[it.set]; set != nil {
+			if v, ok := set.m[it.id]; ok && v.eventID == it.eventID {
+				delete(set.m, it.id)
 				d.live--
 			}
 		}
@@ -211,9 +289,10 @@ func (d *dedupeState) drop(t *topic) {
 	d.live -= len(s.m)
 	s.m = nil
 	t.ids = nil
+	delete(d.sets, s.id)
 	// Deletes are rare and run alone in their group: filter the queue now
 	// so it never holds more than the live ids plus the expired ones.
-	d.fifo.filter(func(it *dedupeItem) bool { return it.set != s })
+	d.fifo.filter(func(it *dedupeItem) bool { return it.set != s.id })
 }
 
 // idQueueChunk is the number of items of one idQueue chunk (160 KiB).
@@ -283,16 +362,16 @@ func (q *idQueue) filter(keep func(*dedupeItem) bool) {
 	}
 }
 
-// publishID returns the message id of a pub or delay request's records,
-// "" when it has none or dedupe is off, and the refusal of an invalid one
+// publishID returns the key of the message id of a pub or delay request's
+// records, the zero key when it has none or dedupe is off, and the refusal of an invalid one
 // (which is checked even when dedupe is off, so a client sees the same
 // protocol whatever the configuration).
-func (b *Broker) publishID(records []byte) (string, error) {
+func (b *Broker) publishID(records []byte) (idKey, error) {
 	id, err := protocol.MessageID(records)
 	if err != nil || id == nil || b.opts.DedupeWindow <= 0 {
-		return "", err
+		return idKey{}, err
 	}
-	return string(id), nil
+	return makeIDKey(id), nil
 }
 
 // DedupeIDs returns the number of message ids the dedupe window holds.
@@ -316,11 +395,8 @@ func (w *writer) replicatedID(t *topic, c *command, records []byte, at int64) {
 	// No check: the master decided. Should the master have stored the
 	// id twice in one group (outside its window), settle adds both in
 	// order and the later one is what the window keeps.
-	c.msgID = string(id)
-	if t.ids == nil {
-		t.ids = &dedupeSet{m: map[string]dedupeVal{}}
-	}
-	_, existed := t.ids.m[c.msgID]
+	c.msgID = makeIDKey(id)
+	_, existed := w.dd.setOf(t).m[c.msgID]
 	w.dd.stage(t, c, c.repl.EventID, at, existed)
 }
 
@@ -403,7 +479,7 @@ func (b *Broker) rebuildDedupe(d *dedupeState) {
 		if t == nil || t.meta.CreateEventID > blk.EventID {
 			return nil // an earlier incarnation's id
 		}
-		d.add(t, string(id), blk.EventID, blk.WriteTime)
+		d.add(t, makeIDKey(id), blk.EventID, blk.WriteTime)
 		if d.live > d.max {
 			d.evict(now)
 		}

@@ -25,7 +25,7 @@ func BenchmarkDedupeMemory(b *testing.B) {
 		var raw [16]byte
 		for k := 0; k < n; k++ {
 			binary.BigEndian.PutUint64(raw[8:], uint64(k))
-			d.add(topics[k%len(topics)], hex.EncodeToString(raw[:]), int64(k+1), 1000)
+			d.add(topics[k%len(topics)], makeIDKey([]byte(hex.EncodeToString(raw[:]))), int64(k+1), 1000)
 		}
 		d.evict(1000)
 		runtime.GC()

@@ -641,3 +641,34 @@ func TestIDQueue(t *testing.T) {
 		})
 	}
 }
+
+// Different ids have different keys, whatever form the key takes.
+func TestIDKey(t *testing.T) {
+	ids := []string{
+		"a", "a\x00", "\x00", "0123456789abcdef", "0123456789abcdeF",
+		"0123456789abcdef0", strings.Repeat("0", 32), strings.Repeat("0", 31) + "1",
+		"0123456789abcdef0123456789abcdef", "0123456789ABCDEF0123456789abcdef",
+		"0123456789abcdef0123456789abcdeg", strings.Repeat("x", 33), strings.Repeat("x", 128),
+		strings.Repeat("x", 127) + "y", "\xfe", "\xff",
+	}
+	seen := map[idKey]string{}
+	for _, id := range ids {
+		k := makeIDKey([]byte(id))
+		if k == (idKey{}) {
+			t.Fatalf("%q has the zero key", id)
+		}
+		if other, ok := seen[k]; ok {
+			t.Fatalf("%q and %q share a key", id, other)
+		}
+		seen[k] = id
+		if makeIDKey([]byte(id)) != k {
+			t.Fatalf("%q keyed twice differently", id)
+		}
+	}
+	if k := makeIDKey([]byte("0123456789abcdef0123456789abcdef")); k.n != hexID {
+		t.Fatalf("a Go client id is not decoded: %+v", k)
+	}
+	if a := testing.AllocsPerRun(100, func() { makeIDKey([]byte("0123456789abcdef0123456789abcdef")) }); a != 0 {
+		t.Fatalf("makeIDKey allocates %v", a)
+	}
+}

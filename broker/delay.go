@@ -110,7 +110,7 @@ func (w *writer) stageDelay(c *command, now int64) error {
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
-	if c.msgID != "" {
+	if c.msgID.n != 0 {
 		dup, existed := w.dd.check(t, c, now)
 		if dup {
 			return nil

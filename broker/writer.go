@@ -321,7 +321,7 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 		return protocol.ErrTopicNotExist
 	}
 	existed := false
-	if c.msgID != "" {
+	if c.msgID.n != 0 {
 		var dup bool
 		if dup, existed = w.dd.check(t, c, now); dup {
 			return nil
@@ -333,7 +333,7 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	}
 	c.eventID = w.next
 	w.next += int64(c.count)
-	if c.msgID != "" {
+	if c.msgID.n != 0 {
 		w.dd.stage(t, c, c.eventID, now, existed) // nothing below fails
 	}
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
