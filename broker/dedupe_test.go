@@ -672,3 +672,62 @@ func TestIDKey(t *testing.T) {
 		t.Fatalf("makeIDKey allocates %v", a)
 	}
 }
+
+// Deleting a topic frees its ids: the window's size and its queue drop
+// them at once, not when they expire.
+func TestDedupeDeleteFreesIDs(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), nil)
+	defer b.Close()
+	for _, name := range []string{"a", "b"} {
+		b.CreateTopic(ctx, []byte(name), 0)
+		for i := 0; i < 5; i++ {
+			if _, err := b.Publish(ctx, []byte(name), idRec(fmt.Sprint(name, i), "x"), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := b.DedupeIDs(); n != 10 {
+		t.Fatalf("window holds %d ids, want 10", n)
+	}
+	if _, err := b.DeleteTopic(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.DedupeIDs(); n != 5 {
+		t.Fatalf("after deleting a, the window holds %d ids, want 5", n)
+	}
+	// The writer is idle between requests: its queue is safe to read
+	// through a command round trip (the create below).
+	b.CreateTopic(ctx, []byte("c"), 0)
+	if q := b.w.dd.fifo.len(); q != 5 {
+		t.Fatalf("eviction queue holds %d items, want 5", q)
+	}
+}
+
+// A rebuild keeps the newest dedupe.maxIds ids.
+func TestDedupeRebuildKeepsNewest(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	b.CreateTopic(ctx, []byte("a"), 0)
+	orig := make([]int64, 30)
+	for i := range orig {
+		id, err := b.Publish(ctx, []byte("a"), idRec(fmt.Sprint("id-", i), "x"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig[i] = id
+	}
+	b.Close()
+	b = openTest(t, dir, func(o *Options) { o.DedupeMaxIDs = 10 })
+	defer b.Close()
+	if n := b.DedupeIDs(); n != 10 {
+		t.Fatalf("rebuilt window holds %d ids, want 10", n)
+	}
+	if id, _ := b.Publish(ctx, []byte("a"), idRec("id-29", "x"), 1); id != orig[29] {
+		t.Fatalf("newest id answered with %d, want the original %d", id, orig[29])
+	}
+	if id, _ := b.Publish(ctx, []byte("a"), idRec("id-19", "x"), 1); id == orig[19] {
+		t.Fatal("an id beyond maxIds was still in the window")
+	}
+}
