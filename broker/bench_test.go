@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/smssmq/smss/protocol"
 )
 
 // BenchmarkPublish measures the writer alone (no network): C goroutines
@@ -28,6 +32,16 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 func benchPublish(b *testing.B, level, perReq, conns int) {
+	benchPublishWith(b, level, perReq, conns, false)
+}
+
+func benchPublishIDs(b *testing.B, perReq int, ids bool) {
+	benchPublishWith(b, 1, perReq, 64, ids)
+}
+
+// benchPublishWith is benchPublish; with ids every request's first record
+// carries a new 32-character message id.
+func benchPublishWith(b *testing.B, level, perReq, conns int, ids bool) {
 	dir := b.TempDir()
 	br, err := Open(Options{Dir: dir, FlushLevel: level, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -40,6 +54,12 @@ func benchPublish(b *testing.B, level, perReq, conns int) {
 	}
 	one := rec(string(bytes.Repeat([]byte("x"), 192))) // 200-byte record
 	payload := bytes.Repeat(one, perReq)
+	idAt := -1
+	if ids {
+		first := idRec("00000000000000000000000000000000", string(bytes.Repeat([]byte("x"), 192)))
+		payload = append(first, bytes.Repeat(one, perReq-1)...)
+		idAt = protocol.RecordPrefixSize + 4 + len(protocol.MsgIDHeader) + 4
+	}
 	requests := int64(b.N/perReq + 1)
 	var next atomic.Int64
 	b.SetBytes(int64(len(one)))
@@ -49,7 +69,13 @@ func benchPublish(b *testing.B, level, perReq, conns int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= requests {
+			payload := append([]byte(nil), payload...) // each connection's own request
+			for n := next.Add(1); n <= requests; n = next.Add(1) {
+				if idAt >= 0 { // a new id per request
+					var raw [8]byte
+					binary.BigEndian.PutUint64(raw[:], uint64(n))
+					hex.Encode(payload[idAt:idAt+16], raw[:])
+				}
 				if _, err := br.Publish(ctx, []byte("bench"), payload, perReq); err != nil {
 					b.Error(err)
 					return

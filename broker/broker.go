@@ -49,6 +49,12 @@ type Options struct {
 	// OpenFile opens the binlog and topic files appends go to; tests
 	// inject disk faults through it. Default os.OpenFile.
 	OpenFile func(path string, flag int, perm os.FileMode) (segment.File, error)
+	// DedupeWindow is how long the message ids of committed pub and
+	// delay requests are remembered (dedupe.window, default 2 min); a
+	// negative value turns dedupe off. DedupeMaxIDs bounds the ids held
+	// over all topics (dedupe.maxIds, default 1,000,000).
+	DedupeWindow time.Duration
+	DedupeMaxIDs int
 	// Metrics receives the writer's recordings (group commits, fsyncs,
 	// publishes, storage errors); nil records nothing.
 	Metrics *metrics.Metrics
@@ -75,6 +81,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = time.Second
+	}
+	if o.DedupeWindow == 0 {
+		o.DedupeWindow = DefaultDedupeWindow
+	}
+	if o.DedupeMaxIDs <= 0 {
+		o.DedupeMaxIDs = DefaultDedupeMaxIDs
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -127,6 +139,9 @@ type Broker struct {
 	epoch    atomic.Uint64
 	replicas replicaSet
 	stats    statsState // operator views (stats.go)
+
+	// dedupeIDs is the size of the writer's dedupe window, for readers.
+	dedupeIDs atomic.Int64
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are
@@ -144,6 +159,8 @@ type topic struct {
 	lastUse int64               // writer only: ms of the last append
 
 	blocks blockCounter // blocks the writer committed, per file (count.go)
+
+	ids *dedupeSet // writer only: the message ids of the window (dedupe.go)
 }
 
 // Open recovers the data directory and starts the writer.
@@ -203,6 +220,7 @@ func Open(opts Options) (*Broker, error) {
 	b.lastID.Store(next - 1)
 	b.log.Info("recovery finished", "nextEventId", next, "topics", len(b.topics), "took", time.Since(start))
 	b.w = newWriter(b, next)
+	b.rebuildDedupe(&b.w.dd)
 	go b.w.run()
 	go b.emptyTrash()
 	b.stats.counts.start(b)
@@ -334,14 +352,23 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
+	msgID, err := b.publishID(records)
+	if err != nil {
+		return 0, err
+	}
 	c := getCommand()
 	defer putCommand(c)
 	c.cmd, c.topic, c.records, c.count, c.timestamp = protocol.CmdPub, string(topicName), records, count, b.opts.Now()
+	c.msgID = msgID
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
 	// Counted here, on the caller's goroutine, not by the single writer.
-	b.opts.Metrics.PublishedBytes(topicName, count, len(records))
+	if c.dup {
+		b.opts.Metrics.DedupeHit(topicName)
+	} else {
+		b.opts.Metrics.PublishedBytes(topicName, count, len(records))
+	}
 	return c.eventID, nil
 }
 

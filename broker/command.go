@@ -37,6 +37,16 @@ type command struct {
 	replLast int64
 	epoch    uint64 // promote: the new epoch; learn epoch: the master's
 
+	// Dedupe (dedupe.go): the request's message id (zero for none), whether
+	// it was settled as a duplicate (of dupOf when that was in flight in
+	// the same group), and the window entry it adds if its group commits.
+	msgID   idKey
+	dup     bool
+	dupOf   *command
+	ddTopic *topic
+	ddID    int64
+	ddAt    int64
+
 	eventID int64
 	err     error
 	done    chan struct{}

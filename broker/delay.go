@@ -49,12 +49,20 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if delayMs > maxDelayMs {
 		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms is too long (at most %d)", delayMs, int64(maxDelayMs)))
 	}
+	msgID, err := b.publishID(records)
+	if err != nil {
+		return 0, err
+	}
 	c := getCommand()
 	defer putCommand(c)
 	now := b.opts.Now()
 	c.cmd, c.topic, c.records, c.count, c.timestamp, c.trigger = protocol.CmdDelay, string(topicName), records, count, now, now+delayMs
+	c.msgID = msgID
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
+	}
+	if c.dup {
+		b.opts.Metrics.DedupeHit(topicName)
 	}
 	return c.eventID, nil
 }
@@ -101,6 +109,13 @@ func (w *writer) stageDelay(c *command, now int64) error {
 	t := w.b.topics[c.topic]
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
+	}
+	if c.msgID.n != 0 {
+		dup, existed := w.dd.check(t, c, now)
+		if dup {
+			return nil
+		}
+		w.dd.stage(t, c, w.next, now, existed) // nothing below fails
 	}
 	c.eventID = w.next
 	w.next++

@@ -33,6 +33,11 @@
 //     atomic integer operations per topic and group); everything else (the
 //     files of earlier runs) is counted by one background goroutine, never
 //     by a stats call, which reports -1 until it is done (count.go).
+//   - The dedupe window of message ids (dedupe.go) belongs to the writer:
+//     a pub or delay whose id was stored within the window is answered
+//     with the original's eventId and not staged. It is derived from the
+//     binlog (rebuilt at start-up, kept by slaves as they apply) and never
+//     persisted.
 //
 // Count sidecar "<id>.cnt", next to a topic file "<id>.log" that no longer
 // changes, so that a restart need not read the file to count it. Written

@@ -162,7 +162,11 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 			// count and records describe the publication for metrics,
 			// read by the submitter (records aliases raw: no copy).
 			c.count, c.records = int(last-blk.EventID+1), blk.Payload
-			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload)
+			if err := w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload); err != nil {
+				return err
+			}
+			w.replicatedID(t, c, blk.Payload, blk.WriteTime)
+			return nil
 		}
 	case binlog.CmdDelayApply:
 		key, err := meta.DelayKeyFromValue(blk.Payload, blk.Topic)
@@ -182,6 +186,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 			}
 			// Stored, ready for a promotion, but not scheduled.
 			w.mb.PutDelay(key, append([]byte(nil), blk.Payload...))
+			w.replicatedID(t, c, blk.Payload[binlog.DelayPrefixLen:], blk.WriteTime)
 		}
 	case binlog.CmdCreate:
 		if t != nil {
@@ -213,6 +218,8 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		eid := blk.EventID
 		w.post = append(w.post, func() {
 			delete(w.dirty, t)
+			w.dd.drop(t)
+			w.publishDedupeSize()
 			w.b.removeTopic(t, eid)
 		})
 	}

@@ -367,7 +367,7 @@ func (b *Broker) Delays() metrics.DelayStats {
 // role, data directory, last eventId and the binlog's size. The caller adds
 // version, listen address, start time and configuration.
 func (b *Broker) ServerInfo() metrics.ServerInfo {
-	in := metrics.ServerInfo{Role: metrics.RoleMaster, DataDir: b.opts.Dir, LastEventID: b.LastEventID(), Epoch: b.Epoch()}
+	in := metrics.ServerInfo{Role: metrics.RoleMaster, DataDir: b.opts.Dir, LastEventID: b.LastEventID(), Epoch: b.Epoch(), DedupeIDs: b.DedupeIDs()}
 	if b.IsSlave() {
 		in.Role = metrics.RoleSlave
 	}

@@ -36,6 +36,7 @@ type writer struct {
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
 	topicEnc topicstore.RunEncoder
+	dd       dedupeState // the message id window (dedupe.go)
 
 	// flushLevel 2 group wait (Options.GroupWait): commands expected for
 	// the next group, when that expectation was formed, the last binlog
@@ -86,6 +87,7 @@ func newWriter(b *Broker, next int64) *writer {
 	return &writer{
 		b: b, next: next, batchOf: map[*topic]*topicBatch{}, mb: b.meta.NewBatch(), applied: map[string]bool{},
 		dirty: map[*topic]struct{}{}, flushTimer: t, ckptPos: b.binlog.Position(), syncDone: make(chan bgSync, 1),
+		dd: dedupeState{window: b.opts.DedupeWindow.Milliseconds(), max: b.opts.DedupeMaxIDs},
 	}
 }
 
@@ -148,6 +150,7 @@ func (w *writer) process(group []*command) {
 	}
 	binStart := w.b.binlog.Position()
 	nextBefore := w.next
+	w.dd.from = w.next
 	w.reset()
 	for _, c := range group {
 		var err error
@@ -185,9 +188,13 @@ func (w *writer) process(group []*command) {
 			c.err = err
 			continue
 		}
+		if c.dup {
+			continue // answered by the dedupe window (dedupe.go)
+		}
 		w.ok = append(w.ok, c)
 	}
 	m := w.b.opts.Metrics
+	committed := false
 	if len(w.ok) > 0 && (len(w.binBuf) > 0 || !w.mb.Empty()) {
 		if err := w.apply(binStart); err != nil {
 			m.Error(metrics.KindStorage)
@@ -210,9 +217,16 @@ func (w *writer) process(group []*command) {
 				c.err, c.eventID = err, 0
 			}
 			w.die(err)
-		} else if m != nil {
-			w.record(m)
+		} else {
+			committed = true
+			if m != nil {
+				w.record(m)
+			}
 		}
+	}
+	if len(w.dd.pend) > 0 || len(w.dd.dups) > 0 {
+		w.dd.settle(committed, now)
+		w.publishDedupeSize()
 	}
 	for _, c := range group {
 		if c.err != nil && c.cmd == protocol.CmdDelayApply {
@@ -312,12 +326,22 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	if t == nil || t.meta.Expired(now) {
 		return protocol.ErrTopicNotExist
 	}
+	existed := false
+	if c.msgID.n != 0 {
+		var dup bool
+		if dup, existed = w.dd.check(t, c, now); dup {
+			return nil
+		}
+	}
 	l, err := w.b.topicLog(t)
 	if err != nil {
 		return fmt.Errorf("open topic %s: %w", c.topic, err)
 	}
 	c.eventID = w.next
 	w.next += int64(c.count)
+	if c.msgID.n != 0 {
+		w.dd.stage(t, c, c.eventID, now, existed) // nothing below fails
+	}
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
 		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
 	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
@@ -373,6 +397,8 @@ func (w *writer) stageDelete(c *command, now int64) error {
 	eid := c.eventID
 	w.post = append(w.post, func() {
 		delete(w.dirty, t)
+		w.dd.drop(t)
+		w.publishDedupeSize()
 		w.b.removeTopic(t, eid)
 	})
 	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
@@ -504,6 +530,11 @@ func (w *writer) onIdle() {
 		return
 	}
 	now := w.b.opts.Now()
+	if w.dd.live > 0 {
+		// Expired ids leave the window even when nothing is published.
+		w.dd.evict(now)
+		w.publishDedupeSize()
+	}
 	if w.b.opts.FlushLevel == 0 && w.ckptPos != w.b.binlog.Position() {
 		w.checkpoint(now)
 	}

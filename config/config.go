@@ -22,6 +22,8 @@ type Config struct {
 	Limit      Limit      `yaml:"limit"`
 	Delay      Delay      `yaml:"delay"`
 	Admin      Admin      `yaml:"admin"`
+	// Dedupe is the message id window of exactly-once publishing.
+	Dedupe Dedupe `yaml:"dedupe"`
 	// Security (security.go): authentication, the TLS listener, and how a
 	// slave connects to its master.
 	Auth        Auth              `yaml:"auth"`
@@ -143,6 +145,14 @@ type Delay struct {
 	MaxDelay int64 `yaml:"maxDelay"` // ms
 }
 
+// Dedupe is the dedupe.* section (new): the window of message ids
+// (record header smss-msg-id) within which a retried pub or delay is
+// answered with the original's eventId instead of being stored again.
+type Dedupe struct {
+	Window int64 `yaml:"window"` // ms; 0 turns dedupe off
+	MaxIDs int   `yaml:"maxIds"` // ids held over all topics
+}
+
 // Admin is the admin.* section: the operator HTTP endpoint (package admin).
 type Admin struct {
 	// Listen is host:port; "" turns the endpoint off.
@@ -198,6 +208,7 @@ func Default() *Config {
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
 		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
 		Delay:       Delay{MaxDelay: 2592000000},
+		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, RejoinMaxProbes: 64},
 	}
@@ -241,6 +252,15 @@ func (c *Config) MaxAckTimeout() time.Duration { return ms(c.Timeout.Sub.MaxAck)
 
 // DefaultAckTimeout is timeout.sub.defaultAck.
 func (c *Config) DefaultAckTimeout() time.Duration { return ms(c.Timeout.Sub.DefaultAck) }
+
+// DedupeWindow is dedupe.window as broker.Options.DedupeWindow wants it:
+// a negative duration when dedupe is off (0 there means the default).
+func (c *Config) DedupeWindow() time.Duration {
+	if c.Dedupe.Window == 0 {
+		return -1
+	}
+	return ms(c.Dedupe.Window)
+}
 
 // MaxDelay is delay.maxDelay: the longest accepted delay of a delay pub.
 func (c *Config) MaxDelay() time.Duration { return ms(c.Delay.MaxDelay) }

@@ -77,6 +77,8 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"replication.syncSlaves":    int64(0),
 		"replication.syncTimeoutMs": int64(2000),
 		"replication.onSyncTimeout": "fail",
+		"dedupe.window":             int64(120000),
+		"dedupe.maxIds":             int64(1000000),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
@@ -85,11 +87,11 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	if got := keys["replication.rejoinMaxProbes"]; got != int64(64) {
 		t.Errorf("summary replication.rejoinMaxProbes = %v (%T), want 64", got, got)
 	}
-	// 40 keys + 21 security/replication keys (security.go, with the three
-	// semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue 18
-	// + source
-	if len(s) != 72 {
-		t.Errorf("summary has %d entries, want 72", len(s))
+	// 42 keys (with dedupe.*) + 21 security/replication keys (security.go,
+	// with the three semi-sync keys and rejoinMaxProbes) + 10 hardening keys
+	// of issue 18 + source
+	if len(s) != 74 {
+		t.Errorf("summary has %d entries, want 74", len(s))
 	}
 }
 

@@ -88,6 +88,8 @@ func (c *Config) Validate() error {
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
 
 	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
+	v.between("dedupe.window", c.Dedupe.Window, 0, maxMs, "ms; 0 turns dedupe off")
+	v.between("dedupe.maxIds", int64(c.Dedupe.MaxIDs), 1, 1<<30, "ids")
 
 	c.validateAdmin(&v)
 	c.validateSecurity(&v)

@@ -38,6 +38,7 @@ var (
 	descEpoch       = desc("promotion_epoch", "Promotion epoch: grows with every promotion (on a slave: the highest of a master it followed).")
 	descIsMaster    = desc("is_master", "1 on a master, 0 on a slave; changes when a slave is promoted.")
 	descBinlogFiles = desc("binlog_files", "Number of binlog files.")
+	descDedupeIDs   = desc("dedupe_ids", "Message ids held in the dedupe window, over all topics.")
 
 	descTopics       = desc("topics", "Topics by state.", "state")
 	descTopicBytes   = desc("topic_disk_bytes", "Size of a topic's log files.", "topic")
@@ -63,7 +64,7 @@ var (
 	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
 	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
 	descCertExpiry   = desc("tls_certificate_expiry_timestamp_seconds", "NotAfter of a TLS certificate in force, Unix seconds; key is its configuration key.", "key")
-	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster,
+	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster, descDedupeIDs,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
 		descSlaves, descSlaveLag, descSlaveConf, descSlaveConfLat, descSyncSlaves, descSyncConfirm, descSyncWaiting,
 		descSyncDegraded, descSyncTimeouts, descSyncUnconf, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
@@ -102,6 +103,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		isMaster = 1
 	}
 	e.gauge(descIsMaster, isMaster)
+	e.gauge(descDedupeIDs, float64(info.DedupeIDs))
 	seenCert := map[string]bool{}
 	for _, c := range info.Certificates {
 		if k := labelValue(c.Key); !seenCert[k] {

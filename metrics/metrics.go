@@ -238,6 +238,15 @@ func (m *Metrics) DeliveredBytes(topic []byte, msgs, bytes int) {
 	m.topics.getBytes(topic).delivered(msgs, bytes)
 }
 
+// DedupeHit records one pub or delay request on topic that was answered
+// from the dedupe window (a duplicate message id) and not stored.
+func (m *Metrics) DedupeHit(topic []byte) {
+	if m == nil {
+		return
+	}
+	m.topics.getBytes(topic).dedupeHits.Add(1)
+}
+
 // TopicDeleted drops topic's per-topic series (the all-topic totals keep
 // their counts).
 func (m *Metrics) TopicDeleted(topic string) {

@@ -263,6 +263,9 @@ type ServerInfo struct {
 	// BinlogBytes is the size of all binlog files; BinlogFiles their count.
 	BinlogBytes int64 `json:"binlogBytes"`
 	BinlogFiles int   `json:"binlogFiles"`
+	// DedupeIDs is the number of message ids the dedupe window holds
+	// (dedupe.window, dedupe.maxIds).
+	DedupeIDs int64 `json:"dedupeIds"`
 	// Config is the configuration in effect as dotted key → value, with
 	// secrets removed (config.Config.Summary does both).
 	Config map[string]any `json:"config"`

@@ -22,6 +22,9 @@ type TopicCounters struct {
 	Bytes      int64 `json:"bytes"`
 	DelivMsgs  int64 `json:"deliveredMessages"`
 	DelivBytes int64 `json:"deliveredBytes"`
+	// DedupeHits counts pub and delay requests answered from the dedupe
+	// window (duplicates of a stored message id), not stored again.
+	DedupeHits int64 `json:"dedupeHits"`
 }
 
 // topicSeries are one label's counters. They are plain atomics exported by
@@ -30,6 +33,7 @@ type TopicCounters struct {
 type topicSeries struct {
 	label                          string
 	pubs, msgs, bytes, dmsgs, dbts atomic.Int64
+	dedupeHits                     atomic.Int64
 }
 
 func (t *topicSeries) published(msgs, bytes int) {
@@ -45,7 +49,7 @@ func (t *topicSeries) delivered(msgs, bytes int) {
 
 func (t *topicSeries) counters() TopicCounters {
 	return TopicCounters{Publishes: t.pubs.Load(), Messages: t.msgs.Load(), Bytes: t.bytes.Load(),
-		DelivMsgs: t.dmsgs.Load(), DelivBytes: t.dbts.Load()}
+		DelivMsgs: t.dmsgs.Load(), DelivBytes: t.dbts.Load(), DedupeHits: t.dedupeHits.Load()}
 }
 
 // topicSet caches topicSeries by raw topic name. Lookups are lock-free
@@ -73,6 +77,7 @@ var (
 	descTopicPubBytes   = desc("topic_published_bytes_total", "Record bytes published, by topic.", "topic")
 	descTopicDelivMsgs  = desc("topic_delivered_messages_total", "Messages sent to subscribers, by topic.", "topic")
 	descTopicDelivBytes = desc("topic_delivered_bytes_total", "Record bytes sent to subscribers, by topic.", "topic")
+	descDedupeHits      = desc("dedupe_hits_total", "Pub and delay requests answered as duplicates of a message id in the dedupe window (not stored again), by topic.", "topic")
 )
 
 func newTopicSet(max int) *topicSet {
@@ -161,7 +166,7 @@ func (ts *topicSet) each(fn func(label string, c TopicCounters)) {
 }
 
 func (ts *topicSet) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTopicPubs, descTopicPubMsgs, descTopicPubBytes, descTopicDelivMsgs, descTopicDelivBytes} {
+	for _, d := range []*prometheus.Desc{descTopicPubs, descTopicPubMsgs, descTopicPubBytes, descTopicDelivMsgs, descTopicDelivBytes, descDedupeHits} {
 		ch <- d
 	}
 }
@@ -181,6 +186,7 @@ func (ts *topicSet) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descTopicPubBytes, c.Bytes, s.label)
 		counter(ch, descTopicDelivMsgs, c.DelivMsgs, s.label)
 		counter(ch, descTopicDelivBytes, c.DelivBytes, s.label)
+		counter(ch, descDedupeHits, c.DedupeHits, s.label)
 	}
 }
 

@@ -53,6 +53,7 @@ type options struct {
 	withSlave bool          // pub: attach a slave during the run
 	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
 	syncSlaves int
+	ids        bool // smss: a message id (smss-msg-id) on every publish request
 
 	runs  int
 	json  bool
@@ -123,6 +124,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
+	fs.BoolVar(&o.ids, "ids", false, "smss: attach a new 32-hex-char message id (smss-msg-id) to every publish request, as the Go client does")
 	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
@@ -208,6 +210,8 @@ func (o *options) validate(set map[string]bool) error {
 		return fmt.Errorf("--sync-slaves %d: want 0 or 1 (one slave is attached)", o.syncSlaves)
 	case o.syncSlaves > 0 && (!o.withSlave || o.addr != ""):
 		return errors.New("--sync-slaves needs --with-slave and a master the benchmark starts (no --addr)")
+	case o.ids && (o.target != targetSmss || o.compare):
+		return errors.New("--ids applies to smss workloads (not compare or redis)")
 	case (o.workload == wE2E || o.workload == wRepl) && o.rate == 0:
 		return fmt.Errorf("%s needs a fixed --rate", o.workload)
 	case o.workload == wRepl && o.count > 0:

@@ -21,7 +21,8 @@ type Params struct {
 	Durable   string  `json:"durability"` // smss flushLevel or Redis appendfsync
 	WithSlave bool    `json:"with_slave,omitempty"`
 	// SyncSlaves is the master's replication.syncSlaves (--sync-slaves).
-	SyncSlaves int `json:"sync_slaves,omitempty"`
+	SyncSlaves int  `json:"sync_slaves,omitempty"`
+	IDs        bool `json:"ids,omitempty"` // smss: a message id on every request
 }
 
 // RSS is the server's memory as /proc/PID/status reports it, in KiB.
@@ -244,6 +245,9 @@ func describe(r *Result) string {
 	}
 	if p.SyncSlaves > 0 {
 		s += fmt.Sprintf(" sync-slaves=%d", p.SyncSlaves)
+	}
+	if p.IDs {
+		s += " ids"
 	}
 	return s
 }

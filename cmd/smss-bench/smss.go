@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -73,6 +74,9 @@ type smssSys struct {
 	topic string
 	flush int
 	who   atomic.Int64
+	// ids: every publish request carries a new message id (record header
+	// smss-msg-id on its first record), as the Go client sends them.
+	ids bool
 }
 
 func (s *smssSys) name() string       { return "smss" }
@@ -153,30 +157,58 @@ func (s *smssSys) prepare() error { return createTopic(s.addr, s.topic) }
 type smssPub struct {
 	*smssConn
 	stamps []int
+	// idAt is the offset of the message id's value in req (-1: no id);
+	// idSeq numbers this connection's requests, idBase the connection.
+	idAt   int
+	idSeq  uint64
+	idBase uint64
 }
 
 func (s *smssSys) dialPublisher(size, records int) (publisher, error) {
-	return newSmssPub(s.addr, s.topic, size, records)
+	return newSmssPub(s.addr, s.topic, size, records, s.ids)
 }
 
-func newSmssPub(addr, topic string, size, records int) (*smssPub, error) {
+// idLen is the message id the Go client sends: 32 hex characters.
+const idLen = 32
+
+var idConns atomic.Uint64
+
+func newSmssPub(addr, topic string, size, records int, ids bool) (*smssPub, error) {
 	one, err := protocol.AppendRecord(nil, protocol.Record{Body: body(size)})
 	if err != nil {
 		return nil, err
 	}
-	payload := make([]byte, 0, len(one)*records)
-	for i := 0; i < records; i++ {
+	first := one
+	if ids {
+		placeholder := make([]byte, idLen)
+		for i := range placeholder {
+			placeholder[i] = '0'
+		}
+		first, err = protocol.AppendRecord(nil, protocol.Record{Body: body(size),
+			Headers: []protocol.KV{{Key: protocol.MsgIDHeader, Value: string(placeholder)}}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	payload := make([]byte, 0, len(first)+len(one)*(records-1))
+	payload = append(payload, first...)
+	for i := 1; i < records; i++ {
 		payload = append(payload, one...)
 	}
 	req, err := protocol.AppendPub(nil, []byte(topic), nil, payload)
 	if err != nil {
 		return nil, err
 	}
-	// A record without headers is the 8-byte prefix then the body.
+	// Every body is the last size bytes of its record.
 	head := len(req) - len(payload)
-	p := &smssPub{}
-	for i := 0; i < records; i++ {
-		p.stamps = append(p.stamps, head+i*len(one)+protocol.RecordPrefixSize)
+	p := &smssPub{idAt: -1, idBase: uint64(time.Now().UnixNano())<<8 ^ idConns.Add(1)}
+	p.stamps = append(p.stamps, head+len(first)-len(body(size)))
+	for i := 1; i < records; i++ {
+		p.stamps = append(p.stamps, head+len(first)+i*len(one)-len(body(size)))
+	}
+	if ids {
+		// prefix, count, key length, key, value length, then the value.
+		p.idAt = head + protocol.RecordPrefixSize + 4 + len(protocol.MsgIDHeader) + 4
 	}
 	c, err := dialSmss(addr)
 	if err != nil {
@@ -190,6 +222,14 @@ func newSmssPub(addr, topic string, size, records int) (*smssPub, error) {
 func (p *smssPub) publish(stamp int64) error {
 	for _, off := range p.stamps {
 		binary.LittleEndian.PutUint64(p.req[off:], uint64(stamp))
+	}
+	if p.idAt >= 0 {
+		// A new id per request, unique across connections and runs.
+		p.idSeq++
+		var raw [16]byte
+		binary.BigEndian.PutUint64(raw[:8], p.idBase)
+		binary.BigEndian.PutUint64(raw[8:], p.idSeq)
+		hex.Encode(p.req[p.idAt:p.idAt+idLen], raw[:])
 	}
 	return p.roundTrip(p.req)
 }

@@ -77,7 +77,7 @@ func (r *runner) setup(target string) (*instance, error) {
 		topic = fmt.Sprintf("%s-%d", o.topic, time.Now().UnixNano())
 	}
 	if target == targetSmss {
-		inst.sys = &smssSys{addr: addr, topic: topic, flush: o.flush}
+		inst.sys = &smssSys{addr: addr, topic: topic, flush: o.flush, ids: o.ids}
 	} else {
 		inst.sys = &redisSys{addr: addr, key: topic, flush: o.flush, live: o.workload == wE2E}
 	}
@@ -125,7 +125,7 @@ func (r *runner) begin(inst *instance, workload string) *measure {
 	m := &measure{inst: inst, res: &Result{
 		System:   inst.sys.name(),
 		Workload: workload,
-		Params: Params{Conns: o.conns, Size: o.size, Records: o.records, Rate: o.rate, Flush: o.flush,
+		Params: Params{Conns: o.conns, Size: o.size, Records: o.records, Rate: o.rate, Flush: o.flush, IDs: o.ids,
 			Durable: inst.sys.durability(), WithSlave: inst.slave != nil, SyncSlaves: o.syncSlaves},
 	}}
 	if workload != wPub {

@@ -116,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
 		Metrics:       adm.metrics(),
+		DedupeWindow:  cfg.DedupeWindow(),
+		DedupeMaxIDs:  cfg.Dedupe.MaxIDs,
 	}
 	b, err := broker.Open(bopts)
 	if err != nil {
