@@ -498,7 +498,7 @@ func (b *Bridge) block(ctx context.Context, raw []byte, r *resume, prev *int64, 
 			}
 			records = records[size:]
 			m := &Message{Topic: topic, EventID: id, Timestamp: blk.Timestamp, DelayEventID: delayID,
-				Block: Mark{EventID: id, BlockFirst: blk.EventID, BlockCRC: crc, Safe: min(safe, blk.EventID-1)},
+				Block:   Mark{EventID: id, BlockFirst: blk.EventID, BlockCRC: crc, Safe: min(safe, blk.EventID-1)},
 				Headers: rec.Headers, Body: rec.Body}
 			id++
 			if m.EventID <= r.maxLane {

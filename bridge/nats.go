@@ -24,6 +24,14 @@ type NATSTarget struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	stream   jetstream.Stream
+
+	// Every publish names what must precede it in the stream: the first of
+	// a session the stream's last sequence, the others the previous
+	// message's Nats-Msg-Id. JetStream refuses a publish whose predecessor
+	// is missing, so a failed publish can never be followed by stored ones:
+	// the stream never has a gap, and eventId order per topic holds.
+	lastSeq uint64
+	prevID  string
 }
 
 // NewNATSTarget returns a target for cfg; it connects in Open.
@@ -104,6 +112,7 @@ func (t *NATSTarget) Open(ctx context.Context) error {
 			ErrFatal, t.cfg.Stream, r)
 	}
 	t.nc, t.js, t.stream = nc, js, st
+	t.lastSeq, t.prevID = st.CachedInfo().State.LastSeq, ""
 	return nil
 }
 
@@ -131,6 +140,7 @@ func (t *NATSTarget) Marks(ctx context.Context) (map[string]Mark, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.lastSeq, t.prevID = info.State.LastSeq, ""
 	if info.State.LastSeq == 0 {
 		return nil, nil
 	}
@@ -213,14 +223,21 @@ func MsgID(identity string, eventID int64) string {
 
 // Publish implements Target.
 func (t *NATSTarget) Publish(ctx context.Context, m *Message) (Ack, error) {
+	id := MsgID(t.identity, m.EventID)
+	expect := jetstream.WithExpectLastMsgID(t.prevID)
+	if t.prevID == "" {
+		expect = jetstream.WithExpectLastSequence(t.lastSeq)
+	}
 	f, err := t.js.PublishMsgAsync(NATSMsg(t.cfg.SubjectPrefix, m),
-		jetstream.WithMsgID(MsgID(t.identity, m.EventID)),
+		jetstream.WithMsgID(id),
 		jetstream.WithExpectStream(t.cfg.Stream),
+		expect,
 		// A retried publish could land after a later one.
 		jetstream.WithRetryAttempts(0))
 	if err != nil {
 		return nil, err
 	}
+	t.prevID = id
 	return natsAck{f}, nil
 }
 
