@@ -114,7 +114,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 		} else {
 			delay = min(max(2*delay, minB), maxB)
 		}
-		b.log.Warn("session ended; retrying", "side", kind, "err", err, "retryIn", delay, "safe", b.m.vSafe.Load())
+		var be *protocol.BizError
+		if errors.As(err, &be) {
+			// The master refuses the resume position: after a failover to a
+			// slave that is behind the target, this lasts until an operator
+			// acts (or the new master reaches the position).
+			b.log.Error("the master refuses to resume where the target is; retrying", "err", err, "retryIn", delay, "safe", b.m.vSafe.Load())
+		} else {
+			b.log.Warn("session ended; retrying", "side", kind, "err", err, "retryIn", delay, "safe", b.m.vSafe.Load())
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -280,7 +288,7 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err
 	cancel(errSessionOver)
 	wg.Wait()
 	rerr := <-readErr
-	progressed = acked.Load() > safeInit || b.m.vSafe.Load() > safeInit
+	progressed = acked.Load() > 0 || b.m.vSafe.Load() > safeInit
 	switch {
 	case procErr != nil:
 		return progressed, procKind, procErr

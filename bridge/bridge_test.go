@@ -420,3 +420,23 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestSeveralMasters: the first address is dead; the bridge moves on to
+// the next one.
+func TestSeveralMasters(t *testing.T) {
+	h := mixedHistory(1)
+	dead := startFakeMaster(t, nil)
+	deadAddr := dead.addr()
+	dead.close()
+	m := startFakeMaster(t, h.blocks)
+	cfg := testConfig(deadAddr)
+	cfg.Master = append(cfg.Master, m.addr())
+	newTarget, read := natsKind().setup(t, &cfg)
+	b, stop := runBridge(t, cfg, newTarget())
+	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := NewFilter(cfg.Topics, cfg.Exclude)
+	checkMirror(t, read(), want(t, h.blocks, f), false)
+}
