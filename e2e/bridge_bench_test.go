@@ -222,4 +222,3 @@ func portOf(addr string) int {
 	fmt.Sscanf(addr[strings.LastIndexByte(addr, ':')+1:], "%d", &p)
 	return p
 }
-
