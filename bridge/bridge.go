@@ -109,6 +109,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return err
 		}
 		b.m.err(kind)
+		if kind == ErrKindMaster && !progressed && len(b.cfg.Master) > 1 {
+			// This address may be a slave now, or gone: try the next.
+			b.next = (b.next + 1) % len(b.cfg.Master)
+		}
 		if progressed {
 			delay = minB
 		} else {

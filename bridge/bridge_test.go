@@ -49,6 +49,8 @@ type targetKind struct {
 	name    string
 	ordered bool // the target keeps header order across keys
 	setup   func(t *testing.T, cfg *Config) (func() Target, func() []got)
+	// benchSetup is setup for benchmarks (no read-back).
+	benchSetup func(b *testing.B, cfg *Config) func() Target
 }
 
 func natsKind() targetKind {
@@ -127,6 +129,16 @@ func runBridge(t *testing.T, cfg Config, tg Target) (*Bridge, func() error) {
 }
 
 func lastID(h *history) int64 { return h.next - 1 }
+
+func runBridgeB(b *testing.B, bb *Bridge) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bb.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+	}
+}
 
 // TestMirror mirrors a mixed history into each target and checks it
 // exactly: every message once, in order, bodies and headers byte-exact,
@@ -421,16 +433,18 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-// TestSeveralMasters: the first address is dead; the bridge moves on to
-// the next one.
+// TestSeveralMasters: the first address is dead and the second refuses
+// replication (a slave); the bridge moves on to the third.
 func TestSeveralMasters(t *testing.T) {
 	h := mixedHistory(1)
 	dead := startFakeMaster(t, nil)
 	deadAddr := dead.addr()
 	dead.close()
+	slave := startFakeMaster(t, nil)
+	slave.refuse = "don't support action"
 	m := startFakeMaster(t, h.blocks)
 	cfg := testConfig(deadAddr)
-	cfg.Master = append(cfg.Master, m.addr())
+	cfg.Master = append(cfg.Master, slave.addr(), m.addr())
 	newTarget, read := natsKind().setup(t, &cfg)
 	b, stop := runBridge(t, cfg, newTarget())
 	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })

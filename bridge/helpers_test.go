@@ -101,6 +101,7 @@ type fakeMaster struct {
 	conns   map[net.Conn]struct{}
 	extra   int // bytes received after replica requests
 	reqs    []int64
+	refuse  string // answer every replica request with this 400
 }
 
 func startFakeMaster(t testing.TB, blocks [][]byte) *fakeMaster {
@@ -188,6 +189,12 @@ func (m *fakeMaster) serve(c net.Conn) {
 	}()
 	pos := -1
 	m.mu.Lock()
+	if m.refuse != "" {
+		msg := m.refuse
+		m.mu.Unlock()
+		c.Write(protocol.AppendReplyError(nil, msg))
+		return
+	}
 	if after == 0 {
 		pos = 0
 	} else {

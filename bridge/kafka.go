@@ -73,6 +73,9 @@ func (t *KafkaTarget) Open(ctx context.Context) error {
 		kgo.MaxBufferedRecords(t.cfg.MaxInFlight),
 		kgo.RecordDeliveryTimeout(ms(t.cfg.AckTimeoutMs)),
 		kgo.ProducerLinger(2*time.Millisecond),
+		// A topic created by the bridge is produced to at once: its
+		// metadata must not wait for the default 5 s refresh floor.
+		kgo.MetadataMinAge(200*time.Millisecond),
 		kgo.ClientID("smss-bridge"),
 	)
 	if err != nil {

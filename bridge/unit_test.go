@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -291,4 +292,19 @@ func FuzzParseMark(f *testing.F) {
 			t.Fatalf("accepted an inconsistent mark %+v", m)
 		}
 	})
+}
+
+// TestShippedConfig: config/bridge.yaml loads and holds the defaults.
+func TestShippedConfig(t *testing.T) {
+	cfg, err := LoadConfig("../config/bridge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := DefaultConfig()
+	cfg.Master, def.Master = nil, nil
+	cfg.Exclude, def.Exclude = nil, nil
+	cfg.Kafka.Brokers, def.Kafka.Brokers = nil, nil
+	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", def) {
+		t.Fatalf("config/bridge.yaml differs from the defaults:\n%+v\n%+v", cfg, def)
+	}
 }

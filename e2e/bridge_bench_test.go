@@ -125,7 +125,7 @@ func benchTarget(t *testing.T, target string) ([]string, func() int) {
 			t.Fatal(err)
 		}
 		t.Cleanup(kc.Close)
-		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.MetadataMinAge(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
