@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,20 +70,27 @@ func TestBridgeBench(t *testing.T) {
 			sdir := t.TempDir()
 			replConfig(t, sdir, freePort(t), "")
 			var without, withBridge, withSlave, withReader []float64
+			var cpuWithout, cpuBridge, cpuSlave, cpuReader []float64
+			measure := func(rates, cpus *[]float64) {
+				c0 := procCPU(m)
+				n0 := pubTotal.Load()
+				*rates = append(*rates, pubRate(t, m.addr, 8, 3*time.Second, body))
+				*cpus = append(*cpus, float64((procCPU(m)-c0).Microseconds())/float64(pubTotal.Load()-n0))
+			}
 			published := func() int { return backlog + int(pubTotal.Load()) }
 			for i := 0; i < 3; i++ {
-				without = append(without, pubRate(t, m.addr, 8, 3*time.Second, body))
+				measure(&without, &cpuWithout)
 				br = startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
 				if !waitUntil(5*time.Minute, func() bool { return count() >= published() }) {
 					t.Fatalf("bridge did not catch up: %d of %d", count(), published())
 				}
-				withBridge = append(withBridge, pubRate(t, m.addr, 8, 3*time.Second, body))
+				measure(&withBridge, &cpuBridge)
 				br.kill()
 				sl := startReplSlave(t, sdir, portOf(m.addr), 0)
-				withSlave = append(withSlave, pubRate(t, m.addr, 8, 3*time.Second, body))
+				measure(&withSlave, &cpuSlave)
 				sl.stop()
 				stopReader := rawReplicaReader(t, m.addr)
-				withReader = append(withReader, pubRate(t, m.addr, 8, 3*time.Second, body))
+				measure(&withReader, &cpuReader)
 				stopReader()
 			}
 			w, b, sv, rd := median(without), median(withBridge), median(withSlave), median(withReader)
@@ -207,13 +215,7 @@ var backlogEnd atomic.Int64
 
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
+	sort.Float64s(s)
 	return s[len(s)/2]
 }
 
