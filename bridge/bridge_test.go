@@ -454,3 +454,34 @@ func TestSeveralMasters(t *testing.T) {
 	f, _ := NewFilter(cfg.Topics, cfg.Exclude)
 	checkMirror(t, read(), want(t, h.blocks, f), false)
 }
+
+// TestTargetRestart: the JetStream server goes away in the middle of the
+// mirroring and comes back on the same port and store; the bridge retries
+// and the stream ends up exact.
+func TestTargetRestart(t *testing.T) {
+	h := mixedHistory(4)
+	first := len(h.blocks)
+	for i := 0; i < 3; i++ {
+		h.pub("orders", rec(fmt.Sprintf("late%d", i)), rec(fmt.Sprintf("late%d-b", i)))
+	}
+	m := startFakeMaster(t, h.blocks[:first])
+	cfg := testConfig(m.addr())
+	dir := t.TempDir()
+	port := freePort(t)
+	s := startNATS(t, port, dir)
+	cfg.NATS.URL = s.ClientURL()
+	b, stop := runBridge(t, cfg, NewNATSTarget(cfg.NATS, cfg.Identity))
+	_, firstLast, _, _ := decodeSpan(h.blocks[first-1])
+	waitFor(t, "the first part", testDeadline, func() bool { return b.Stats().Safe == firstLast })
+	s.Shutdown()
+	s.WaitForShutdown()
+	m.setBlocks(h.blocks)
+	waitFor(t, "a failed session", testDeadline, func() bool { return b.Stats().TargetErrs >= 1 })
+	startNATS(t, port, dir)
+	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := NewFilter(cfg.Topics, cfg.Exclude)
+	checkMirror(t, readNATS(t, cfg.NATS.URL, cfg.NATS.Stream), want(t, h.blocks, f), false)
+}
