@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -94,6 +95,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if iv := b.cfg.Metrics.LogIntervalSec; iv > 0 {
 		go b.logProgress(ctx, time.Duration(iv)*time.Second)
 	}
+	if iv := b.cfg.Source.StatusIntervalMs; iv > 0 {
+		go b.pollMaster(ctx, ms(iv))
+	}
 	b.log.Info("smss-bridge starting", "master", b.cfg.Master, "target", b.target.Describe(),
 		"topics", b.cfg.Topics, "exclude", b.cfg.Exclude)
 	minB, maxB := ms(b.cfg.Source.MinBackoffMs), ms(b.cfg.Source.MaxBackoffMs)
@@ -151,8 +155,40 @@ func (b *Bridge) logProgress(ctx context.Context, every time.Duration) {
 			rate := float64(s.Mirrored-last) / now.Sub(lastAt).Seconds()
 			last, lastAt = s.Mirrored, now
 			b.log.Info("bridge progress", "mirrored", s.Mirrored, "msgsPerSec", int64(rate), "safe", s.Safe,
-				"received", s.Received, "lagEvents", s.LagEvents, "lagSeconds", s.LagSeconds,
+				"received", s.Received, "masterLast", s.MasterLast, "lagEvents", s.LagEvents, "lagSeconds", s.LagSeconds,
 				"skipped", s.Skipped, "masterErrors", s.MasterErrs, "targetErrors", s.TargetErrs)
+		}
+	}
+}
+
+// pollMaster asks the master for its last eventId (status, command 34) so
+// that the lag counts what the bridge has not even received yet. A server
+// without the command (an original smss) is asked no more.
+func (b *Bridge) pollMaster(ctx context.Context, every time.Duration) {
+	cl, err := client.Dial(ctx, "", client.Options{Addrs: b.cfg.Master, DialContext: b.dial,
+		Logger: b.log.With("component", "status"), MaxConns: 1, MaxRetries: -1, HealthCheckInterval: -1})
+	if err != nil {
+		b.log.Warn("cannot ask the master's status; lag counts received blocks only", "err", err)
+		return
+	}
+	defer cl.Close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, every)
+		st, err := cl.Status(rctx)
+		cancel()
+		switch {
+		case errors.Is(err, client.ErrNoStatus):
+			b.log.Info("the master does not answer status; lag counts received blocks only")
+			return
+		case err == nil:
+			b.m.setHead(st.LastEventID)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -416,6 +416,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	m := startFakeMaster(t, h.blocks)
 	cfg := testConfig(m.addr())
 	cfg.Metrics.Addr = "127.0.0.1:0"
+	cfg.Source.StatusIntervalMs = 100
 	newTarget, _ := natsKind().setup(t, &cfg)
 	b, _ := runBridge(t, cfg, newTarget())
 	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) && b.MetricsAddr() != "" })
@@ -425,7 +426,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, w := range []string{"smss_bridge_lag_events 0", "smss_bridge_lag_seconds 0", "smss_bridge_messages_total " + fmt.Sprint(b.Stats().Mirrored),
+	waitFor(t, "the master's status", testDeadline, func() bool { return b.Stats().MasterLast == lastID(h) })
+	for _, w := range []string{"smss_bridge_lag_events 0", fmt.Sprintf("smss_bridge_master_event_id %d", lastID(h)), "smss_bridge_lag_seconds 0", "smss_bridge_messages_total " + fmt.Sprint(b.Stats().Mirrored),
 		`smss_bridge_errors_total{kind="target"} 0`, fmt.Sprintf("smss_bridge_mirrored_event_id %d", lastID(h)), `smss_bridge_blocks_total{cmd="delay_apply"} 1`} {
 		if !strings.Contains(string(body), w) {
 			t.Errorf("metrics lack %q:\n%s", w, body)

@@ -57,6 +57,10 @@ type SourceConfig struct {
 	// failure of the master or the target; it doubles per failure.
 	MinBackoffMs int `yaml:"minBackoffMs"`
 	MaxBackoffMs int `yaml:"maxBackoffMs"`
+	// StatusIntervalMs is how often the master's last eventId is asked
+	// (status, command 34) for the lag metrics; 0 = never (the lag is then
+	// measured against the last block received).
+	StatusIntervalMs int `yaml:"statusIntervalMs"`
 }
 
 // NATSConfig is the JetStream target.
@@ -124,6 +128,7 @@ func DefaultConfig() Config {
 			MaxBlock:         64 << 20,
 			MinBackoffMs:     500,
 			MaxBackoffMs:     30000,
+			StatusIntervalMs: 2000,
 		},
 		NATS: NATSConfig{
 			Stream:           "SMSS",
@@ -198,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if s.MinBackoffMs < 1 || s.MaxBackoffMs < s.MinBackoffMs {
 		add("source.minBackoffMs/maxBackoffMs: want 1 <= min <= max, got %d and %d", s.MinBackoffMs, s.MaxBackoffMs)
+	}
+	if s.StatusIntervalMs != 0 && s.StatusIntervalMs < 100 {
+		add("source.statusIntervalMs: %d, want 0 (off) or at least 100", s.StatusIntervalMs)
 	}
 	if (s.User == "") != (s.PasswordFile == "") {
 		add("source.user and source.passwordFile must be set together")

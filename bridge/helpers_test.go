@@ -173,7 +173,29 @@ func (m *fakeMaster) serve(c net.Conn) {
 	}()
 	br := bufio.NewReader(c)
 	var req [28]byte
-	if _, err := io.ReadFull(br, req[:]); err != nil || req[0] != byte(protocol.CmdReplica) {
+	for {
+		if _, err := io.ReadFull(br, req[:20]); err != nil {
+			return
+		}
+		if req[0] != byte(protocol.CmdStatus) {
+			break
+		}
+		// Status (34): the last eventId of the history.
+		m.mu.Lock()
+		var last int64
+		if n := len(m.blocks); n > 0 {
+			_, last, _, _ = binlog.DecodeSpan(m.blocks[n-1])
+		}
+		m.mu.Unlock()
+		r, _ := protocol.AppendReplyJSON(nil, fmt.Appendf(nil, `{"role":"master","epoch":1,"lastEventId":%d}`, last))
+		if _, err := c.Write(r); err != nil {
+			return
+		}
+	}
+	if req[0] != byte(protocol.CmdReplica) {
+		return
+	}
+	if _, err := io.ReadFull(br, req[20:]); err != nil {
 		return
 	}
 	after := int64(binary.LittleEndian.Uint64(req[20:]))

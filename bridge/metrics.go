@@ -25,8 +25,9 @@ type Stats struct {
 	Skipped     int64 // messages re-received after a resume that the target already held
 	Bytes       int64 // body bytes acknowledged
 	Received    int64 // last eventId received from the master
+	MasterLast  int64 // the master's last eventId (status), 0 if unknown
 	Safe        int64 // every mirrored message up to this eventId is in the target
-	LagEvents   int64 // Received - Safe
+	LagEvents   int64 // max(Received, MasterLast) - Safe
 	LagSeconds  float64
 	Sessions    int64
 	MasterErrs  int64
@@ -41,13 +42,13 @@ type metrics struct {
 	blocks                   *prometheus.CounterVec
 	errs                     *prometheus.CounterVec
 	sessions                 prometheus.Counter
-	received, safe           prometheus.Gauge
+	received, safe, head     prometheus.Gauge
 
 	// Mirrors for Stats and the log line (prometheus counters are not
 	// cheap to read).
 	nMirrored, nSkipped, nBytes, nSessions atomic.Int64
 	nMasterErr, nTargetErr                 atomic.Int64
-	vReceived, vSafe                       atomic.Int64
+	vReceived, vSafe, vHead                atomic.Int64
 	oldestUnacked                          atomic.Int64 // writeTime ms of the oldest block in flight, 0 = none
 }
 
@@ -70,9 +71,11 @@ func newMetrics() *metrics {
 		Help: "Last eventId received from the master."})
 	m.safe = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_mirrored_event_id",
 		Help: "Every mirrored message up to this eventId is stored in the target."})
-	m.reg.MustRegister(m.blocks, m.errs, m.received, m.safe)
+	m.head = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_master_event_id",
+		Help: "The master's last eventId, from its status (command 34); 0 when it does not answer it."})
+	m.reg.MustRegister(m.blocks, m.errs, m.received, m.safe, m.head)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_bridge_lag_events",
-		Help: "eventIds received from the master and not yet stored in the target."},
+		Help: "eventIds the master has (its status, or else what was received) that are not yet stored in the target."},
 		func() float64 { return float64(m.lagEvents()) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_bridge_lag_seconds",
 		Help: "Age (by the master's write time) of the oldest block not yet stored in the target; 0 when none is in flight."},
@@ -84,7 +87,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) lagEvents() int64 {
-	return max(0, m.vReceived.Load()-m.vSafe.Load())
+	return max(0, max(m.vReceived.Load(), m.vHead.Load())-m.vSafe.Load())
 }
 
 func (m *metrics) lagSeconds() float64 {
@@ -97,6 +100,7 @@ func (m *metrics) lagSeconds() float64 {
 
 func (m *metrics) setReceived(id int64) { m.vReceived.Store(id); m.received.Set(float64(id)) }
 func (m *metrics) setSafe(id int64)     { m.vSafe.Store(id); m.safe.Set(float64(id)) }
+func (m *metrics) setHead(id int64)     { m.vHead.Store(id); m.head.Set(float64(id)) }
 
 func (m *metrics) acked(n int, body int) {
 	m.nMirrored.Add(int64(n))
@@ -119,7 +123,7 @@ func (m *metrics) err(kind string) {
 func (m *metrics) stats() Stats {
 	return Stats{
 		Mirrored: m.nMirrored.Load(), Skipped: m.nSkipped.Load(), Bytes: m.nBytes.Load(),
-		Received: m.vReceived.Load(), Safe: m.vSafe.Load(), LagEvents: m.lagEvents(), LagSeconds: m.lagSeconds(),
+		Received: m.vReceived.Load(), MasterLast: m.vHead.Load(), Safe: m.vSafe.Load(), LagEvents: m.lagEvents(), LagSeconds: m.lagSeconds(),
 		Sessions: m.nSessions.Load(), MasterErrs: m.nMasterErr.Load(), TargetErrs: m.nTargetErr.Load(),
 	}
 }
