@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -457,33 +459,74 @@ func TestSeveralMasters(t *testing.T) {
 	checkMirror(t, read(), want(t, h.blocks, f), false)
 }
 
-// TestTargetRestart: the JetStream server goes away in the middle of the
-// mirroring and comes back on the same port and store; the bridge retries
-// and the stream ends up exact.
+// TestTargetRestart: the target goes away in the middle of the mirroring
+// and comes back (same port, same store); the bridge retries and the
+// target ends up exact.
 func TestTargetRestart(t *testing.T) {
-	h := mixedHistory(4)
-	first := len(h.blocks)
-	for i := 0; i < 3; i++ {
-		h.pub("orders", rec(fmt.Sprintf("late%d", i)), rec(fmt.Sprintf("late%d-b", i)))
+	type target struct {
+		name    string
+		ordered bool
+		// start (re)starts the target on its port and store.
+		start func(t *testing.T, cfg *Config, port int, dir string) (stop func())
+		read  func(t *testing.T, cfg *Config) []got
 	}
-	m := startFakeMaster(t, h.blocks[:first])
-	cfg := testConfig(m.addr())
-	dir := t.TempDir()
-	port := freePort(t)
-	s := startNATS(t, port, dir)
-	cfg.NATS.URL = s.ClientURL()
-	b, stop := runBridge(t, cfg, NewNATSTarget(cfg.NATS, cfg.Identity))
-	_, firstLast, _, _ := decodeSpan(h.blocks[first-1])
-	waitFor(t, "the first part", testDeadline, func() bool { return b.Stats().Safe == firstLast })
-	s.Shutdown()
-	s.WaitForShutdown()
-	m.setBlocks(h.blocks)
-	waitFor(t, "a failed session", testDeadline, func() bool { return b.Stats().TargetErrs >= 1 })
-	startNATS(t, port, dir)
-	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
-	if err := stop(); err != nil {
-		t.Fatal(err)
+	targets := []target{
+		{name: "jetstream", start: func(t *testing.T, cfg *Config, port int, dir string) func() {
+			s := startNATS(t, port, dir)
+			cfg.NATS.URL = s.ClientURL()
+			return func() { s.Shutdown(); s.WaitForShutdown() }
+		}, read: func(t *testing.T, cfg *Config) []got { return readNATS(t, cfg.NATS.URL, cfg.NATS.Stream) }},
+		{name: "kafka", ordered: true, start: func(t *testing.T, cfg *Config, port int, dir string) func() {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Kafka.Brokers = c.ListenAddrs()
+			return c.Close
+		}, read: func(t *testing.T, cfg *Config) []got {
+			tg := NewKafkaTarget(cfg.Kafka)
+			var topics []string
+			for _, tp := range []string{"orders", "audit.log", "late"} {
+				topics = append(topics, tg.KafkaTopic(tp))
+			}
+			return readKafka(t, cfg.Kafka.Brokers, topics...)
+		}},
 	}
-	f, _ := NewFilter(cfg.Topics, cfg.Exclude)
-	checkMirror(t, readNATS(t, cfg.NATS.URL, cfg.NATS.Stream), want(t, h.blocks, f), false)
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) {
+			h := mixedHistory(4)
+			first := len(h.blocks)
+			for i := 0; i < 3; i++ {
+				h.pub("orders", rec(fmt.Sprintf("late%d", i)), rec(fmt.Sprintf("late%d-b", i)))
+			}
+			m := startFakeMaster(t, h.blocks[:first])
+			cfg := testConfig(m.addr())
+			cfg.NATS.URL = "nats://placeholder:1"
+			if tc.name == "kafka" {
+				cfg.NATS.URL = ""
+				cfg.Kafka.Brokers = []string{"placeholder:1"}
+			}
+			dir := t.TempDir()
+			port := freePort(t)
+			stopTarget := tc.start(t, &cfg, port, dir)
+			var tg Target = NewNATSTarget(cfg.NATS, cfg.Identity)
+			if tc.name == "kafka" {
+				tg = NewKafkaTarget(cfg.Kafka)
+			}
+			b, stop := runBridge(t, cfg, tg)
+			_, firstLast, _, _ := decodeSpan(h.blocks[first-1])
+			waitFor(t, "the first part", testDeadline, func() bool { return b.Stats().Safe == firstLast })
+			stopTarget()
+			m.setBlocks(h.blocks)
+			waitFor(t, "a failed session", testDeadline, func() bool { return b.Stats().TargetErrs >= 1 })
+			stopTarget = tc.start(t, &cfg, port, dir)
+			defer stopTarget()
+			waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			f, _ := NewFilter(cfg.Topics, cfg.Exclude)
+			checkMirror(t, tc.read(t, &cfg), want(t, h.blocks, f), tc.ordered)
+		})
+	}
 }

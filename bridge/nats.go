@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,10 @@ type NATSTarget struct {
 	// the stream never has a gap, and eventId order per topic holds.
 	lastSeq uint64
 	prevID  string
+
+	// lost is closed when the connection is lost: the acks still awaited
+	// then fail at once instead of after the ack timeout.
+	lost chan struct{}
 }
 
 // NewNATSTarget returns a target for cfg; it connects in Open.
@@ -69,7 +74,11 @@ func Subject(prefix, topic string) string {
 
 // Open implements Target.
 func (t *NATSTarget) Open(ctx context.Context) error {
-	opts := []nats.Option{nats.Name("smss-bridge"), nats.NoReconnect(), nats.Timeout(5 * time.Second)}
+	lost := make(chan struct{})
+	var once sync.Once
+	gone := func(*nats.Conn) { once.Do(func() { close(lost) }) }
+	opts := []nats.Option{nats.Name("smss-bridge"), nats.NoReconnect(), nats.Timeout(5 * time.Second),
+		nats.ClosedHandler(gone), nats.DisconnectErrHandler(func(c *nats.Conn, _ error) { gone(c) })}
 	if t.cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(t.cfg.CredsFile))
 	}
@@ -111,7 +120,7 @@ func (t *NATSTarget) Open(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s has retention %v; the bridge resumes from the stream's last message and needs retention limits",
 			ErrFatal, t.cfg.Stream, r)
 	}
-	t.nc, t.js, t.stream = nc, js, st
+	t.nc, t.js, t.stream, t.lost = nc, js, st, lost
 	t.lastSeq, t.prevID = st.CachedInfo().State.LastSeq, ""
 	return nil
 }
@@ -238,10 +247,13 @@ func (t *NATSTarget) Publish(ctx context.Context, m *Message) (Ack, error) {
 		return nil, err
 	}
 	t.prevID = id
-	return natsAck{f}, nil
+	return natsAck{f, t.lost}, nil
 }
 
-type natsAck struct{ f jetstream.PubAckFuture }
+type natsAck struct {
+	f    jetstream.PubAckFuture
+	lost <-chan struct{}
+}
 
 func (a natsAck) Wait(ctx context.Context) error {
 	select {
@@ -249,6 +261,14 @@ func (a natsAck) Wait(ctx context.Context) error {
 		return nil
 	case err := <-a.f.Err():
 		return err
+	case <-a.lost:
+		// An ack that arrived just before the loss still counts.
+		select {
+		case <-a.f.Ok():
+			return nil
+		default:
+		}
+		return errors.New("connection to NATS lost before the ack")
 	case <-ctx.Done():
 		return ctx.Err()
 	}
