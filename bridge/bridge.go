@@ -1,0 +1,604 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/protocol"
+)
+
+// ErrFatal is wrapped by the error Run returns when the bridge must stop
+// rather than retry: a block it cannot decode, a master whose history
+// differs from what the target holds, a target it cannot resume from.
+var ErrFatal = errors.New("smss-bridge stopped")
+
+func fatalf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrFatal, fmt.Sprintf(format, args...))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Options configure a Bridge beyond Config.
+type Options struct {
+	Logger *slog.Logger
+	// Dial opens a connection to an smss server, including TLS and login
+	// (client.SecureDialer); nil dials plain TCP.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Bridge follows an smss binlog as a replica reader and mirrors the
+// selected topics into a Target.
+type Bridge struct {
+	cfg    Config
+	filter *Filter
+	target Target
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	log    *slog.Logger
+	m      *metrics
+
+	next int // index in cfg.Master to try first
+
+	metricsAddr atomic.Value // string
+}
+
+// New prepares a bridge; nothing connects before Run.
+func New(cfg Config, target Target, opts Options) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f, err := NewFilter(cfg.Topics, cfg.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{cfg: cfg, filter: f, target: target, dial: opts.Dial, log: opts.Logger, m: newMetrics()}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	if b.dial == nil {
+		b.dial = (&net.Dialer{}).DialContext
+	}
+	return b, nil
+}
+
+// Stats returns a snapshot of the progress.
+func (b *Bridge) Stats() Stats { return b.m.stats() }
+
+// MetricsAddr is the address /metrics listens on once Run started ("" if off).
+func (b *Bridge) MetricsAddr() string {
+	s, _ := b.metricsAddr.Load().(string)
+	return s
+}
+
+// Run mirrors until ctx ends (it returns nil) or a fatal error (wrapping
+// ErrFatal). Unreachable masters and targets are retried forever with
+// capped exponential backoff.
+func (b *Bridge) Run(ctx context.Context) error {
+	if b.cfg.Metrics.Addr != "" {
+		addr, err := serveMetrics(ctx, b.cfg.Metrics.Addr, b.m.reg, b.log)
+		if err != nil {
+			return fmt.Errorf("metrics.addr %s: %w", b.cfg.Metrics.Addr, err)
+		}
+		b.metricsAddr.Store(addr)
+		b.log.Info("metrics listening", "addr", addr)
+	}
+	if iv := b.cfg.Metrics.LogIntervalSec; iv > 0 {
+		go b.logProgress(ctx, time.Duration(iv)*time.Second)
+	}
+	if iv := b.cfg.Source.StatusIntervalMs; iv > 0 {
+		go b.pollMaster(ctx, ms(iv))
+	}
+	b.log.Info("smss-bridge starting", "master", b.cfg.Master, "target", b.target.Describe(),
+		"topics", b.cfg.Topics, "exclude", b.cfg.Exclude)
+	minB, maxB := ms(b.cfg.Source.MinBackoffMs), ms(b.cfg.Source.MaxBackoffMs)
+	delay := time.Duration(0)
+	for {
+		progressed, kind, err := b.session(ctx)
+		if ctx.Err() != nil {
+			b.log.Info("smss-bridge stopped", "safe", b.m.vSafe.Load())
+			return nil
+		}
+		if errors.Is(err, ErrFatal) {
+			b.log.Error("SMSS-BRIDGE STOPPED: fix the cause and restart", "err", err, "safe", b.m.vSafe.Load())
+			return err
+		}
+		b.m.err(kind)
+		if kind == ErrKindMaster && !progressed && len(b.cfg.Master) > 1 {
+			// This address may be a slave now, or gone: try the next.
+			b.next = (b.next + 1) % len(b.cfg.Master)
+		}
+		if progressed {
+			delay = minB
+		} else {
+			delay = min(max(2*delay, minB), maxB)
+		}
+		var be *protocol.BizError
+		if errors.As(err, &be) {
+			// The master refuses the resume position: after a failover to a
+			// slave that is behind the target, this lasts until an operator
+			// acts (or the new master reaches the position).
+			b.log.Error("the master refuses to resume where the target is; retrying", "err", err, "retryIn", delay, "safe", b.m.vSafe.Load())
+		} else {
+			b.log.Warn("session ended; retrying", "side", kind, "err", err, "retryIn", delay, "safe", b.m.vSafe.Load())
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			b.log.Info("smss-bridge stopped", "safe", b.m.vSafe.Load())
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Bridge) logProgress(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, lastAt := b.m.nMirrored.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s := b.m.stats()
+			rate := float64(s.Mirrored-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = s.Mirrored, now
+			b.log.Info("bridge progress", "mirrored", s.Mirrored, "msgsPerSec", int64(rate), "safe", s.Safe,
+				"received", s.Received, "masterLast", s.MasterLast, "lagEvents", s.LagEvents, "lagSeconds", s.LagSeconds,
+				"skipped", s.Skipped, "masterErrors", s.MasterErrs, "targetErrors", s.TargetErrs)
+		}
+	}
+}
+
+// pollMaster asks the master for its last eventId (status, command 34) so
+// that the lag counts what the bridge has not even received yet. A server
+// without the command (an original smss) is asked no more.
+func (b *Bridge) pollMaster(ctx context.Context, every time.Duration) {
+	cl, err := client.Dial(ctx, "", client.Options{Addrs: b.cfg.Master, DialContext: b.dial,
+		Logger: b.log.With("component", "status"), MaxConns: 1, MaxRetries: -1, HealthCheckInterval: -1})
+	if err != nil {
+		b.log.Warn("cannot ask the master's status; lag counts received blocks only", "err", err)
+		return
+	}
+	defer cl.Close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, every)
+		st, err := cl.Status(rctx)
+		cancel()
+		switch {
+		case errors.Is(err, client.ErrNoStatus):
+			b.log.Info("the master does not answer status; lag counts received blocks only")
+			return
+		case err == nil:
+			b.m.setHead(st.LastEventID)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// resume is where a session starts and what it must skip.
+type resume struct {
+	after    int64              // replica request: a block's last eventId
+	lanes    map[string]int64   // lane -> last eventId it holds
+	maxLane  int64              // max of lanes
+	present  map[int64]struct{} // eventIds > after the target already holds
+	expected map[int64]uint32   // block first eventId -> CRC the target recorded
+}
+
+// planResume turns the lanes' last messages into a resume position. Every
+// message a lane holds above after carried a safe position <= after, so
+// it was in flight together with all mirrored messages between after and
+// itself: at most maxInFlight+2 of them. Reading that many from the end of
+// each lane finds every message above after.
+func planResume(marks map[string]Mark, from int64) resume {
+	r := resume{lanes: map[string]int64{}, present: map[int64]struct{}{}, expected: map[int64]uint32{}}
+	if len(marks) == 0 {
+		r.after = from
+		return r
+	}
+	for lane, m := range marks {
+		r.lanes[lane] = m.EventID
+		r.maxLane = max(r.maxLane, m.EventID)
+		r.after = max(r.after, m.Safe)
+		r.expected[m.BlockFirst] = m.BlockCRC
+	}
+	// Blocks that end at or before after are never seen again; their
+	// fingerprints cannot be checked.
+	for f := range r.expected {
+		if f <= r.after {
+			delete(r.expected, f)
+		}
+	}
+	return r
+}
+
+// entry is one message (or a block without mirrored messages) in flight,
+// in binlog order.
+type entry struct {
+	ack       Ack
+	body      int
+	blockEnd  int64 // set on the last entry of a block: the block's last eventId
+	writeTime int64
+}
+
+// session runs one connection to the master and one to the target. kind
+// says which side failed.
+func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err error) {
+	b.m.nSessions.Add(1)
+	b.m.sessions.Inc()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	if err := b.target.Open(sctx); err != nil {
+		return false, ErrKindTarget, fmt.Errorf("open %s: %w", b.target.Describe(), err)
+	}
+	defer b.target.Close()
+	marks, err := b.target.Marks(sctx)
+	if err != nil {
+		if errors.Is(err, ErrTargetLost) || errors.Is(err, ErrForeign) || errors.Is(err, ErrBadHeader) {
+			if !(errors.Is(err, ErrTargetLost) && b.cfg.From > 0) {
+				return false, ErrKindTarget, fatalf("read the resume position from %s: %v", b.target.Describe(), err)
+			}
+			b.log.Warn("the target holds no mirrored message to resume from; starting after 'from'", "from", b.cfg.From, "err", err)
+			marks = nil
+		} else {
+			return false, ErrKindTarget, fmt.Errorf("read the resume position from %s: %w", b.target.Describe(), err)
+		}
+	}
+	r := planResume(marks, b.cfg.From)
+	for lane, last := range r.lanes {
+		if last <= r.after {
+			continue
+		}
+		ids, err := b.target.Tail(sctx, lane, r.after, tailLimit(b.maxInFlight()))
+		if err != nil {
+			if errors.Is(err, ErrForeign) || errors.Is(err, ErrBadHeader) {
+				return false, ErrKindTarget, fatalf("read the tail of %s: %v", lane, err)
+			}
+			return false, ErrKindTarget, fmt.Errorf("read the tail of %s: %w", lane, err)
+		}
+		for _, id := range ids {
+			r.present[id] = struct{}{}
+		}
+	}
+	b.m.setSafe(r.after)
+	b.log.Info("resuming", "after", r.after, "lanes", len(r.lanes), "lastMirrored", r.maxLane, "alreadyHeld", len(r.present))
+
+	conn, br, addr, err := b.openReplica(sctx, r.after)
+	if err != nil {
+		return false, ErrKindMaster, err
+	}
+	defer conn.Close()
+	context.AfterFunc(sctx, func() { conn.Close() })
+
+	// Frames are read on their own goroutine so the network overlaps the
+	// publishing.
+	frames := make(chan []byte, 256)
+	readErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(frames)
+		readErr <- b.readFrames(sctx, br, frames)
+	}()
+
+	q := make(chan entry, b.maxInFlight())
+	ackErr := make(chan error, 1)
+	var acked atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ackErr <- b.acks(sctx, cancel, q, &acked)
+	}()
+
+	var procErr error
+	procKind := ErrKindMaster
+	safeInit := r.after
+	prev := r.after
+	for raw := range frames {
+		if procKind, procErr = b.block(sctx, raw, &r, &prev, q); procErr != nil {
+			break
+		}
+	}
+	close(q)
+	if procErr != nil {
+		cancel(procErr)
+	}
+	// The acks of what was sent are awaited (bounded by the ack timeout)
+	// so that the next session starts from as far as possible.
+	aerr := <-ackErr
+	cancel(errSessionOver)
+	wg.Wait()
+	rerr := <-readErr
+	progressed = acked.Load() > 0 || b.m.vSafe.Load() > safeInit
+	switch {
+	case procErr != nil:
+		return progressed, procKind, procErr
+	case aerr != nil:
+		return progressed, ErrKindTarget, aerr
+	case rerr != nil:
+		var be *protocol.BizError
+		if errors.As(rerr, &be) {
+			return progressed, ErrKindMaster, fmt.Errorf("master %s refused replication after eventId %d: %w", addr, r.after, rerr)
+		}
+		return progressed, ErrKindMaster, fmt.Errorf("master %s: %w", addr, rerr)
+	}
+	return progressed, ErrKindMaster, fmt.Errorf("master %s ended the stream", addr)
+}
+
+var errSessionOver = errors.New("session over")
+
+// tailLimit is how many messages are read back from the end of a lane: the
+// in-flight bound (see planResume) with room for a smaller setting than a
+// previous run had.
+func tailLimit(maxInFlight int) int { return 2*maxInFlight + 16 }
+
+func (b *Bridge) maxInFlight() int {
+	if b.cfg.NATS.URL != "" {
+		return b.cfg.NATS.MaxInFlight
+	}
+	return b.cfg.Kafka.MaxInFlight
+}
+
+func (b *Bridge) ackTimeout() time.Duration {
+	if b.cfg.NATS.URL != "" {
+		return ms(b.cfg.NATS.AckTimeoutMs)
+	}
+	return ms(b.cfg.Kafka.AckTimeoutMs)
+}
+
+// acks waits for the target's acks in binlog order and advances the safe
+// position. It drains q even after ctx ended so the sender never blocks.
+func (b *Bridge) acks(ctx context.Context, stop context.CancelCauseFunc, q <-chan entry, acked *atomic.Int64) error {
+	var first error
+	n, body := 0, 0
+	flush := func() {
+		if n > 0 {
+			b.m.acked(n, body)
+			acked.Add(int64(n))
+			n, body = 0, 0
+		}
+	}
+	for {
+		var e entry
+		var ok bool
+		select {
+		case e, ok = <-q:
+		default:
+			flush()
+			b.m.oldestUnacked.Store(0)
+			e, ok = <-q
+		}
+		if !ok {
+			flush()
+			b.m.oldestUnacked.Store(0)
+			return first
+		}
+		if first != nil {
+			continue
+		}
+		b.m.oldestUnacked.Store(e.writeTime)
+		if e.ack != nil {
+			// The ack wait outlives a cancelled session a little: what is
+			// already sent should be counted before the next resume.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.ackTimeout())
+			err := e.ack.Wait(wctx)
+			cancel()
+			if err != nil {
+				first = fmt.Errorf("publish to %s: %w", b.target.Describe(), err)
+				stop(first)
+				continue
+			}
+			n++
+			body += e.body
+		}
+		if e.blockEnd != 0 {
+			b.m.setSafe(e.blockEnd)
+		}
+		if n >= 256 {
+			flush()
+		}
+	}
+}
+
+// openReplica connects to the first master address that answers and sends
+// the replica request. Nothing else is ever sent on the connection: the
+// bridge is a reader, never a confirming slave.
+func (b *Bridge) openReplica(ctx context.Context, after int64) (net.Conn, *bufio.Reader, string, error) {
+	var errs []error
+	for i := range b.cfg.Master {
+		addr := b.cfg.Master[(b.next+i)%len(b.cfg.Master)]
+		dctx, cancel := context.WithTimeout(ctx, ms(b.cfg.Source.ConnectTimeoutMs))
+		conn, err := b.dial(dctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		req, err := protocol.AppendReplica(nil, after)
+		if err != nil {
+			conn.Close()
+			return nil, nil, "", err
+		}
+		conn.SetWriteDeadline(time.Now().Add(ms(b.cfg.Source.ConnectTimeoutMs)))
+		if _, err := conn.Write(req); err != nil {
+			conn.Close()
+			errs = append(errs, fmt.Errorf("%s: send replica request: %w", addr, err))
+			continue
+		}
+		conn.SetWriteDeadline(time.Time{})
+		b.next = (b.next + i) % len(b.cfg.Master)
+		b.log.Info("following", "master", addr, "after", after)
+		return conn, bufio.NewReaderSize(&deadlineReader{c: conn, d: ms(b.cfg.Source.SilenceMs)}, 256<<10), addr, nil
+	}
+	b.next = (b.next + 1) % len(b.cfg.Master)
+	return nil, nil, "", fmt.Errorf("no master reachable: %w", errors.Join(errs...))
+}
+
+// deadlineReader re-arms the read deadline before each read: a timeout
+// means the master was silent that long.
+type deadlineReader struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	r.c.SetReadDeadline(time.Now().Add(r.d))
+	return r.c.Read(p)
+}
+
+func (b *Bridge) readFrames(ctx context.Context, br *bufio.Reader, out chan<- []byte) error {
+	for {
+		f, err := protocol.ReadReplicaFrame(br, b.cfg.Source.MaxBlock)
+		if err != nil {
+			if errors.Is(err, protocol.ErrUnexpectedStatus) || errors.Is(err, protocol.ErrReplyTooLarge) {
+				return fatalf("the master's replication stream is not valid: %v", err)
+			}
+			return err
+		}
+		if f.Code == protocol.StatusAlive {
+			continue
+		}
+		select {
+		case out <- f.Body:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// block handles one binlog block: it checks it against what the target
+// holds and queues its mirrored messages.
+func (b *Bridge) block(ctx context.Context, raw []byte, r *resume, prev *int64, q chan<- entry) (string, error) {
+	blk, last, n, err := binlog.DecodeSpan(raw)
+	if err == nil && n != len(raw) {
+		err = fmt.Errorf("%d bytes after the block", len(raw)-n)
+	}
+	if err != nil {
+		return ErrKindMaster, fatalf("undecodable binlog block after eventId %d: %v", *prev, err)
+	}
+	if *prev != 0 && blk.EventID != *prev+1 {
+		return ErrKindMaster, fatalf("the master sent the block of eventId %d after eventId %d: a gap or a repeat in its binlog", blk.EventID, *prev)
+	}
+	*prev = last
+	b.m.setReceived(last)
+	b.m.blocks.WithLabelValues(cmdName(blk.Cmd)).Inc()
+	crc := crc32.Checksum(raw, castagnoli)
+	if len(r.expected) > 0 {
+		for f, want := range r.expected {
+			if f < blk.EventID || f > last {
+				continue
+			}
+			if f != blk.EventID || want != crc {
+				return ErrKindMaster, fatalf("the master's history differs from the target's: the target holds a block that starts at eventId %d (crc %08x), the master has eventIds %d..%d in a block with crc %08x; "+
+					"after a failover the promoted slave lacked messages the bridge had already mirrored", f, want, blk.EventID, last, crc)
+			}
+			delete(r.expected, f)
+		}
+	}
+	topic := string(blk.Topic)
+	var records []byte
+	var delayID int64
+	switch blk.Cmd {
+	case binlog.CmdPub:
+		records = blk.Payload
+	case binlog.CmdDelayApply:
+		records = blk.Payload[binlog.DelayPrefixLen:]
+		delayID = int64(binary.LittleEndian.Uint64(blk.Payload[8:binlog.DelayPrefixLen]))
+	case binlog.CmdCreate:
+		b.log.Info("topic created on the master", "topic", topic, "eventId", blk.EventID, "mirrored", b.filter.Match(topic))
+		if b.cfg.MirrorCreate && b.filter.Match(topic) {
+			if err := b.target.TopicCreated(ctx, topic); err != nil {
+				return ErrKindTarget, fmt.Errorf("create %q on %s: %w", topic, b.target.Describe(), err)
+			}
+		}
+	case binlog.CmdDelete:
+		b.log.Info("topic deleted on the master", "topic", topic, "eventId", blk.EventID, "mirrored", b.filter.Match(topic))
+	case binlog.CmdDelay:
+		// Mirrored when applied (block 101), never when scheduled.
+	}
+	endQueued := false
+	if records != nil && b.filter.Match(topic) {
+		id := blk.EventID
+		safe := b.m.vSafe.Load()
+		for len(records) > 0 {
+			rec, size, err := protocol.ParseRecord(records)
+			if err != nil {
+				return ErrKindMaster, fatalf("undecodable record %d of the block of eventId %d: %v", id, blk.EventID, err)
+			}
+			records = records[size:]
+			m := &Message{Topic: topic, EventID: id, Timestamp: blk.Timestamp, DelayEventID: delayID,
+				Block:   Mark{EventID: id, BlockFirst: blk.EventID, BlockCRC: crc, Safe: min(safe, blk.EventID-1)},
+				Headers: rec.Headers, Body: rec.Body}
+			id++
+			if m.EventID <= r.maxLane {
+				if _, ok := r.present[m.EventID]; ok {
+					b.m.skip()
+					continue
+				}
+			}
+			ack, err := b.target.Publish(ctx, m)
+			if err != nil {
+				return ErrKindTarget, fmt.Errorf("publish eventId %d to %s: %w", m.EventID, b.target.Describe(), err)
+			}
+			e := entry{ack: ack, body: len(m.Body), writeTime: blk.WriteTime}
+			if len(records) == 0 {
+				e.blockEnd, endQueued = last, true
+			}
+			if err := enqueue(ctx, q, e); err != nil {
+				return ErrKindTarget, err
+			}
+		}
+	}
+	if !endQueued {
+		// Nothing of this block is in flight (or the last message was
+		// skipped): a marker advances the safe position in order.
+		if err := enqueue(ctx, q, entry{blockEnd: last, writeTime: blk.WriteTime}); err != nil {
+			return ErrKindTarget, err
+		}
+	}
+	return "", nil
+}
+
+func enqueue(ctx context.Context, q chan<- entry, e entry) error {
+	select {
+	case q <- e:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func cmdName(c uint8) string {
+	switch c {
+	case binlog.CmdPub:
+		return "pub"
+	case binlog.CmdCreate:
+		return "create"
+	case binlog.CmdDelete:
+		return "delete"
+	case binlog.CmdDelay:
+		return "delay"
+	case binlog.CmdDelayApply:
+		return "delay_apply"
+	}
+	return "other"
+}
