@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -86,7 +85,7 @@ func TestBridgeBench(t *testing.T) {
 				}
 				measure(&withBridge, &cpuBridge)
 				br.kill()
-				sl := startReplSlave(t, sdir, portOf(m.addr), 0)
+				sl := startReplSlave(t, sdir, portOf(t, m.addr), 0)
 				measure(&withSlave, &cpuSlave)
 				sl.stop()
 				stopReader := rawReplicaReader(t, m.addr)
@@ -219,10 +218,4 @@ func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[len(s)/2]
-}
-
-func portOf(addr string) int {
-	var p int
-	fmt.Sscanf(addr[strings.LastIndexByte(addr, ':')+1:], "%d", &p)
-	return p
 }

@@ -118,14 +118,6 @@ func (sc *syncClient) do(t *testing.T, req []byte) (error, time.Duration) {
 	return err, time.Since(start)
 }
 
-func delayReq(topic string, ms int64, records ...[]byte) []byte {
-	var body []byte
-	for _, r := range records {
-		body = append(body, r...)
-	}
-	return enc(protocol.AppendDelay(nil, []byte(topic), nil, ms, body))
-}
-
 // TestSyncRepliesAfterConfirmation: with our slave connected, pub, delay,
 // create and delete are answered 200 only once the slave has the write.
 func TestSyncRepliesAfterConfirmation(t *testing.T) {
