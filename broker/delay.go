@@ -13,7 +13,7 @@ import (
 
 // maxDelayMs bounds delays so trigger times can never overflow; the server
 // applies the configured, much smaller, delay.maxDelay first.
-const maxDelayMs = 100 * 365 * 24 * 3600 * 1000
+const maxDelayMs = protocol.MaxDelayMs
 
 // Hooks are called by the writer after a group commits, so background
 // schedulers can arm their timers without polling. They must not block.

@@ -199,8 +199,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"unknown nested key", "log:\n  rotate:\n    maxsize: 3\n",
 			[]string{`line 3`, `unknown key "log.rotate.maxsize"`, `did you mean "log.rotate.maxSize"`}},
 		{"unknown section", "storage:\n  path: x\n", []string{`unknown key "storage"`}},
-		{"wrong type", "store:\n  folderCount: ten\n", []string{`line 2`, `"store.folderCount"`, `"ten" is not a valid int`}},
-		{"quoted number", "port: \"80\"\n", []string{`"port"`, `"80" is not a valid int`}},
+		{"wrong type", "store:\n  folderCount: ten\n", []string{`line 2`, `"store.folderCount"`, `must be an integer (got "ten")`}},
+		{"quoted number", "port: \"80\"\n", []string{`"port"`, `must be an integer (got "80")`}},
 		{"bool", "store:\n  noCache: maybe\n", []string{`"store.noCache"`, `not a valid bool`}},
 		{"overflow", "port: 99999999999999999999999\n", []string{`"port"`}},
 		{"null leaf", "port:\n", []string{`"port" has no value`}},
@@ -211,6 +211,10 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"two documents", "port: 1\n---\nport: 2\n", []string{`more than one YAML document`}},
 		{"syntax", "port: [1\n", []string{`config: input:`}},
 		{"unknown key via merge", "base: &b {port: 1}\n", []string{`unknown key "base"`}},
+		{"float port", "port: 22051.5\n", []string{`line 1`, `"port" must be an integer (got "22051.5")`}},
+		{"exponent size", "store:\n  maxLogSize: 1.5e9\n", []string{`line 2`, `"store.maxLogSize" must be an integer (got "1.5e9")`}},
+		{"whole float", "limit:\n  maxConns: 100.0\n", []string{`"limit.maxConns" must be an integer (got "100.0")`}},
+		{"float ms", "delay:\n  maxDelay: 1e12\n", []string{`"delay.maxDelay" must be an integer`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.body))

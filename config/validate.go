@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/smssmq/smss/protocol"
 )
 
 // Upper bounds that keep the Duration conversions (and lumberjack's own
@@ -87,7 +89,8 @@ func (c *Config) Validate() error {
 	v.atLeast("limit.maxRecords", int64(c.Limit.MaxRecords), 1, "")
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
 
-	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
+	v.between("delay.maxDelay", c.Delay.MaxDelay, protocol.MinDelayMs, protocol.MaxDelayMs,
+		"ms; a delay request may ask at most 100 years")
 
 	c.validateAdmin(&v)
 	c.validateSecurity(&v)

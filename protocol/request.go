@@ -18,6 +18,11 @@ const (
 // MinDelayMs is the shortest accepted delay of a delay pub (§1.5.5).
 const MinDelayMs = 1000
 
+// MaxDelayMs is the longest delay a delay pub may ask for (100 years): the
+// broker refuses longer ones so that trigger times never overflow, and
+// delay.maxDelay may not exceed it.
+const MaxDelayMs = 100 * 365 * 24 * 3600 * 1000
+
 // Limits caps the lengths a request may declare. They are checked before any
 // allocation; a zero or negative field means its default.
 type Limits struct {

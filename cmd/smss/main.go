@@ -11,8 +11,8 @@
 // listener's certificate, key and client CAs (tls.listen), and a slave's
 // TLS material (replication.useTLS) and password file (replication.user)
 // for its next connection to the master; a file that fails to load leaves
-// the previous state in force. With none of these configured SIGHUP keeps
-// its default action and ends the process.
+// the previous state in force. With none of these configured it logs that
+// there is nothing to reload. SIGHUP never ends the process.
 //
 // With admin.listen set (admin.go), the admin HTTP endpoint starts before
 // recovery, so /healthz answers and /readyz says why it is not ready while
@@ -58,6 +58,10 @@ const (
 func main() {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP's default action ends the process: catch it for the whole run
+	// so that a logrotate-style "kill -HUP" during start-up or shutdown is
+	// dropped; while serving, reloadOnHUP also receives it and reloads.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
 }
 

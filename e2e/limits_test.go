@@ -1,0 +1,147 @@
+package e2e
+
+// Issue 23 ("running out of things"): operator typos and signals against a
+// real smss process.
+
+import (
+	"errors"
+	"os/exec"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runToExit runs smss with args (after -config) and returns its exit code
+// and combined output. A refused start must neither serve nor hang: the
+// test fails as soon as the process logs "smss listening", or after 30 s.
+func runToExit(t *testing.T, dir string, args ...string) (int, string) {
+	t.Helper()
+	out := &syncBuffer{}
+	cmd := exec.Command(smssBin, append([]string{"-config", filepath.Join(dir, "config.yaml")}, args...)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				return 0, out.String()
+			case errors.As(err, &ee):
+				return ee.ExitCode(), out.String()
+			default:
+				t.Fatalf("run smss: %v", err)
+			}
+		case <-deadline:
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("smss %v did not exit within 30 s:\n%s", args, out.String())
+		case <-time.After(5 * time.Millisecond):
+			if listenRe.MatchString(out.String()) {
+				cmd.Process.Kill()
+				<-exited
+				t.Fatalf("smss %v started serving instead of refusing:\n%s", args, out.String())
+			}
+		}
+	}
+}
+
+// TestUnknownRoleRefused: a typo in -role must not start a writable master
+// (split brain); the process exits 2 with one line naming the valid roles.
+func TestUnknownRoleRefused(t *testing.T) {
+	for _, role := range []string{"slav", "primary", "Slave", ""} {
+		t.Run(role, func(t *testing.T) {
+			dir := t.TempDir()
+			writeConfig(t, dir, "")
+			code, out := runToExit(t, dir, "-role", role)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, out)
+			}
+			want := `smss: -role must be master or slave (got "` + role + `")`
+			if strings.TrimSpace(out) != want {
+				t.Errorf("output %q, want the single line %q", out, want)
+			}
+		})
+	}
+}
+
+// TestSIGHUPWithoutReloadables: a logrotate-style kill -HUP on a server
+// with no auth, TLS or replication files must be logged and ignored, not
+// end the process.
+func TestSIGHUPWithoutReloadables(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("hup", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pub("hup", record(nil, "before")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // twice: the handler must stay installed
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitUntil(15*time.Second, func() bool {
+			select {
+			case <-p.exited:
+				return true
+			default:
+				return strings.Count(p.out.String(), "SIGHUP: nothing to reload") > i
+			}
+		}) || strings.Count(p.out.String(), "SIGHUP: nothing to reload") <= i {
+			select {
+			case <-p.exited:
+				t.Fatalf("server ended on SIGHUP: %v\n%s", p.err, p.out.String())
+			default:
+				t.Fatalf("SIGHUP %d not logged:\n%s", i+1, p.out.String())
+			}
+		}
+	}
+	if err := c.pub("hup", record(nil, "after")); err != nil {
+		t.Fatalf("publish after SIGHUP: %v\n%s", err, p.out.String())
+	}
+	p.stop()
+}
+
+// TestNonIntegerConfigRefused: numbers that are not integers used to be
+// truncated (port: 22051.5 listened on 22051); a key beyond what a request
+// may ask (delay.maxDelay over 100 years) used to be accepted.
+func TestNonIntegerConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ name, config, want string }{
+		{"float port", "", `key "port" must be an integer (got "22051.5")`},
+		{"exponent", "  maxLogSize: 1.5e9\n", `key "store.maxLogSize" must be an integer (got "1.5e9")`},
+		{"maxDelay", "delay:\n  maxDelay: 3153600000001\n", "delay.maxDelay must be between 1000 and 3153600000000 (got 3153600000001)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeConfig(t, dir, tc.config)
+			if tc.name == "float port" {
+				// writeConfig writes port: 0 and a duplicate key is
+				// refused, so replace the line.
+				path := filepath.Join(dir, "config.yaml")
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(strings.Replace(string(b), "port: 0", "port: 22051.5", 1)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out := runToExit(t, dir)
+			if code != 2 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want 2 with %q; output:\n%s", code, tc.want, out)
+			}
+		})
+	}
+}
