@@ -5,8 +5,8 @@ package e2e
 
 import (
 	"errors"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
