@@ -158,14 +158,24 @@ func Open(opts Options) (*Broker, error) {
 		done:      make(chan struct{}),
 		fatal:     make(chan error, 1),
 	}
-	if err := b.prepareDirs(); err != nil {
-		return nil, err
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
 	}
 	b.meta = ms
+	// Before prepareDirs creates the buckets of a folderCount that may be
+	// the wrong one.
+	if err := b.checkFolderCount(ms); err != nil {
+		ms.Close()
+		return nil, err
+	}
+	if err := b.prepareDirs(); err != nil {
+		ms.Close()
+		return nil, err
+	}
 	role := byte(0)
 	if opts.Slave {
 		role = 1

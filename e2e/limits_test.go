@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/smssmq/smss/protocol"
 )
 
 // runToExit runs smss with args (after -config) and returns its exit code
@@ -144,4 +149,92 @@ func TestNonIntegerConfigRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readAll subscribes to topic from the start and returns the bodies of the
+// messages delivered until want have arrived or 20 s passed.
+func readAll(t *testing.T, addr, topic string, want int) []string {
+	t.Helper()
+	c := dial(t, addr)
+	if err := c.sub(topic, "reader", 0, 100, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(bodies) < want && time.Now().Before(deadline) {
+		u, err := c.nextData(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("after %d messages: %v", len(bodies), err)
+		}
+		if u.code != protocol.StatusOK {
+			t.Fatalf("after %d messages: %v", len(bodies), u)
+		}
+		for _, m := range u.msgs {
+			bodies = append(bodies, string(m.Body))
+		}
+		if err := c.ack(protocol.StatusOK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bodies
+}
+
+// TestFolderCountRecorded: changing store.folderCount used to hide every
+// existing topic's messages (looked for in other directories). The value is
+// recorded at the first start and a different one refused, naming both; a
+// directory without the record (the original's) is checked against where
+// its topics are.
+func TestFolderCountRecorded(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	const n = 100
+	writeConfig(t, dir, "  folderCount: 10\n")
+	p := start(t, dir)
+	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("first start did not record folderCount:\n%s", p.out.String())
+	}
+	c := dial(t, p.addr)
+	if err := c.create("fc", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := c.pub("fc", record(nil, fmt.Sprintf("m%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.stop()
+
+	writeConfig(t, dir, "  folderCount: 20\n")
+	code, out := runToExit(t, dir)
+	if want := "store.folderCount is 20 but this data directory was laid out with 10"; code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("restart with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
+	}
+
+	// The original server never writes the record: drop it, as an
+	// original directory laid out with 10 would be.
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(data, "meta")).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DropPrefix([]byte("smss@folderCount")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runToExit(t, dir)
+	if want := "the directory was probably laid out with store.folderCount 10"; code != 1 ||
+		!strings.Contains(out, want) || !strings.Contains(out, `topic \"fc\" is in topic/`) {
+		t.Fatalf("original directory with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
+	}
+
+	writeConfig(t, dir, "  folderCount: 10\n")
+	p = start(t, dir)
+	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("original directory: folderCount not recorded:\n%s", p.out.String())
+	}
+	if got := readAll(t, p.addr, "fc", n); len(got) != n {
+		t.Fatalf("delivered %d of %d messages", len(got), n)
+	}
+	p.stop()
 }

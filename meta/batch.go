@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -81,6 +82,11 @@ func (b *Batch) SetCheckpoint(c Checkpoint) { b.set(keyCheckpoint, encodeCheckpo
 
 // SetRole records the server's role (RoleMaster or RoleSlave).
 func (b *Batch) SetRole(role byte) { b.set(keyRole, []byte{role}) }
+
+// SetFolderCount records the store.folderCount of the topic layout.
+func (b *Batch) SetFolderCount(n int) {
+	b.set(keyFolderCount, binary.LittleEndian.AppendUint64(nil, uint64(n)))
+}
 
 // Empty reports whether the batch holds no change.
 func (b *Batch) Empty() bool { return len(b.ops) == 0 }

@@ -14,6 +14,10 @@ var (
 	prefixDelay   = []byte("delay@")
 	keyRole       = []byte("global@role")
 	keyCheckpoint = []byte("smss@checkpoint")
+	// keyFolderCount (our extension, like the checkpoint) records the
+	// store.folderCount the topic directories were laid out with: 8 bytes,
+	// uint64 LE. The original never reads smss@ keys.
+	keyFolderCount = []byte("smss@folderCount")
 )
 
 // Sizes of the fixed parts of keys and values.
