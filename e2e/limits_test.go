@@ -172,7 +172,7 @@ func readAll(t *testing.T, addr, topic string, want int) []string {
 		for _, m := range u.msgs {
 			bodies = append(bodies, string(m.Body))
 		}
-		if err := c.ack(protocol.StatusOK); err != nil {
+		if err := c.ack(0); err != nil { // 0: continue (§2.5)
 			t.Fatal(err)
 		}
 	}
@@ -235,6 +235,111 @@ func TestFolderCountRecorded(t *testing.T) {
 	}
 	if got := readAll(t, p.addr, "fc", n); len(got) != n {
 		t.Fatalf("delivered %d of %d messages", len(got), n)
+	}
+	p.stop()
+}
+
+// waitStopped waits until the process is in the stopped state (SIGSTOP).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	if !waitUntil(10*time.Second, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		return i >= 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
+	}) {
+		t.Fatalf("process %d did not stop", pid)
+	}
+}
+
+// TestShutdownDrains: requests the server has received when SIGTERM comes
+// (waiting in the socket or pipelined behind another) get their reply, a
+// success or a clear refusal, before the connection closes; every success
+// is stored. The server is stopped (SIGSTOP) while the clients send, so
+// that SIGTERM finds the connections idle with requests pending.
+func TestShutdownDrains(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	const conns, perConn = 40, 3
+	cs := make([]*client, conns)
+	for i := range cs {
+		cs[i] = dial(t, p.addr)
+		if i == 0 {
+			if err := cs[i].create("drain", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cs[i].pub("drain", record(nil, fmt.Sprintf("warm-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitStopped(t, pid)
+	for i, c := range cs {
+		var reqs []byte
+		for j := range perConn {
+			reqs = append(reqs, must(protocol.AppendPub(nil, []byte("drain"), []byte("trace"),
+				record(nil, fmt.Sprintf("m-%d-%d", i, j))))...)
+		}
+		c.c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.c.Write(reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	var lost []string
+	for i, c := range cs {
+		for j := range perConn {
+			_, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 1<<20)
+			var be *protocol.BizError
+			switch {
+			case err == nil:
+				acked = append(acked, fmt.Sprintf("m-%d-%d", i, j))
+			case errors.As(err, &be):
+				t.Logf("connection %d request %d refused: %s", i, j, be.Msg)
+			default:
+				lost = append(lost, fmt.Sprintf("connection %d request %d: %v", i, j, err))
+			}
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d requests got no reply:\n%s", len(lost), conns*perConn, strings.Join(lost, "\n"))
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not exit after SIGTERM:\n%s", p.out.String())
+	}
+	if p.err != nil {
+		t.Fatalf("exit: %v\n%s", p.err, p.out.String())
+	}
+	t.Logf("%d of %d requests acknowledged during the drain", len(acked), conns*perConn)
+
+	p = start(t, dir)
+	got := map[string]bool{}
+	for _, b := range readAll(t, p.addr, "drain", conns+len(acked)) {
+		got[b] = true
+	}
+	for _, a := range acked {
+		if !got[a] {
+			t.Errorf("acknowledged %s is not stored", a)
+		}
 	}
 	p.stop()
 }

@@ -135,6 +135,14 @@ func (c *conn) serve() {
 // connection must end), then switches to the per-request read timeout.
 func (c *conn) waitRequest() bool {
 	if !c.s.setState(c, stateIdle) {
+		// Shutdown: a request pipelined behind the one just answered is
+		// already in the read buffer; it gets its reply too.
+		if c.br.Buffered() > 0 && c.drain() {
+			return true
+		}
+		// A FIN, not a reset: bytes the client sent after the last reply
+		// must not make its kernel discard that reply.
+		c.linger()
 		return false
 	}
 	c.dr.timeout = c.s.opts.IdleTimeout
@@ -151,11 +159,22 @@ func (c *conn) waitRequest() bool {
 		}
 		return false
 	}
-	if !c.s.setState(c, stateActive) {
+	if !c.s.setState(c, stateActive) && !c.drain() {
 		return false
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
 	c.dr.until = time.Now().Add(c.s.opts.RequestTimeout)
+	return true
+}
+
+// drain serves one more request during Shutdown's grace (its bytes are
+// here already): the read deadline Shutdown set is replaced by the usual
+// per-request ones.
+func (c *conn) drain() bool {
+	if !c.s.drainRequest(c) {
+		return false
+	}
+	c.dr.armed.forget()
 	return true
 }
 

@@ -4,7 +4,9 @@
 // ./config/config.yaml, else the embedded defaults), set up logging, open the
 // broker (which recovers the data directory), listen and serve. SIGINT or
 // SIGTERM shuts down gracefully: the server stops accepting and drains its
-// connections (10 s at most; a second signal cuts that short), then the
+// connections (10 s at most; a second signal cuts that short): requests
+// being served, received but not yet read (server.DrainGrace) or pipelined
+// in a read buffer get their reply; subscriptions end with a 400. Then the
 // broker finishes its in-flight group, fsyncs and closes.
 //
 // SIGHUP (reload.go) re-reads the users file (auth.enabled), the TLS
