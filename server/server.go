@@ -34,7 +34,7 @@ type Server struct {
 	tlsLn    net.Listener // Security.TLS only (tls.go)
 	serving  bool
 	shutting bool
-	draining bool // Shutdown's DrainGrace has not passed yet
+	draining bool          // Shutdown's DrainGrace has not passed yet
 	done     chan struct{} // closed by Shutdown
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup // Serve's accept loop and every connection
