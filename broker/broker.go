@@ -48,6 +48,11 @@ type Options struct {
 	// OpenFile opens the binlog and topic files appends go to; tests
 	// inject disk faults through it. Default os.OpenFile.
 	OpenFile func(path string, flag int, perm os.FileMode) (segment.File, error)
+	// MaxFrameBytes (limit.maxFrameBytes) bounds the message bytes one
+	// Subscription.Next appends (a subscription frame's length field); a
+	// single larger message is still delivered alone. Default
+	// protocol.DefaultMaxFrameBytes.
+	MaxFrameBytes int
 	// Metrics receives the writer's recordings (group commits, fsyncs,
 	// publishes, storage errors); nil records nothing.
 	Metrics *metrics.Metrics
@@ -68,6 +73,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxGroupBytes <= 0 {
 		o.MaxGroupBytes = 4 << 20
+	}
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = protocol.DefaultMaxFrameBytes
 	}
 	if o.IdleWake <= 0 {
 		o.IdleWake = time.Second

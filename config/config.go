@@ -130,6 +130,9 @@ type Limit struct {
 	MaxWho     int `yaml:"maxWho"`     // bytes of a sub's who
 	MaxRecords int `yaml:"maxRecords"` // records in one request
 	MaxConns   int `yaml:"maxConns"`   // concurrent client connections
+	// MaxFrameBytes bounds the messages of one subscription frame (new
+	// key); a single larger message still goes alone.
+	MaxFrameBytes int `yaml:"maxFrameBytes"`
 }
 
 // Delay is the delay.* section.
@@ -183,7 +186,7 @@ func Default() *Config {
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
-		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
+		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000, MaxFrameBytes: 16777216},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5},

@@ -74,13 +74,14 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"admin.token":             "",
 		"timeout.net.request":     int64(60000),
 		"replication.lingerMs":    int64(5),
+		"limit.maxFrameBytes":     int64(16777216),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 58 { // 40 keys + 17 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 58", len(s))
+	if len(s) != 59 { // 41 keys + 17 security/replication keys (security.go) + source
+		t.Errorf("summary has %d entries, want 59", len(s))
 	}
 }
 

@@ -84,10 +84,13 @@ func (c *Config) Validate() error {
 	v.between("background.defaultScanSecond", int64(c.Background.DefaultScanSecond), 1, maxSeconds, "seconds")
 	v.atMost("background.firstExecSecond", int64(c.Background.FirstExecSecond), maxSeconds, "seconds; <= 0 means 5")
 
-	v.atLeast("limit.maxPayload", int64(c.Limit.MaxPayload), 1, "bytes")
+	v.between("limit.maxPayload", int64(c.Limit.MaxPayload), 1, protocol.MaxPayloadCap,
+		"bytes; a subscription frame carries one message of this size")
 	v.atLeast("limit.maxWho", int64(c.Limit.MaxWho), 1, "bytes")
 	v.atLeast("limit.maxRecords", int64(c.Limit.MaxRecords), 1, "")
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
+	v.between("limit.maxFrameBytes", int64(c.Limit.MaxFrameBytes), 1024, protocol.MaxPayloadCap,
+		"bytes of messages in one subscription frame")
 
 	v.between("delay.maxDelay", c.Delay.MaxDelay, protocol.MinDelayMs, protocol.MaxDelayMs,
 		"ms; a delay request may ask at most 100 years")

@@ -343,3 +343,64 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	p.stop()
 }
+
+// TestSubscriptionFrameBytes: frames are bounded by limit.maxFrameBytes,
+// not only by the batch count (64 messages of 8 MiB made one 512 MiB
+// frame); a message larger than the bound still goes alone.
+func TestSubscriptionFrameBytes(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 1 << 20
+	writeConfig(t, dir, fmt.Sprintf("limit:\n  maxFrameBytes: %d\n", limit))
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("big", 0); err != nil {
+		t.Fatal(err)
+	}
+	sizes := make([]int, 0, 41)
+	for i := range 40 {
+		sizes = append(sizes, 200<<10)
+		if i == 20 {
+			sizes = append(sizes, 3<<20) // larger than a frame: alone
+		}
+	}
+	for i, n := range sizes {
+		body := fmt.Sprintf("%04d", i) + strings.Repeat("x", n-4)
+		if err := c.pub("big", record(nil, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := dial(t, p.addr)
+	if err := s.sub("big", "w", 0, 255, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, frames := 0, 0
+	for got < len(sizes) {
+		u, err := s.nextData(20 * time.Second)
+		if err != nil {
+			t.Fatalf("after %d messages: %v", got, err)
+		}
+		if u.code != protocol.StatusOK {
+			t.Fatalf("after %d messages: %v", got, u)
+		}
+		bytes := 0
+		for j, m := range u.msgs {
+			bytes += protocol.SubMessageFixedSize + len(m.Raw)
+			if want := fmt.Sprintf("%04d", got+j); !strings.HasPrefix(string(m.Body), want) || len(m.Body) != sizes[got+j] {
+				t.Fatalf("message %d: %.8q of %d bytes", got+j, m.Body, len(m.Body))
+			}
+		}
+		if len(u.msgs) > 1 && bytes > limit {
+			t.Errorf("frame %d: %d messages in about %d bytes > limit.maxFrameBytes %d", frames, len(u.msgs), bytes, limit)
+		}
+		got += len(u.msgs)
+		frames++
+		if err := s.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 40 × 200 KiB at 5 per frame, the 3 MiB one alone.
+	if frames < 9 {
+		t.Errorf("%d messages in %d frames", got, frames)
+	}
+	p.stop()
+}

@@ -15,6 +15,18 @@ const (
 	DefaultMaxRecords = 10000
 )
 
+// Subscription frame bounds (config keys limit.maxFrameBytes and the upper
+// bound of limit.maxPayload). A frame carries messages while their bytes
+// (the frame's length field) stay within limit.maxFrameBytes; a single
+// larger message still goes alone, so the largest frame a server sends is
+// SubMessageFixedSize + limit.maxPayload. With both keys capped at
+// MaxPayloadCap, MaxSubFrameBytes is what a client must accept.
+const (
+	DefaultMaxFrameBytes = 16 << 20
+	MaxPayloadCap        = 256 << 20
+	MaxSubFrameBytes     = MaxPayloadCap + SubMessageFixedSize
+)
+
 // MinDelayMs is the shortest accepted delay of a delay pub (§1.5.5).
 const MinDelayMs = 1000
 

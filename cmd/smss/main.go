@@ -112,6 +112,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
 		IdleWake:      cfg.IdleWake(),
 		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
+		MaxFrameBytes: cfg.Limit.MaxFrameBytes,
 		Slave:         role == roleSlave,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
