@@ -53,6 +53,14 @@ type Options struct {
 	// single larger message is still delivered alone. Default
 	// protocol.DefaultMaxFrameBytes.
 	MaxFrameBytes int
+	// MinFreeBytes (store.minFreeMB) is the free space of the data
+	// directory's filesystem below which pub, delay and create are refused
+	// and replicated blocks wait (disk.go); 0 turns the guard off.
+	MinFreeBytes int64
+	// DiskCheckInterval is how often the free space is read, default
+	// DefaultDiskCheckInterval. Statfs reads it; tests replace it.
+	DiskCheckInterval time.Duration
+	Statfs            func(dir string) (freeBytes uint64, err error)
 	// Metrics receives the writer's recordings (group commits, fsyncs,
 	// publishes, storage errors); nil records nothing.
 	Metrics *metrics.Metrics
@@ -76,6 +84,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxFrameBytes <= 0 {
 		o.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	if o.DiskCheckInterval <= 0 {
+		o.DiskCheckInterval = DefaultDiskCheckInterval
 	}
 	if o.IdleWake <= 0 {
 		o.IdleWake = time.Second
@@ -130,6 +141,7 @@ type Broker struct {
 	hooks    atomic.Pointer[Hooks]
 	replicas replicaSet
 	stats    statsState // operator views (stats.go)
+	disk     *diskGuard // store.minFreeMB (disk.go)
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are
@@ -169,6 +181,14 @@ func Open(opts Options) (*Broker, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}
+	b.disk = newDiskGuard(opts.Dir, uint64(max(opts.MinFreeBytes, 0)), b.log, opts.Statfs)
+	go b.disk.run(opts.DiskCheckInterval)
+	opened := false
+	defer func() {
+		if !opened {
+			b.disk.close()
+		}
+	}()
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
@@ -212,6 +232,7 @@ func Open(opts Options) (*Broker, error) {
 	go b.w.run()
 	go b.emptyTrash()
 	b.stats.counts.start(b)
+	opened = true
 	return b, nil
 }
 
@@ -269,6 +290,7 @@ func (b *Broker) Close() error {
 	if cerr := b.closeMeta(); cerr != nil && err == nil {
 		err = cerr
 	}
+	b.disk.close()
 	return err
 }
 
@@ -326,6 +348,7 @@ func (b *Broker) submit(ctx context.Context, c *command) error {
 	// Once queued, the command will be executed; wait for its outcome even
 	// if ctx ends, so the caller never reports failure for a stored write.
 	<-c.done
+	b.noteNoSpace(c.err)
 	return c.err
 }
 
@@ -336,6 +359,9 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 		return 0, protocol.ErrSlavePub
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	if err := b.diskRefusal(); err != nil {
 		return 0, err
 	}
 	c := getCommand()
@@ -359,6 +385,9 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	}
 	if expireAt < 0 {
 		return 0, protocol.ErrExpireTooSoon
+	}
+	if err := b.diskRefusal(); err != nil {
+		return 0, err
 	}
 	c := getCommand()
 	defer putCommand(c)

@@ -49,6 +49,9 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if delayMs > maxDelayMs {
 		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms is too long (at most %d)", delayMs, int64(maxDelayMs)))
 	}
+	if err := b.diskRefusal(); err != nil {
+		return 0, err
+	}
 	c := getCommand()
 	defer putCommand(c)
 	now := b.opts.Now()

@@ -74,6 +74,10 @@ type Store struct {
 	// MaxSlaveKeepFiles caps the binlog files past maxDays that retention
 	// keeps because a connected slave still reads them (new key).
 	MaxSlaveKeepFiles int `yaml:"maxSlaveKeepFiles"`
+	// MinFreeMB is the disk watermark (new key): below this many MiB free
+	// on the data directory's filesystem, pub, delay and create are
+	// refused and a slave pauses replication; 0 turns it off.
+	MinFreeMB int64 `yaml:"minFreeMB"`
 }
 
 // Worker is the worker.* section (the single writer, spec §6.1).
@@ -171,6 +175,7 @@ func Default() *Config {
 			NoCache:              false,
 			FolderCount:          10,
 			MaxSlaveKeepFiles:    64,
+			MinFreeMB:            256,
 		},
 		Worker: Worker{
 			BuffSize:                1000,

@@ -113,6 +113,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		IdleWake:      cfg.IdleWake(),
 		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
 		MaxFrameBytes: cfg.Limit.MaxFrameBytes,
+		MinFreeBytes:  cfg.Store.MinFreeMB << 20,
 		Slave:         role == roleSlave,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
