@@ -287,6 +287,9 @@ func (b *Broker) Close() error {
 	<-b.done
 	err := b.w.shutdown()
 	b.stats.counts.finish()
+	// A fresh reading: on a disk filled to the last byte it deletes the
+	// reserve file, so that badger's final memtable flush has room.
+	b.disk.check()
 	if cerr := b.closeMeta(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -361,7 +364,7 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
-	if err := b.diskRefusal(); err != nil {
+	if err := b.diskRefusal(len(records)); err != nil {
 		return 0, err
 	}
 	c := getCommand()
@@ -386,7 +389,7 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	if expireAt < 0 {
 		return 0, protocol.ErrExpireTooSoon
 	}
-	if err := b.diskRefusal(); err != nil {
+	if err := b.diskRefusal(0); err != nil {
 		return 0, err
 	}
 	c := getCommand()

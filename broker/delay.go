@@ -49,7 +49,7 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if delayMs > maxDelayMs {
 		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms is too long (at most %d)", delayMs, int64(maxDelayMs)))
 	}
-	if err := b.diskRefusal(); err != nil {
+	if err := b.diskRefusal(len(records)); err != nil {
 		return 0, err
 	}
 	c := getCommand()
