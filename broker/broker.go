@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type Options struct {
 	// single larger message is still delivered alone. Default
 	// protocol.DefaultMaxFrameBytes.
 	MaxFrameBytes int
+	// MaxOpenTopics (store.maxOpenTopics) bounds the topics whose current
+	// file (and its index: two descriptors) the writer keeps open; the
+	// least recently appended one is closed beyond it. Default
+	// DefaultMaxOpenTopics() (from the process's file limit).
+	MaxOpenTopics int
 	// MinFreeBytes (store.minFreeMB) is the free space of the data
 	// directory's filesystem below which pub, delay and create are refused
 	// and replicated blocks wait (disk.go); 0 turns the guard off.
@@ -84,6 +90,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxFrameBytes <= 0 {
 		o.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	if o.MaxOpenTopics <= 0 {
+		o.MaxOpenTopics = DefaultMaxOpenTopics()
 	}
 	if o.DiskCheckInterval <= 0 {
 		o.DiskCheckInterval = DefaultDiskCheckInterval
@@ -159,6 +168,8 @@ type topic struct {
 	lastUse int64               // writer only: ms of the last append
 
 	blocks blockCounter // blocks the writer committed, per file (count.go)
+
+	lru *list.Element // writer only: in writer.openLRU while its file is open
 }
 
 // Open recovers the data directory and starts the writer.

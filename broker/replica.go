@@ -272,6 +272,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		eid := blk.EventID
 		w.post = append(w.post, func() {
 			delete(w.dirty, t)
+			w.forgetOpen(t)
 			w.b.removeTopic(t, eid)
 		})
 	}

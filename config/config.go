@@ -78,6 +78,9 @@ type Store struct {
 	// on the data directory's filesystem, pub, delay and create are
 	// refused and a slave pauses replication; 0 turns it off.
 	MinFreeMB int64 `yaml:"minFreeMB"`
+	// MaxOpenTopics bounds the topics whose current file stays open (new
+	// key); 0 sizes it from the process's file limit.
+	MaxOpenTopics int `yaml:"maxOpenTopics"`
 }
 
 // Worker is the worker.* section (the single writer, spec §6.1).

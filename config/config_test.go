@@ -80,8 +80,8 @@ func TestSummaryListsEveryKey(t *testing.T) {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
-	if len(s) != 60 { // 42 keys + 17 security/replication keys (security.go) + source
-		t.Errorf("summary has %d entries, want 60", len(s))
+	if len(s) != 61 { // 43 keys + 17 security/replication keys (security.go) + source
+		t.Errorf("summary has %d entries, want 61", len(s))
 	}
 }
 

@@ -58,6 +58,7 @@ func (c *Config) Validate() error {
 	v.between("store.clearInterval", int64(c.Store.ClearInterval), 1, maxSeconds, "seconds")
 	v.between("store.waitDelLockTimeoutMs", c.Store.WaitDelLockTimeoutMs, 1, maxMs, "ms")
 	v.between("store.folderCount", int64(c.Store.FolderCount), 1, 10000, "")
+	v.between("store.maxOpenTopics", int64(c.Store.MaxOpenTopics), 0, 1<<20, "0 sizes it from the file limit (ulimit -n / 4)")
 	v.between("store.minFreeMB", c.Store.MinFreeMB, 0, 1<<30, "MiB; 0 turns the disk watermark off")
 	v.between("store.maxSlaveKeepFiles", int64(c.Store.MaxSlaveKeepFiles), 0, 1<<20, "0 keeps none for slaves")
 

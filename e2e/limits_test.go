@@ -404,3 +404,54 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 	}
 	p.stop()
 }
+
+// TestManyTopicsFewDescriptors: every topic written used to keep two files
+// open until shutdown, so with ulimit -n 128 publishing failed after about
+// 55 topics ("too many open files"). The open topic files are now an LRU
+// sized from the file limit: 400 topics are written, then read back.
+func TestManyTopicsFewDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
+	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n 128 && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"))
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	if !waitUntil(30*time.Second, func() bool { return listenRe.MatchString(p.out.String()) }) {
+		t.Fatalf("no listening line:\n%s", p.out.String())
+	}
+	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	c := dial(t, p.addr)
+	const topics = 400
+	for i := range topics {
+		name := fmt.Sprintf("many-%03d", i)
+		if err := c.create(name, 0); err != nil {
+			t.Fatalf("create topic %d: %v", i, err)
+		}
+		if err := c.pub(name, record(nil, name)); err != nil {
+			t.Fatalf("publish to topic %d: %v", i, err)
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d descriptors open after writing %d topics", len(fds), topics)
+	for _, i := range []int{0, 199, 399} {
+		name := fmt.Sprintf("many-%03d", i)
+		if got := readAll(t, p.addr, name, 1); len(got) != 1 || got[0] != name {
+			t.Fatalf("topic %s: %q", name, got)
+		}
+		if err := c.pub(name, record(nil, "again")); err != nil {
+			t.Fatalf("publish again to %s: %v", name, err)
+		}
+	}
+	p.stop()
+}

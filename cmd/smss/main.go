@@ -114,6 +114,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
 		MaxFrameBytes: cfg.Limit.MaxFrameBytes,
 		MinFreeBytes:  cfg.Store.MinFreeMB << 20,
+		MaxOpenTopics: cfg.Store.MaxOpenTopics,
 		Slave:         role == roleSlave,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
