@@ -64,7 +64,8 @@ type Options struct {
 	// and replicated blocks wait (disk.go); 0 turns the guard off.
 	MinFreeBytes int64
 	// DiskCheckInterval is how often the free space is read, default
-	// DefaultDiskCheckInterval. Statfs reads it; tests replace it.
+	// DefaultDiskCheckInterval. Statfs reads it; tests replace it (and
+	// then no reserve file is kept: see diskGuard).
 	DiskCheckInterval time.Duration
 	Statfs            func(dir string) (freeBytes uint64, err error)
 	// Metrics receives the writer's recordings (group commits, fsyncs,

@@ -414,7 +414,7 @@ func registerDiskMetrics(reg *prometheus.Registry, src *adminSource) {
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_free_bytes",
-			Help: "Free space of the data directory's filesystem at the last reading (every second)."},
+			Help: "Free space of the data directory's filesystem at the last reading (every second; 0 when store.minFreeMB is 0)."},
 			read(func(d broker.DiskState) float64 { return float64(d.FreeBytes) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_min_free_bytes",
 			Help: "store.minFreeMB in bytes: below it pub, delay and create are refused; 0 when off."},
