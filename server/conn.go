@@ -137,7 +137,7 @@ func (c *conn) waitRequest() bool {
 	if !c.s.setState(c, stateIdle) {
 		// Shutdown: a request pipelined behind the one just answered is
 		// already in the read buffer; it gets its reply too.
-		if c.br.Buffered() > 0 && c.drain() {
+		if c.br.Buffered() > 0 && c.drain(true) {
 			return true
 		}
 		// A FIN, not a reset: bytes the client sent after the last reply
@@ -159,7 +159,7 @@ func (c *conn) waitRequest() bool {
 		}
 		return false
 	}
-	if !c.s.setState(c, stateActive) && !c.drain() {
+	if !c.s.setState(c, stateActive) && !c.drain(false) {
 		return false
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
@@ -167,11 +167,11 @@ func (c *conn) waitRequest() bool {
 	return true
 }
 
-// drain serves one more request during Shutdown's grace (its bytes are
-// here already): the read deadline Shutdown set is replaced by the usual
-// per-request ones.
-func (c *conn) drain() bool {
-	if !c.s.drainRequest(c) {
+// drain serves one more request during Shutdown (its bytes are here
+// already; buffered: in the read buffer): the read deadline Shutdown set is
+// replaced by the usual per-request ones.
+func (c *conn) drain(buffered bool) bool {
+	if !c.s.drainRequest(c, buffered) {
 		return false
 	}
 	c.dr.armed.forget()

@@ -190,12 +190,13 @@ func (s *Server) setState(c *conn, st connState) bool {
 }
 
 // drainRequest marks c active during Shutdown for a request whose bytes
-// arrived before the drain deadline (the server has them: they must get a
-// reply, not a reset). It fails once the drain is over.
-func (s *Server) drainRequest(c *conn) bool {
+// the server has (they must get a reply, not a reset): one already in c's
+// read buffer (buffered) at any time of the drain, one whose first byte
+// arrived until DrainGrace passed.
+func (s *Server) drainRequest(c *conn, buffered bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.draining {
+	if !s.draining && !buffered {
 		return false
 	}
 	c.state = stateActive
