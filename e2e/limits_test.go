@@ -319,7 +319,8 @@ func TestShutdownDrains(t *testing.T) {
 		}
 	}
 	if len(lost) > 0 {
-		t.Errorf("%d of %d requests got no reply:\n%s", len(lost), conns*perConn, strings.Join(lost, "\n"))
+		t.Errorf("%d of %d requests got no reply:\n%s", len(lost), conns*perConn, strings.Join(lost[:min(len(lost), 9)], "\n"))
+		defer func() { t.Logf("server output:\n%s", tail(p.out.String(), 6000)) }()
 	}
 	select {
 	case <-p.exited:

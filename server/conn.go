@@ -99,7 +99,10 @@ type conn struct {
 	out   []byte
 	wdl   lazyDeadline
 	state connState // guarded by s.mu
-	auth  connAuth  // auth.go
+	// drainUntil ends the connection's wait for a next request during
+	// Shutdown (awaitDrain); zero until it first waits.
+	drainUntil time.Time
+	auth       connAuth // auth.go
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -135,9 +138,10 @@ func (c *conn) serve() {
 // connection must end), then switches to the per-request read timeout.
 func (c *conn) waitRequest() bool {
 	if !c.s.setState(c, stateIdle) {
-		// Shutdown: a request pipelined behind the one just answered is
-		// already in the read buffer; it gets its reply too.
-		if c.br.Buffered() > 0 && c.drain(true) {
+		// Shutdown: a request pipelined behind the one just answered (in
+		// the read buffer, or arriving within the connection's drain
+		// window) gets its reply too.
+		if (c.br.Buffered() > 0 || c.awaitDrain()) && c.drain() {
 			return true
 		}
 		// A FIN, not a reset: bytes the client sent after the last reply
@@ -146,7 +150,7 @@ func (c *conn) waitRequest() bool {
 		return false
 	}
 	c.dr.timeout = c.s.opts.IdleTimeout
-	if _, err := c.br.Peek(1); err != nil {
+	if _, err := c.br.Peek(1); err != nil && !c.peekReceived(err) {
 		switch {
 		case errors.Is(err, io.EOF):
 			c.log.Debug("connection closed by peer")
@@ -159,7 +163,7 @@ func (c *conn) waitRequest() bool {
 		}
 		return false
 	}
-	if !c.s.setState(c, stateActive) && !c.drain(false) {
+	if !c.s.setState(c, stateActive) && !c.drain() {
 		return false
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
@@ -167,11 +171,50 @@ func (c *conn) waitRequest() bool {
 	return true
 }
 
+// awaitDrain waits, during Shutdown, for the first byte of a request on a
+// connection that was serving one when Shutdown began: as an idle one, for
+// DrainGrace at most, counted once per connection (from the later of
+// Shutdown's own grace and the first wait), so a client that keeps sending
+// cannot hold the shutdown beyond it.
+func (c *conn) awaitDrain() bool {
+	now := time.Now()
+	if c.drainUntil.IsZero() {
+		c.drainUntil = now.Add(DrainGrace)
+		if end := c.s.graceEnd(); end.After(c.drainUntil) {
+			c.drainUntil = end
+		}
+	}
+	if !now.Before(c.drainUntil) {
+		return false
+	}
+	c.dr.timeout = 0 // the deadline below, not the per-read timeout
+	c.dr.armed.forget()
+	if err := c.nc.SetReadDeadline(c.drainUntil); err != nil {
+		return false
+	}
+	_, err := c.br.Peek(1)
+	return err == nil || c.peekReceived(err)
+}
+
+// peekReceived reads the first byte of a request that was in the socket
+// when Shutdown's drain deadline ended the wait for it: the connection's
+// goroutine ran too late (a starved process), not the client. The bytes
+// were received; they get served.
+func (c *conn) peekReceived(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !c.s.isShutting() || socketPending(c.nc) == 0 {
+		return false
+	}
+	c.dr.armed.forget()
+	c.dr.timeout = c.s.opts.ReadTimeout
+	_, err = c.br.Peek(1)
+	return err == nil
+}
+
 // drain serves one more request during Shutdown (its bytes are here
-// already; buffered: in the read buffer): the read deadline Shutdown set is
-// replaced by the usual per-request ones.
-func (c *conn) drain(buffered bool) bool {
-	if !c.s.drainRequest(c, buffered) {
+// already): the read deadline Shutdown set is replaced by the usual
+// per-request ones.
+func (c *conn) drain() bool {
+	if !c.s.drainRequest(c) {
 		return false
 	}
 	c.dr.armed.forget()

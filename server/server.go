@@ -35,6 +35,7 @@ type Server struct {
 	serving  bool
 	shutting bool
 	draining bool          // Shutdown's DrainGrace has not passed yet
+	drainEnd time.Time     // when it passes
 	done     chan struct{} // closed by Shutdown
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup // Serve's accept loop and every connection
@@ -191,16 +192,25 @@ func (s *Server) setState(c *conn, st connState) bool {
 
 // drainRequest marks c active during Shutdown for a request whose bytes
 // the server has (they must get a reply, not a reset): one already in c's
-// read buffer (buffered) at any time of the drain, one whose first byte
-// arrived until DrainGrace passed.
-func (s *Server) drainRequest(c *conn, buffered bool) bool {
+// read buffer, or one whose first byte a read returned. Reads wait for a
+// first byte until DrainGrace only (the deadline Shutdown sets), but a
+// connection that found one is served however late its goroutine runs:
+// the whole drain is bounded by Shutdown's context.
+func (s *Server) drainRequest(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.draining && !buffered {
+	if !s.shutting {
 		return false
 	}
 	c.state = stateActive
 	return true
+}
+
+// graceEnd is when Shutdown's wait for requests on idle connections ends.
+func (s *Server) graceEnd() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drainEnd
 }
 
 // DrainGrace is how long Shutdown waits for the first byte of a request on
@@ -243,6 +253,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	graceEnd := time.Now().Add(DrainGrace)
+	if first {
+		s.drainEnd = graceEnd
+	}
 	for c := range s.conns {
 		switch {
 		case c.state == stateIdle && s.draining:
@@ -268,12 +281,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for {
 		select {
 		case <-grace.C:
-			// The deadline normally ends the idle reads; close whatever is
-			// still idle in case a read re-armed its own deadline.
+			// The deadline normally ends the idle reads; set it again
+			// (in the past) in case a read re-armed its own. A read that
+			// has its bytes already still returns them; a connection
+			// whose goroutine found them is served (drainRequest).
 			s.mu.Lock()
 			s.draining = false
+			past := time.Now().Add(-time.Second)
 			for c := range s.conns {
-				if c.state != stateActive {
+				switch c.state {
+				case stateIdle:
+					c.nc.SetReadDeadline(past)
+				case stateActive:
+				default:
 					c.nc.Close()
 				}
 			}
