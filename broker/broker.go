@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,25 @@ type Options struct {
 	// over all topics (dedupe.maxIds, default 1,000,000).
 	DedupeWindow time.Duration
 	DedupeMaxIDs int
+	// MaxFrameBytes (limit.maxFrameBytes) bounds the message bytes one
+	// Subscription.Next appends (a subscription frame's length field); a
+	// single larger message is still delivered alone. Default
+	// protocol.DefaultMaxFrameBytes.
+	MaxFrameBytes int
+	// MaxOpenTopics (store.maxOpenTopics) bounds the topics whose current
+	// file (and its index: two descriptors) the writer keeps open; the
+	// least recently appended one is closed beyond it. Default
+	// DefaultMaxOpenTopics() (from the process's file limit).
+	MaxOpenTopics int
+	// MinFreeBytes (store.minFreeMB) is the free space of the data
+	// directory's filesystem below which pub, delay and create are refused
+	// and replicated blocks wait (disk.go); 0 turns the guard off.
+	MinFreeBytes int64
+	// DiskCheckInterval is how often the free space is read, default
+	// DefaultDiskCheckInterval. Statfs reads it; tests replace it (and
+	// then no reserve file is kept: see diskGuard).
+	DiskCheckInterval time.Duration
+	Statfs            func(dir string) (freeBytes uint64, err error)
 	// Metrics receives the writer's recordings (group commits, fsyncs,
 	// publishes, storage errors); nil records nothing.
 	Metrics *metrics.Metrics
@@ -75,6 +95,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxGroupBytes <= 0 {
 		o.MaxGroupBytes = 4 << 20
+	}
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	if o.MaxOpenTopics <= 0 {
+		o.MaxOpenTopics = DefaultMaxOpenTopics()
+	}
+	if o.DiskCheckInterval <= 0 {
+		o.DiskCheckInterval = DefaultDiskCheckInterval
 	}
 	if o.IdleWake <= 0 {
 		o.IdleWake = time.Second
@@ -142,6 +171,7 @@ type Broker struct {
 
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
+	disk      *diskGuard // store.minFreeMB (disk.go)
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are
@@ -160,7 +190,8 @@ type topic struct {
 
 	blocks blockCounter // blocks the writer committed, per file (count.go)
 
-	ids *dedupeSet // writer only: the message ids of the window (dedupe.go)
+	ids *dedupeSet    // writer only: the message ids of the window (dedupe.go)
+	lru *list.Element // writer only: in writer.openLRU while its file is open
 }
 
 // Open recovers the data directory and starts the writer.
@@ -180,14 +211,32 @@ func Open(opts Options) (*Broker, error) {
 		done:      make(chan struct{}),
 		fatal:     make(chan error, 1),
 	}
-	if err := b.prepareDirs(); err != nil {
-		return nil, err
+	if err := os.MkdirAll(opts.Dir, fsmode.Dir()); err != nil {
+		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}
+	b.disk = newDiskGuard(opts.Dir, uint64(max(opts.MinFreeBytes, 0)), b.log, opts.Statfs)
+	go b.disk.run(opts.DiskCheckInterval)
+	opened := false
+	defer func() {
+		if !opened {
+			b.disk.close()
+		}
+	}()
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
 	}
 	b.meta = ms
+	// Before prepareDirs creates the buckets of a folderCount that may be
+	// the wrong one.
+	if err := b.checkFolderCount(ms); err != nil {
+		ms.Close()
+		return nil, err
+	}
+	if err := b.prepareDirs(); err != nil {
+		ms.Close()
+		return nil, err
+	}
 	b.slave.Store(opts.Slave)
 	epoch, err := ms.Epoch()
 	if err != nil {
@@ -224,6 +273,7 @@ func Open(opts Options) (*Broker, error) {
 	go b.w.run()
 	go b.emptyTrash()
 	b.stats.counts.start(b)
+	opened = true
 	return b, nil
 }
 
@@ -278,9 +328,13 @@ func (b *Broker) Close() error {
 	<-b.done
 	err := b.w.shutdown()
 	b.stats.counts.finish()
+	// A fresh reading: on a disk filled to the last byte it deletes the
+	// reserve file, so that badger's final memtable flush has room.
+	b.disk.check()
 	if cerr := b.closeMeta(); cerr != nil && err == nil {
 		err = cerr
 	}
+	b.disk.close()
 	return err
 }
 
@@ -340,6 +394,7 @@ func (b *Broker) submit(ctx context.Context, c *command) error {
 	// Once queued, the command will be executed; wait for its outcome even
 	// if ctx ends, so the caller never reports failure for a stored write.
 	<-c.done
+	b.noteNoSpace(c.err)
 	return c.err
 }
 
@@ -350,6 +405,9 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 		return 0, protocol.ErrSlavePub
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
+		return 0, err
+	}
+	if err := b.diskRefusal(len(records)); err != nil {
 		return 0, err
 	}
 	msgID, err := b.publishID(records)
@@ -382,6 +440,9 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	}
 	if expireAt < 0 {
 		return 0, protocol.ErrExpireTooSoon
+	}
+	if err := b.diskRefusal(0); err != nil {
+		return 0, err
 	}
 	c := getCommand()
 	defer putCommand(c)

@@ -13,7 +13,7 @@ import (
 
 // maxDelayMs bounds delays so trigger times can never overflow; the server
 // applies the configured, much smaller, delay.maxDelay first.
-const maxDelayMs = 100 * 365 * 24 * 3600 * 1000
+const maxDelayMs = protocol.MaxDelayMs
 
 // Hooks are called by the writer after a group commits, so background
 // schedulers can arm their timers without polling. They must not block.
@@ -48,6 +48,9 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	}
 	if delayMs > maxDelayMs {
 		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms is too long (at most %d)", delayMs, int64(maxDelayMs)))
+	}
+	if err := b.diskRefusal(len(records)); err != nil {
+		return 0, err
 	}
 	msgID, err := b.publishID(records)
 	if err != nil {

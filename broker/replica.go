@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -27,6 +28,24 @@ var ErrReplicaOrder = errors.New("replicated block out of order")
 // and meta as spec §4.4 says. It returns the block's last eventId. The
 // block is validated like client input.
 func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error) {
+	for {
+		// A full disk pauses replication instead of stopping it (see
+		// ApplyReplicatedBatch).
+		if err := b.disk.wait(ctx); err != nil {
+			return 0, err
+		}
+		last, err := b.applyReplicated(ctx, raw)
+		if err == nil || !errors.Is(err, syscall.ENOSPC) {
+			return last, err
+		}
+		if werr := b.waitSpace(ctx, err); werr != nil {
+			return 0, werr
+		}
+	}
+}
+
+// applyReplicated is ApplyReplicated without the wait for disk space.
+func (b *Broker) applyReplicated(ctx context.Context, raw []byte) (int64, error) {
 	if !b.IsSlave() {
 		return 0, errors.New("broker: replicated blocks are applied on a slave only")
 	}
@@ -62,7 +81,51 @@ func (b *Broker) recordReplicated(c *command) {
 // eventId), so the applied blocks are always a prefix of raws and a failure
 // can never leave a gap. It returns the last eventId applied, how many
 // blocks were applied and the first error.
+//
+// A full disk pauses it instead of failing: it waits while the free space
+// is below store.minFreeMB, and after a group failed with ENOSPC (rolled
+// back by the writer) it waits for space and applies the rest.
 func (b *Broker) ApplyReplicatedBatch(ctx context.Context, raws [][]byte) (int64, int, error) {
+	var last int64
+	total := 0
+	for {
+		if err := b.disk.wait(ctx); err != nil {
+			return last, total, err
+		}
+		l, n, err := b.applyReplicatedBatch(ctx, raws[total:])
+		if n > 0 {
+			last, total = l, total+n
+		}
+		if err == nil || total == len(raws) || !errors.Is(err, syscall.ENOSPC) {
+			return last, total, err
+		}
+		if werr := b.waitSpace(ctx, err); werr != nil {
+			return last, total, werr
+		}
+	}
+}
+
+// waitSpace pauses a slave's replication after a write failed with ENOSPC:
+// until the guard reads the disk above the watermark again, or for a
+// second when it does already (the space went between the reading and the
+// write, or the guard is off).
+func (b *Broker) waitSpace(ctx context.Context, cause error) error {
+	b.log.Warn("replication paused: the disk is full; retrying the rolled-back blocks when space returns", "err", cause)
+	b.disk.check()
+	if b.disk.low.Load() {
+		return b.disk.wait(ctx)
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *Broker) applyReplicatedBatch(ctx context.Context, raws [][]byte) (int64, int, error) {
 	if !b.IsSlave() {
 		return 0, 0, errors.New("broker: replicated blocks are applied on a slave only")
 	}
@@ -220,6 +283,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 			delete(w.dirty, t)
 			w.dd.drop(t)
 			w.publishDedupeSize()
+			w.forgetOpen(t)
 			w.b.removeTopic(t, eid)
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/smssmq/smss/internal/fsmode"
 	"io"
 	"os"
 	"path/filepath"
@@ -272,7 +273,7 @@ func (r *rewinder) makeDir() error {
 		}
 		dir = base + "-" + strconv.Itoa(i)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, fsmode.Dir()); err != nil {
 		return fmt.Errorf("rewind: create %s: %w", dir, err)
 	}
 	r.out = dir
@@ -283,7 +284,7 @@ func (r *rewinder) makeDir() error {
 // log file, fsynced.
 func (r *rewinder) copyTail(l *segment.Log, pos segment.Position, sub string) ([]MovedFile, error) {
 	dst := filepath.Join(r.out, sub)
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	if err := os.MkdirAll(dst, fsmode.Dir()); err != nil {
 		return nil, fmt.Errorf("rewind: create %s: %w", dst, err)
 	}
 	var out []MovedFile
@@ -318,7 +319,7 @@ func copyFrom(src string, off int64, dst string) (int64, error) {
 	if _, err := in.Seek(off, io.SeekStart); err != nil {
 		return 0, err
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsmode.File())
 	if err != nil {
 		return 0, err
 	}
@@ -428,7 +429,7 @@ func (r *rewinder) rollBack() error {
 	for _, name := range names(removed) {
 		rel := filepath.Join("topic", sanitize(name))
 		dir := b.topicDir(name)
-		if err := os.MkdirAll(filepath.Join(r.out, "topic"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(r.out, "topic"), fsmode.Dir()); err != nil {
 			return err
 		}
 		if err := os.Rename(dir, filepath.Join(r.out, rel)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -621,7 +622,7 @@ func (r *rewinder) writeManifest() error {
 		return err
 	}
 	p := filepath.Join(r.out, "manifest.json")
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsmode.File())
 	if err != nil {
 		return fmt.Errorf("rewind: write %s: %w", p, err)
 	}

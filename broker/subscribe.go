@@ -127,8 +127,14 @@ func (b *Broker) startPosition(l *segment.Log, after int64) (segment.Position, e
 // Deleted is closed when the topic is deleted or reaped.
 func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
 
+// errFrameFull stops a read before the message that would take a frame past
+// Options.MaxFrameBytes; the reader stays before that message.
+var errFrameFull = errors.New("subscription frame full")
+
 // Next appends up to max messages to dst as subscription message units
-// (spec §2.4) and returns how many. With wait <= 0 it only polls. With
+// (spec §2.4) and returns how many. The units appended stay within
+// Options.MaxFrameBytes, except that the first is appended whatever its
+// size (a message larger than the bound goes alone). With wait <= 0 it only polls. With
 // nothing to deliver it waits until
 // the writer commits more, the topic is deleted (protocol.ErrTopicDeleted), wait
 // passes (0 messages: the caller sends an alive) or ctx ends.
@@ -174,16 +180,25 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 
 func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 	lastAt, lastID := -1, int64(0)
+	room := s.b.opts.MaxFrameBytes
 	n, endOfFile, err := s.reader.Next(max, func(eventID, _ int64, raw []byte, next segment.Position) error {
 		// The reader's decoder has validated the block already.
 		ts, record, ok := topicstore.Delivery(raw)
 		if !ok {
 			return fmt.Errorf("BUG: validated topic block has no record at %s", next)
 		}
+		unit := protocol.SubMessageFixedSize + len(record)
+		if lastAt >= 0 && unit > room {
+			return errFrameFull // the next frame starts with it
+		}
+		room -= unit
 		lastAt, lastID = len(dst), eventID
 		dst = protocol.AppendSubMessage(dst, ts, eventID, next.FileID, next.Offset, record)
 		return nil
 	})
+	if errors.Is(err, errFrameFull) {
+		err = nil
+	}
 	if n > 0 {
 		s.delivered.Store(lastID)
 	}

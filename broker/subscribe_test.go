@@ -123,3 +123,70 @@ func TestSubscribeReadsAcrossFilesAndWaits(t *testing.T) {
 		t.Fatalf("subscribe past the end: %v", err)
 	}
 }
+
+// TestSubscribeFramesBoundedByBytes: a frame takes messages while their
+// units stay within Options.MaxFrameBytes; a larger message goes alone.
+// Frames used to be bounded by count only (64 messages of 8 MiB made one
+// 512 MiB frame).
+func TestSubscribeFramesBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	unit := func(body int) int { return protocol.SubMessageFixedSize + len(rec(strings.Repeat("x", body))) }
+	for _, tc := range []struct {
+		name   string
+		bodies []int // message body sizes, published in order
+		limit  int
+		batch  int
+		frames []int // messages per frame
+	}{
+		{"count bound first", []int{10, 10, 10, 10}, 1 << 20, 3, []int{3, 1}},
+		{"exact fit", []int{100, 100, 100, 100}, 2 * unit(100), 255, []int{2, 2}},
+		{"one byte short", []int{100, 100, 100}, 2*unit(100) - 1, 255, []int{1, 1, 1}},
+		{"large alone", []int{10, 5000, 10, 10}, 2048, 255, []int{1, 1, 2}},
+		{"large first", []int{5000, 10}, 2048, 255, []int{1, 1}},
+		{"many small", []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 4 * unit(1), 255, []int{4, 4, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := openTest(t, t.TempDir(), func(o *Options) { o.MaxFrameBytes = tc.limit })
+			defer b.Close()
+			if _, err := b.CreateTopic(ctx, []byte("t"), 0); err != nil {
+				t.Fatal(err)
+			}
+			for i, n := range tc.bodies {
+				body := fmt.Sprintf("%d", i) + strings.Repeat("x", n-1)
+				if _, err := b.Publish(ctx, []byte("t"), rec(body), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := b.Subscribe([]byte("t"), []byte("w"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var frames []int
+			total := 0
+			for total < len(tc.bodies) {
+				area, n, err := s.Next(ctx, nil, tc.batch, 5*time.Second)
+				if err != nil || n == 0 {
+					t.Fatalf("after %d messages: n %d err %v", total, n, err)
+				}
+				if n > 1 && len(area) > tc.limit {
+					t.Errorf("frame of %d messages has %d bytes > %d", n, len(area), tc.limit)
+				}
+				msgs, err := protocol.ParseSubMessages(area, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, m := range msgs {
+					if want := fmt.Sprint(total + j); !strings.HasPrefix(string(m.Body), want) || len(m.Body) != tc.bodies[total+j] {
+						t.Fatalf("message %d: body %.10q of %d bytes", total+j, m.Body, len(m.Body))
+					}
+				}
+				frames = append(frames, n)
+				total += n
+			}
+			if fmt.Sprint(frames) != fmt.Sprint(tc.frames) {
+				t.Errorf("frames %v, want %v", frames, tc.frames)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -49,6 +50,10 @@ type writer struct {
 	syncBuf   []*segment.Log
 	wakes     []chan struct{} // readers of this group's commits (commit)
 	syncErrs  []error
+
+	// openLRU orders the topics whose current file the writer holds open,
+	// most recently appended first (lru.go).
+	openLRU list.List
 
 	// Durability state.
 	dirty        map[*topic]struct{}
@@ -221,6 +226,11 @@ func (w *writer) process(group []*command) {
 			committed = true
 			if m != nil {
 				w.record(m)
+			}
+			// After the group's own outcome is settled: closing another
+			// topic's file fsyncs it, and a failure there is fatal.
+			if err := w.evictOpen(); err != nil {
+				w.die(err)
 			}
 		}
 	}
@@ -399,6 +409,7 @@ func (w *writer) stageDelete(c *command, now int64) error {
 		delete(w.dirty, t)
 		w.dd.drop(t)
 		w.publishDedupeSize()
+		w.forgetOpen(t)
 		w.b.removeTopic(t, eid)
 	})
 	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
@@ -465,6 +476,7 @@ func (w *writer) commit(now int64) error {
 	for _, tb := range w.batches {
 		w.dirty[tb.t] = struct{}{}
 		tb.t.lastUse = now
+		w.touchOpen(tb.t)
 	}
 	switch {
 	case w.syncMeta:
@@ -549,6 +561,7 @@ func (w *writer) onIdle() {
 				return
 			}
 			delete(w.dirty, t)
+			w.forgetOpen(t)
 		}
 	}
 }

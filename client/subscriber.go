@@ -79,7 +79,13 @@ type SubscriberConfig struct {
 	// DialTimeout bounds a connect and the write of the request or an ack.
 	// Default 5 s.
 	DialTimeout time.Duration
-	// MaxFrameBytes caps one batch's size on the wire. Default 256 MiB.
+	// MaxFrameBytes caps one batch's size on the wire. Default
+	// protocol.MaxSubFrameBytes (256 MiB + 32), the largest frame any
+	// server with a valid configuration sends: frames are bounded by the
+	// server's limit.maxFrameBytes (16 MiB by default, at most 256 MiB),
+	// except that one message goes alone however large limit.maxPayload
+	// (at most 256 MiB) lets it be. A smaller value refuses such frames
+	// and never gets past them.
 	MaxFrameBytes int
 	// DialContext opens connections; nil uses a net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -131,7 +137,7 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 		cfg.DialTimeout = defaultDialTimeout
 	}
 	if cfg.MaxFrameBytes <= 0 {
-		cfg.MaxFrameBytes = 256 << 20
+		cfg.MaxFrameBytes = protocol.MaxSubFrameBytes
 	}
 	if cfg.DialContext == nil {
 		cfg.DialContext = (&net.Dialer{}).DialContext

@@ -338,3 +338,52 @@ func TestSubscriberUnencodableRequestIsNotRetried(t *testing.T) {
 		t.Fatalf("Run with a 300-byte traceId: %v", err)
 	}
 }
+
+// TestSubscriberAcceptsLargestServerFrame: a server sends one message alone
+// however large limit.maxPayload (at most protocol.MaxPayloadCap) lets it
+// be; the default client cap must take that frame, or the consumer could
+// never get past the message.
+func TestSubscriberAcceptsLargestServerFrame(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves a 256 MiB frame")
+	}
+	empty, err := protocol.AppendRecord(nil, protocol.Record{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The largest record a pub may carry: exactly limit.maxPayload's cap.
+	body := make([]byte, protocol.MaxPayloadCap-len(empty))
+	rec, err := protocol.AppendRecord(nil, protocol.Record{Body: body})
+	if err != nil || len(rec) != protocol.MaxPayloadCap {
+		t.Fatalf("record of %d bytes (%v), want %d", len(rec), err, protocol.MaxPayloadCap)
+	}
+	area := protocol.AppendSubMessage(nil, 1000, 1, 0, 0, rec)
+	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+		if _, err := readReq(r); err != nil {
+			return
+		}
+		c.Write(protocol.AppendSubFrameHeader(nil, 1, uint32(len(area))))
+		c.Write(area)
+		if code, err := readAck(r); err != nil || code != 0 {
+			return
+		}
+		c.Write(protocol.AppendReplySubEnd(nil))
+	})
+	var got int
+	s, err := fastSub(f.addr(), SubscriberConfig{Topic: "t", Who: "w",
+		Handler: func(_ context.Context, b []Delivery) AckAction {
+			for _, d := range b {
+				got = len(d.Body)
+			}
+			return Ack
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctxT(t, 60*time.Second)); !errors.Is(err, ErrTopicDeleted) {
+		t.Fatalf("Run: %v, want ErrTopicDeleted after the message", err)
+	}
+	if got != len(body) || s.LastAcked() != 1 {
+		t.Fatalf("delivered a body of %d bytes, last acked %d; want %d bytes, 1", got, s.LastAcked(), len(body))
+	}
+}

@@ -79,6 +79,13 @@ type Store struct {
 	// MaxSlaveKeepFiles caps the binlog files past maxDays that retention
 	// keeps because a connected slave still reads them (new key).
 	MaxSlaveKeepFiles int `yaml:"maxSlaveKeepFiles"`
+	// MinFreeMB is the disk watermark (new key): below this many MiB free
+	// on the data directory's filesystem, pub, delay and create are
+	// refused and a slave pauses replication; 0 turns it off.
+	MinFreeMB int64 `yaml:"minFreeMB"`
+	// MaxOpenTopics bounds the topics whose current file stays open (new
+	// key); 0 sizes it from the process's file limit.
+	MaxOpenTopics int `yaml:"maxOpenTopics"`
 }
 
 // Worker is the worker.* section (the single writer, spec §6.1).
@@ -138,6 +145,9 @@ type Limit struct {
 	// MaxConnsPerIP caps the connections of one address (IPv6: one /64);
 	// further ones are refused at accept (security.go sets the default).
 	MaxConnsPerIP int `yaml:"maxConnsPerIP"`
+	// MaxFrameBytes bounds the messages of one subscription frame (new
+	// key); a single larger message still goes alone.
+	MaxFrameBytes int `yaml:"maxFrameBytes"`
 }
 
 // Delay is the delay.* section.
@@ -191,6 +201,7 @@ func Default() *Config {
 			NoCache:              false,
 			FolderCount:          10,
 			MaxSlaveKeepFiles:    64,
+			MinFreeMB:            256,
 		},
 		Worker: Worker{
 			BuffSize:                1000,
@@ -206,7 +217,7 @@ func Default() *Config {
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
-		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
+		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000, MaxFrameBytes: 16777216},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
 		Auth:        defaultAuth(),

@@ -79,6 +79,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"replication.onSyncTimeout": "fail",
 		"dedupe.window":             int64(120000),
 		"dedupe.maxIds":             int64(1000000),
+		"limit.maxFrameBytes":       int64(16777216),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
@@ -87,11 +88,11 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	if got := keys["replication.rejoinMaxProbes"]; got != int64(64) {
 		t.Errorf("summary replication.rejoinMaxProbes = %v (%T), want 64", got, got)
 	}
-	// 42 keys (with dedupe.*) + 21 security/replication keys (security.go,
-	// with the three semi-sync keys and rejoinMaxProbes) + 10 hardening keys
-	// of issue 18 + source
-	if len(s) != 74 {
-		t.Errorf("summary has %d entries, want 74", len(s))
+	// 45 keys (with dedupe.* and the three capacity keys of issue 23) + 21
+	// security/replication keys (security.go, with the three semi-sync keys
+	// and rejoinMaxProbes) + 10 hardening keys of issue 18 + source
+	if len(s) != 77 {
+		t.Errorf("summary has %d entries, want 77", len(s))
 	}
 }
 
@@ -210,8 +211,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"unknown nested key", "log:\n  rotate:\n    maxsize: 3\n",
 			[]string{`line 3`, `unknown key "log.rotate.maxsize"`, `did you mean "log.rotate.maxSize"`}},
 		{"unknown section", "storage:\n  path: x\n", []string{`unknown key "storage"`}},
-		{"wrong type", "store:\n  folderCount: ten\n", []string{`line 2`, `"store.folderCount"`, `"ten" is not a valid int`}},
-		{"quoted number", "port: \"80\"\n", []string{`"port"`, `"80" is not a valid int`}},
+		{"wrong type", "store:\n  folderCount: ten\n", []string{`line 2`, `"store.folderCount"`, `must be an integer (got "ten")`}},
+		{"quoted number", "port: \"80\"\n", []string{`"port"`, `must be an integer (got "80")`}},
 		{"bool", "store:\n  noCache: maybe\n", []string{`"store.noCache"`, `not a valid bool`}},
 		{"overflow", "port: 99999999999999999999999\n", []string{`"port"`}},
 		{"null leaf", "port:\n", []string{`"port" has no value`}},
@@ -222,6 +223,10 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"two documents", "port: 1\n---\nport: 2\n", []string{`more than one YAML document`}},
 		{"syntax", "port: [1\n", []string{`config: input:`}},
 		{"unknown key via merge", "base: &b {port: 1}\n", []string{`unknown key "base"`}},
+		{"float port", "port: 22051.5\n", []string{`line 1`, `"port" must be an integer (got "22051.5")`}},
+		{"exponent size", "store:\n  maxLogSize: 1.5e9\n", []string{`line 2`, `"store.maxLogSize" must be an integer (got "1.5e9")`}},
+		{"whole float", "limit:\n  maxConns: 100.0\n", []string{`"limit.maxConns" must be an integer (got "100.0")`}},
+		{"float ms", "delay:\n  maxDelay: 1e12\n", []string{`"delay.maxDelay" must be an integer`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.body))

@@ -169,11 +169,26 @@ func checkSection(n *yaml.Node, t reflect.Type, prefix string) error {
 		if leaf.Kind != yaml.ScalarNode {
 			return errAt(v, "key %q must be a single %s value", key, f.Type.Kind())
 		}
+		if isInt(f.Type.Kind()) && leaf.ShortTag() != "!!int" {
+			// yaml.v3 truncates a float into an int field (port: 22051.5
+			// listened on 22051, maxLogSize: 1.5e9 became 1500000000):
+			// every integer key takes integer literals only.
+			return errAt(v, "key %q must be an integer (got %q)", key, leaf.Value)
+		}
 		if err := leaf.Decode(reflect.New(f.Type).Interface()); err != nil {
 			return errAt(v, "key %q: %q is not a valid %s", key, leaf.Value, f.Type.Kind())
 		}
 	}
 	return nil
+}
+
+func isInt(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
 }
 
 // suggest offers the correctly-cased key when only the case is wrong, the

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/smssmq/smss/protocol"
 )
 
 // Upper bounds that keep the Duration conversions (and lumberjack's own
@@ -56,6 +58,8 @@ func (c *Config) Validate() error {
 	v.between("store.clearInterval", int64(c.Store.ClearInterval), 1, maxSeconds, "seconds")
 	v.between("store.waitDelLockTimeoutMs", c.Store.WaitDelLockTimeoutMs, 1, maxMs, "ms")
 	v.between("store.folderCount", int64(c.Store.FolderCount), 1, 10000, "")
+	v.between("store.maxOpenTopics", int64(c.Store.MaxOpenTopics), 0, 1<<20, "0 sizes it from the file limit (ulimit -n / 4)")
+	v.between("store.minFreeMB", c.Store.MinFreeMB, 0, 1<<30, "MiB; 0 turns the disk watermark off")
 	v.between("store.maxSlaveKeepFiles", int64(c.Store.MaxSlaveKeepFiles), 0, 1<<20, "0 keeps none for slaves")
 
 	v.atLeast("worker.buffSize", int64(c.Worker.BuffSize), 1, "")
@@ -82,12 +86,16 @@ func (c *Config) Validate() error {
 	v.between("background.defaultScanSecond", int64(c.Background.DefaultScanSecond), 1, maxSeconds, "seconds")
 	v.atMost("background.firstExecSecond", int64(c.Background.FirstExecSecond), maxSeconds, "seconds; <= 0 means 5")
 
-	v.atLeast("limit.maxPayload", int64(c.Limit.MaxPayload), 1, "bytes")
+	v.between("limit.maxPayload", int64(c.Limit.MaxPayload), 1, protocol.MaxPayloadCap,
+		"bytes; a subscription frame carries one message of this size")
 	v.atLeast("limit.maxWho", int64(c.Limit.MaxWho), 1, "bytes")
 	v.atLeast("limit.maxRecords", int64(c.Limit.MaxRecords), 1, "")
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
+	v.between("limit.maxFrameBytes", int64(c.Limit.MaxFrameBytes), 1024, protocol.MaxPayloadCap,
+		"bytes of messages in one subscription frame")
 
-	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
+	v.between("delay.maxDelay", c.Delay.MaxDelay, protocol.MinDelayMs, protocol.MaxDelayMs,
+		"ms; a delay request may ask at most 100 years")
 	v.between("dedupe.window", c.Dedupe.Window, 0, maxMs, "ms; 0 turns dedupe off")
 	v.between("dedupe.maxIds", int64(c.Dedupe.MaxIDs), 1, 1<<30, "ids")
 

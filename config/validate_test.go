@@ -70,6 +70,8 @@ func TestValidate(t *testing.T) {
 		{"maxConns 0", func(c *Config) { c.Limit.MaxConns = 0 }, "limit.maxConns", "0"},
 		{"maxDelay 999", func(c *Config) { c.Delay.MaxDelay = 999 }, "delay.maxDelay", "999"},
 		{"maxDelay 1000 ok", func(c *Config) { c.Delay.MaxDelay = 1000 }, "", ""},
+		{"maxDelay 100 years ok", func(c *Config) { c.Delay.MaxDelay = 3153600000000 }, "", ""},
+		{"maxDelay over 100 years", func(c *Config) { c.Delay.MaxDelay = 3153600000001 }, "delay.maxDelay", "3153600000001"},
 		{"admin off ok", func(c *Config) { c.Admin.Listen = "" }, "", ""},
 		{"admin loopback ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:12380" }, "", ""},
 		{"admin port 0 ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:0" }, "", ""},

@@ -88,6 +88,11 @@ func (b *Batch) SetEpoch(epoch uint64) {
 	b.set(keyEpoch, binary.LittleEndian.AppendUint64(nil, epoch))
 }
 
+// SetFolderCount records the store.folderCount of the topic layout.
+func (b *Batch) SetFolderCount(n int) {
+	b.set(keyFolderCount, binary.LittleEndian.AppendUint64(nil, uint64(n)))
+}
+
 // Empty reports whether the batch holds no change.
 func (b *Batch) Empty() bool { return len(b.ops) == 0 }
 

@@ -17,6 +17,10 @@ var (
 	// keyEpoch is ours: the promotion epoch (never in the binlog, which
 	// must stay byte-compatible with the original's).
 	keyEpoch = []byte("smss@epoch")
+	// keyFolderCount (our extension, like the checkpoint) records the
+	// store.folderCount the topic directories were laid out with: 8 bytes,
+	// uint64 LE. The original never reads smss@ keys.
+	keyFolderCount = []byte("smss@folderCount")
 )
 
 // Sizes of the fixed parts of keys and values.

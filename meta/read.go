@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -155,6 +156,27 @@ func (s *Store) Epoch() (uint64, error) {
 		return 0, fmt.Errorf("epoch value of %d bytes, want %d: %w", len(v), EpochSize, ErrMalformed)
 	}
 	return binary.LittleEndian.Uint64(v), nil
+}
+
+// FolderCount returns the store.folderCount recorded at the first start;
+// ok is false if none is (a new directory, or one written by the original
+// server or a build before the key existed).
+func (s *Store) FolderCount() (n int, ok bool, err error) {
+	v, ok, err := s.get(keyFolderCount)
+	if err != nil {
+		return 0, false, fmt.Errorf("read folder count: %w", err)
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("folder count value of %d bytes, want 8: %w", len(v), ErrMalformed)
+	}
+	c := binary.LittleEndian.Uint64(v)
+	if c < 1 || c > math.MaxInt32 {
+		return 0, false, fmt.Errorf("folder count %d: %w", c, ErrMalformed)
+	}
+	return int(c), true, nil
 }
 
 // Checkpoint returns the recovery checkpoint; ok is false if none was set.

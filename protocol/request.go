@@ -15,8 +15,25 @@ const (
 	DefaultMaxRecords = 10000
 )
 
+// Subscription frame bounds (config keys limit.maxFrameBytes and the upper
+// bound of limit.maxPayload). A frame carries messages while their bytes
+// (the frame's length field) stay within limit.maxFrameBytes; a single
+// larger message still goes alone, so the largest frame a server sends is
+// SubMessageFixedSize + limit.maxPayload. With both keys capped at
+// MaxPayloadCap, MaxSubFrameBytes is what a client must accept.
+const (
+	DefaultMaxFrameBytes = 16 << 20
+	MaxPayloadCap        = 256 << 20
+	MaxSubFrameBytes     = MaxPayloadCap + SubMessageFixedSize
+)
+
 // MinDelayMs is the shortest accepted delay of a delay pub (§1.5.5).
 const MinDelayMs = 1000
+
+// MaxDelayMs is the longest delay a delay pub may ask for (100 years): the
+// broker refuses longer ones so that trigger times never overflow, and
+// delay.maxDelay may not exceed it.
+const MaxDelayMs = 100 * 365 * 24 * 3600 * 1000
 
 // Limits caps the lengths a request may declare. They are checked before any
 // allocation; a zero or negative field means its default.

@@ -99,8 +99,11 @@ type conn struct {
 	out   []byte
 	wdl   lazyDeadline
 	state connState // guarded by s.mu
-	auth  connAuth  // auth.go
-	ipKey string    // remote address as limit.maxConnsPerIP counts it
+	// drainUntil ends the connection's wait for a next request during
+	// Shutdown (awaitDrain); zero until it first waits.
+	drainUntil time.Time
+	auth       connAuth // auth.go
+	ipKey      string   // remote address as limit.maxConnsPerIP counts it
 }
 
 func newConn(s *Server, nc net.Conn, ipKey string) *conn {
@@ -140,6 +143,15 @@ func (c *conn) serve() {
 // connection must end), then switches to the per-request read timeout.
 func (c *conn) waitRequest() bool {
 	if !c.s.setState(c, stateIdle) {
+		// Shutdown: a request pipelined behind the one just answered (in
+		// the read buffer, or arriving within the connection's drain
+		// window) gets its reply too.
+		if (c.br.Buffered() > 0 || c.awaitDrain()) && c.drain() {
+			return true
+		}
+		// A FIN, not a reset: bytes the client sent after the last reply
+		// must not make its kernel discard that reply.
+		c.linger()
 		return false
 	}
 	c.dr.timeout = c.s.opts.IdleTimeout
@@ -147,7 +159,7 @@ func (c *conn) waitRequest() bool {
 		return false
 	}
 	c.dr.until = c.readUntil()
-	if _, err := c.br.Peek(1); err != nil {
+	if _, err := c.br.Peek(1); err != nil && !c.peekReceived(err) {
 		switch {
 		case c.loginExpired():
 		case errors.Is(err, io.EOF):
@@ -161,7 +173,7 @@ func (c *conn) waitRequest() bool {
 		}
 		return false
 	}
-	if !c.s.setState(c, stateActive) {
+	if !c.s.setState(c, stateActive) && !c.drain() {
 		return false
 	}
 	c.dr.timeout = c.s.opts.ReadTimeout
@@ -169,6 +181,56 @@ func (c *conn) waitRequest() bool {
 	if login := c.readUntil(); !login.IsZero() && login.Before(c.dr.until) {
 		c.dr.until = login
 	}
+	return true
+}
+
+// awaitDrain waits, during Shutdown, for the first byte of a request on a
+// connection that was serving one when Shutdown began: as an idle one, for
+// DrainGrace at most, counted once per connection (from the later of
+// Shutdown's own grace and the first wait), so a client that keeps sending
+// cannot hold the shutdown beyond it.
+func (c *conn) awaitDrain() bool {
+	now := time.Now()
+	if c.drainUntil.IsZero() {
+		c.drainUntil = now.Add(DrainGrace)
+		if end := c.s.graceEnd(); end.After(c.drainUntil) {
+			c.drainUntil = end
+		}
+	}
+	if !now.Before(c.drainUntil) {
+		return false
+	}
+	c.dr.timeout = 0 // the deadline below, not the per-read timeout
+	c.dr.armed.forget()
+	if err := c.nc.SetReadDeadline(c.drainUntil); err != nil {
+		return false
+	}
+	_, err := c.br.Peek(1)
+	return err == nil || c.peekReceived(err)
+}
+
+// peekReceived reads the first byte of a request that was in the socket
+// when Shutdown's drain deadline ended the wait for it: the connection's
+// goroutine ran too late (a starved process), not the client. The bytes
+// were received; they get served.
+func (c *conn) peekReceived(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !c.s.isShutting() || socketPending(c.nc) == 0 {
+		return false
+	}
+	c.dr.armed.forget()
+	c.dr.timeout = c.s.opts.ReadTimeout
+	_, err = c.br.Peek(1)
+	return err == nil
+}
+
+// drain serves one more request during Shutdown (its bytes are here
+// already): the read deadline Shutdown set is replaced by the usual
+// per-request ones.
+func (c *conn) drain() bool {
+	if !c.s.drainRequest(c) {
+		return false
+	}
+	c.dr.armed.forget()
 	return true
 }
 

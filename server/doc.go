@@ -15,9 +15,11 @@
 //     every later read of that request by ReadTimeout (re-armed per read).
 //   - A panic while serving a connection is recovered and logged with its
 //     stack; only that connection is closed.
-//   - Shutdown stops accepting, closes connections that are between
-//     requests or streaming a subscription, and lets a request being served
-//     finish and be answered.
+//   - Shutdown stops accepting, closes subscription streams, lets a request
+//     being served finish and be answered, and serves the requests already
+//     received: in a connection's read buffer, or whose first byte arrives
+//     within DrainGrace of the connection becoming idle; then it closes each
+//     connection with a FIN. The caller's context bounds the whole drain.
 //   - A subscription (sub, §2.4–2.7) holds its (topic, who) slot exactly as
 //     long as its stream runs; the slot is released however the stream ends.
 //     Until a poll first finds nothing, the connection's goroutine alone

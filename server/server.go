@@ -35,6 +35,8 @@ type Server struct {
 	tlsLn    net.Listener // Security.TLS only (tls.go)
 	serving  bool
 	shutting bool
+	draining bool          // Shutdown's DrainGrace has not passed yet
+	drainEnd time.Time     // when it passes
 	done     chan struct{} // closed by Shutdown
 	conns    map[*conn]struct{}
 	perIP    map[string]int // open connections per conn.ipKey
@@ -205,6 +207,36 @@ func (s *Server) setState(c *conn, st connState) bool {
 	return true
 }
 
+// drainRequest marks c active during Shutdown for a request whose bytes
+// the server has (they must get a reply, not a reset): one already in c's
+// read buffer, or one whose first byte a read returned. Reads wait for a
+// first byte until DrainGrace only (the deadline Shutdown sets), but a
+// connection that found one is served however late its goroutine runs:
+// the whole drain is bounded by Shutdown's context.
+func (s *Server) drainRequest(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.shutting {
+		return false
+	}
+	c.state = stateActive
+	return true
+}
+
+// graceEnd is when Shutdown's wait for requests on idle connections ends.
+func (s *Server) graceEnd() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drainEnd
+}
+
+// DrainGrace is how long Shutdown waits for the first byte of a request on
+// an idle connection: bytes already received (sent before the shutdown,
+// still in the socket buffer, or pipelined behind the last request) are
+// read, served and answered; connections with nothing pending close once
+// it has passed.
+const DrainGrace = 500 * time.Millisecond
+
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -215,14 +247,19 @@ func (s *Server) removeConn(c *conn) {
 	s.opts.Metrics.ConnClosed()
 }
 
-// Shutdown stops accepting, closes connections waiting for a request, lets
-// requests being served finish and get their replies, and waits for every
-// connection to end. If ctx ends first, Backend calls are cancelled, all
-// connections are closed and ctx's error is returned.
+// Shutdown stops accepting, lets requests being served finish and get their
+// replies, serves the requests already received on idle connections (those
+// whose first byte arrives within DrainGrace, and requests pipelined behind
+// them in the read buffer), closes subscription streams and connections
+// with nothing pending, and waits for every connection to end. If ctx ends
+// first, Backend calls are cancelled, all connections are closed and ctx's
+// error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.shutting {
+	first := !s.shutting
+	if first {
 		s.shutting = true
+		s.draining = true
 		close(s.done)
 		if s.ln != nil {
 			if err := s.ln.Close(); err != nil {
@@ -235,8 +272,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 	}
+	graceEnd := time.Now().Add(DrainGrace)
+	if first {
+		s.drainEnd = graceEnd
+	}
 	for c := range s.conns {
-		if c.state != stateActive {
+		switch {
+		case c.state == stateIdle && s.draining:
+			// Wakes the read waiting for a first byte at the end of the
+			// grace, unless a request's bytes come first.
+			c.nc.SetReadDeadline(graceEnd)
+		case c.state != stateActive:
 			c.nc.Close()
 		}
 	}
@@ -247,6 +293,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.wg.Wait()
 		close(finished)
 	}()
+	grace := time.NewTimer(time.Until(graceEnd))
+	defer grace.Stop()
+	if !first {
+		grace.Stop()
+	}
+	for {
+		select {
+		case <-grace.C:
+			// The deadline normally ends the idle reads; set it again
+			// (in the past) in case a read re-armed its own. A read that
+			// has its bytes already still returns them; a connection
+			// whose goroutine found them is served (drainRequest).
+			s.mu.Lock()
+			s.draining = false
+			past := time.Now().Add(-time.Second)
+			for c := range s.conns {
+				switch c.state {
+				case stateIdle:
+					c.nc.SetReadDeadline(past)
+				case stateActive:
+				default:
+					c.nc.Close()
+				}
+			}
+			s.mu.Unlock()
+			continue
+		case <-finished:
+		case <-ctx.Done():
+		}
+		break
+	}
 	select {
 	case <-finished:
 		s.cancel()

@@ -13,6 +13,10 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
+// errShuttingDown is the refusal of a subscription that arrives while the
+// server shuts down.
+const errShuttingDown = "server shutting down"
+
 // Ack codes a subscriber sends after each data frame (§2.5).
 const (
 	ackContinue = 0
@@ -80,6 +84,9 @@ func (c *conn) sub(start time.Time) bool {
 	}
 	defer sub.Close()
 	if !c.s.setState(c, stateStream) {
+		// A subscription drained by Shutdown: a clear refusal, not EOF.
+		c.out = protocol.AppendReplyError(c.out[:0], errShuttingDown)
+		c.write(c.s.opts.WriteTimeout)
 		return false
 	}
 	if rn, ok := sub.(remoteNamer); ok {
@@ -324,7 +331,7 @@ func (st *subStream) end(err error) outcome {
 		}
 		return outcome{reason: "topic deleted", keep: true}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return outcome{reason: "server shutting down"}
+		return outcome{reason: errShuttingDown}
 	}
 	if !protocol.IsBizError(err) {
 		c.log.Warn("subscription read failed", "topic", st.topic, "who", st.who, "err", err)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/auth"
@@ -78,6 +81,7 @@ func startAdmin(cfg *config.Config, role string, logger *slog.Logger) (*adminEnd
 	}
 	a := &adminEndpoint{m: metrics.New(), log: logger}
 	a.src = newAdminSource(cfg, role, a.m)
+	registerDiskMetrics(a.m.Registry(), a.src)
 	srv, err := admin.New(admin.Options{
 		Listen:         cfg.Admin.Listen,
 		Token:          cfg.Admin.Token,
@@ -223,6 +227,10 @@ func (s *adminSource) ready() (bool, string) {
 	}
 	if err := b.FatalError(); err != nil {
 		return false, "writer stopped on a fatal storage error: " + err.Error()
+	}
+	if d := b.Disk(); d.Low {
+		return false, fmt.Sprintf("disk almost full: %d MiB free, store.minFreeMB %d; pub, delay and create are refused",
+			d.FreeBytes>>20, d.MinFreeBytes>>20)
 	}
 	if s.listen.Load() == nil {
 		return false, "client listener not started"
@@ -426,3 +434,35 @@ func lastBinlogBlock(b *broker.Broker) (writeTime, last int64, ok bool) {
 }
 
 var _ metrics.Source = (*adminSource)(nil)
+
+// registerDiskMetrics exports the disk guard's last reading (no syscall per
+// scrape): smss_disk_free_bytes, smss_disk_min_free_bytes
+// (store.minFreeMB) and smss_disk_writes_refused (1 while pub, delay and
+// create are refused for lack of space).
+func registerDiskMetrics(reg *prometheus.Registry, src *adminSource) {
+	read := func(f func(broker.DiskState) float64) func() float64 {
+		return func() float64 {
+			b := src.b.Load()
+			if b == nil {
+				return 0
+			}
+			return f(b.Disk())
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_free_bytes",
+			Help: "Free space of the data directory's filesystem at the last reading (every second; 0 when store.minFreeMB is 0)."},
+			read(func(d broker.DiskState) float64 { return float64(d.FreeBytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_min_free_bytes",
+			Help: "store.minFreeMB in bytes: below it pub, delay and create are refused; 0 when off."},
+			read(func(d broker.DiskState) float64 { return float64(d.MinFreeBytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_writes_refused",
+			Help: "1 while pub, delay and create are refused because the disk is below store.minFreeMB."},
+			read(func(d broker.DiskState) float64 {
+				if d.Low {
+					return 1
+				}
+				return 0
+			})),
+	)
+}

@@ -32,7 +32,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 	fl := &flags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("smss", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&fl.role, "role", roleMaster, "master or slave (any other value runs a master)")
+	fs.StringVar(&fl.role, "role", roleMaster, "master or slave")
 	fs.StringVar(&fl.masterHost, "host", "", "master host to replicate from (slave only)")
 	fs.IntVar(&fl.masterPort, "port", 12301, "master port to replicate from (slave only; the listen port is the config key port)")
 	fs.Int64Var(&fl.event, "event", 0, "last eventId already replicated (slave only)")
@@ -58,6 +58,12 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 		fmt.Fprintf(stderr, "smss: -event must be >= 0 (got %d)\n", fl.event)
 		return nil, exitUsage
 	}
+	if fl.role != roleMaster && fl.role != roleSlave {
+		// A typo must not start a writable master next to the real one
+		// (split brain): refuse instead of guessing.
+		fmt.Fprintf(stderr, "smss: -role must be %s or %s (got %q)\n", roleMaster, roleSlave, fl.role)
+		return nil, exitUsage
+	}
 	if fl.masterPort < 1 || fl.masterPort > 65535 {
 		fmt.Fprintf(stderr, "smss: -port must be between 1 and 65535 (got %d)\n", fl.masterPort)
 		return nil, exitUsage
@@ -65,14 +71,11 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 	return fl, -1
 }
 
-// resolveRole applies spec §9.2 (anything but "slave" is a master) and logs
-// what a user might not expect.
+// resolveRole returns the role (parseFlags refused any other value than
+// master or slave, unlike the original, which ran anything but "slave" as a
+// master) and logs what a user might not expect.
 func (fl *flags) resolveRole(logger *slog.Logger) string {
 	role := fl.role
-	if role != roleMaster && role != roleSlave {
-		logger.Warn("unknown -role; running as master", "role", fl.role)
-		role = roleMaster
-	}
 	if role == roleMaster && (fl.set["host"] || fl.set["port"] || fl.set["event"]) {
 		logger.Warn("-host, -port and -event apply to -role slave only; ignored")
 	}

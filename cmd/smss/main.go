@@ -4,15 +4,17 @@
 // ./config/config.yaml, else the embedded defaults), set up logging, open the
 // broker (which recovers the data directory), listen and serve. SIGINT or
 // SIGTERM shuts down gracefully: the server stops accepting and drains its
-// connections (10 s at most; a second signal cuts that short), then the
+// connections (10 s at most; a second signal cuts that short): requests
+// being served, received but not yet read (server.DrainGrace) or pipelined
+// in a read buffer get their reply; subscriptions end with a 400. Then the
 // broker finishes its in-flight group, fsyncs and closes.
 //
 // SIGHUP (reload.go) re-reads the users file (auth.enabled), the TLS
 // listener's certificate, key and client CAs (tls.listen), and a slave's
 // TLS material (replication.useTLS) and password file (replication.user)
 // for its next connection to the master; a file that fails to load leaves
-// the previous state in force. With none of these configured SIGHUP keeps
-// its default action and ends the process.
+// the previous state in force. With none of these configured it logs that
+// there is nothing to reload. SIGHUP never ends the process.
 //
 // With admin.listen set (admin.go), the admin HTTP endpoint starts before
 // recovery, so /healthz answers and /readyz says why it is not ready while
@@ -59,6 +61,10 @@ const (
 func main() {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP's default action ends the process: catch it for the whole run
+	// so that a logrotate-style "kill -HUP" during start-up or shutdown is
+	// dropped; while serving, reloadOnHUP also receives it and reloads.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
 }
 
@@ -112,6 +118,9 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		MaxGroupBytes: cfg.Worker.MaxGroupBytes,
 		IdleWake:      cfg.IdleWake(),
 		IdleLogSample: cfg.Worker.WaitMsgTimeoutLogSample,
+		MaxFrameBytes: cfg.Limit.MaxFrameBytes,
+		MinFreeBytes:  cfg.Store.MinFreeMB << 20,
+		MaxOpenTopics: cfg.Store.MaxOpenTopics,
 		Slave:         role == roleSlave,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,

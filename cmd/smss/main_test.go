@@ -248,18 +248,6 @@ func TestSlaveRoleRefusesWritesAndSaysSo(t *testing.T) {
 	}
 }
 
-func TestUnknownRoleRunsMaster(t *testing.T) {
-	in := start(t, "", "-role", "primary")
-	in.out.waitLine(t, "unknown -role")
-	if line := in.out.waitLine(t, `msg="smss listening"`); !strings.Contains(line, "role=master") {
-		t.Errorf("listening line: %s", line)
-	}
-	// The warning precedes the listening line, so its absence is final.
-	if strings.Contains(in.out.String(), "apply to -role slave only") {
-		t.Error("slave-flag warning without slave flags")
-	}
-}
-
 func TestMasterIgnoresSlaveFlags(t *testing.T) {
 	in := start(t, "", "-host", "10.0.0.1")
 	in.out.waitLine(t, "-host, -port and -event apply to -role slave only")
@@ -332,6 +320,7 @@ func TestStartupErrors(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, code: 2, stderr: "-nope"},
 		{name: "negative event", args: []string{"-event", "-1"}, code: 2, stderr: "-event must be >= 0"},
 		{name: "bad master port", args: []string{"-port", "70000"}, code: 2, stderr: "-port must be between"},
+		{name: "unknown role", args: []string{"-role", "slav"}, code: 2, stderr: `smss: -role must be master or slave (got "slav")`},
 		{name: "stray argument", args: []string{"extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{name: "help", args: []string{"-h"}, code: 0, stderr: "usage: smss"},
 		{name: "port in use", config: "port: " + busyPort + "\n", code: 1, stdout: "cannot listen"},

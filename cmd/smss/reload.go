@@ -70,6 +70,12 @@ func (r *reloader) reload() {
 	if r.masterNow != nil {
 		r.master = r.masterNow()
 	}
+	if r.empty() {
+		// A logrotate-style "kill -HUP" must not end the server; say that
+		// it was seen and that nothing changed.
+		r.log.Info("SIGHUP: nothing to reload (no auth.enabled, tls.listen, replication.useTLS or replication.user configured); the server keeps running unchanged")
+		return
+	}
 	if r.users != nil {
 		if err := r.users(); err != nil {
 			r.log.Error("SIGHUP: users file not reloaded; the previous users stay in force", "err", err)
@@ -119,12 +125,10 @@ func (r *reloader) reloadMasterTLS(ct *auth.ClientTLS) {
 }
 
 // reloadOnHUP calls r.reload on every SIGHUP until the returned stop is
-// called. With nothing to reload it does not catch SIGHUP, which keeps its
-// default action: the process exits.
+// called, with or without anything to reload: SIGHUP never ends the server
+// (main catches it for the whole life of the process, so a SIGHUP before
+// or after this window is dropped rather than fatal).
 func reloadOnHUP(r *reloader) (stop func()) {
-	if r.empty() {
-		return func() {}
-	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})

@@ -1,0 +1,61 @@
+package broker
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// Bounds of DefaultMaxOpenTopics.
+const (
+	minOpenTopics = 16
+	maxOpenTopics = 1 << 20
+)
+
+// DefaultMaxOpenTopics sizes the open-topic cache from the process's soft
+// file limit: a quarter of it, at two descriptors per topic, leaves half
+// for connections, subscribers' readers, slaves and the meta store.
+func DefaultMaxOpenTopics() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
+	}
+	return int(min(max(rl.Cur/4, minOpenTopics), maxOpenTopics))
+}
+
+// touchOpen marks t's current file as just appended to: it moves to the
+// front of the LRU of open topic files.
+func (w *writer) touchOpen(t *topic) {
+	if t.lru != nil {
+		w.openLRU.MoveToFront(t.lru)
+		return
+	}
+	t.lru = w.openLRU.PushFront(t)
+}
+
+// forgetOpen takes t out of the LRU (its file was closed).
+func (w *writer) forgetOpen(t *topic) {
+	if t.lru != nil {
+		w.openLRU.Remove(t.lru)
+		t.lru = nil
+	}
+}
+
+// evictOpen closes the files of the least recently appended topics beyond
+// Options.MaxOpenTopics, so that the number of topics is bounded by disk,
+// not by descriptors. A closed file is fsynced first (CloseIdle) and
+// reopened by the topic's next append; a failure there is fatal, as any
+// failed fsync.
+func (w *writer) evictOpen() error {
+	for w.openLRU.Len() > w.b.opts.MaxOpenTopics {
+		t := w.openLRU.Back().Value.(*topic)
+		w.forgetOpen(t)
+		if t.log == nil {
+			continue
+		}
+		if err := t.log.CloseIdle(); err != nil {
+			return fmt.Errorf("close the file of topic %s (store.maxOpenTopics): %w", t.meta.Name, err)
+		}
+		delete(w.dirty, t)
+	}
+	return nil
+}

@@ -1,0 +1,417 @@
+package e2e
+
+// Issue 23 ("running out of things"): operator typos and signals against a
+// real smss process.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// TestUnknownRoleRefused: a typo in -role must not start a writable master
+// (split brain); the process exits 2 with one line naming the valid roles.
+func TestUnknownRoleRefused(t *testing.T) {
+	for _, role := range []string{"slav", "primary", "Slave", ""} {
+		t.Run(role, func(t *testing.T) {
+			dir := t.TempDir()
+			writeConfig(t, dir, "")
+			code, out := runToExit(t, dir, 30*time.Second, "-role", role)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, out)
+			}
+			want := `smss: -role must be master or slave (got "` + role + `")`
+			if strings.TrimSpace(out) != want {
+				t.Errorf("output %q, want the single line %q", out, want)
+			}
+		})
+	}
+}
+
+// TestSIGHUPWithoutReloadables: a logrotate-style kill -HUP on a server
+// with no auth, TLS or replication files must be logged and ignored, not
+// end the process.
+func TestSIGHUPWithoutReloadables(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("hup", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pub("hup", record(nil, "before")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // twice: the handler must stay installed
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitUntil(15*time.Second, func() bool {
+			select {
+			case <-p.exited:
+				return true
+			default:
+				return strings.Count(p.out.String(), "SIGHUP: nothing to reload") > i
+			}
+		}) || strings.Count(p.out.String(), "SIGHUP: nothing to reload") <= i {
+			select {
+			case <-p.exited:
+				t.Fatalf("server ended on SIGHUP: %v\n%s", p.err, p.out.String())
+			default:
+				t.Fatalf("SIGHUP %d not logged:\n%s", i+1, p.out.String())
+			}
+		}
+	}
+	if err := c.pub("hup", record(nil, "after")); err != nil {
+		t.Fatalf("publish after SIGHUP: %v\n%s", err, p.out.String())
+	}
+	p.stop()
+}
+
+// TestNonIntegerConfigRefused: numbers that are not integers used to be
+// truncated (port: 22051.5 listened on 22051); a key beyond what a request
+// may ask (delay.maxDelay over 100 years) used to be accepted.
+func TestNonIntegerConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ name, config, want string }{
+		{"float port", "", `key "port" must be an integer (got "22051.5")`},
+		{"exponent", "  maxLogSize: 1.5e9\n", `key "store.maxLogSize" must be an integer (got "1.5e9")`},
+		{"maxDelay", "delay:\n  maxDelay: 3153600000001\n", "delay.maxDelay must be between 1000 and 3153600000000 (got 3153600000001)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeConfig(t, dir, tc.config)
+			if tc.name == "float port" {
+				// writeConfig writes port: 0 and a duplicate key is
+				// refused, so replace the line.
+				path := filepath.Join(dir, "config.yaml")
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(strings.Replace(string(b), "port: 0", "port: 22051.5", 1)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out := runToExit(t, dir, 30*time.Second)
+			if code != 2 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want 2 with %q; output:\n%s", code, tc.want, out)
+			}
+		})
+	}
+}
+
+// readAll subscribes to topic from the start and returns the bodies of the
+// messages delivered until want have arrived or 20 s passed.
+func readAll(t *testing.T, addr, topic string, want int) []string {
+	t.Helper()
+	c := dial(t, addr)
+	if err := c.sub(topic, "reader", 0, 100, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(bodies) < want && time.Now().Before(deadline) {
+		u, err := c.nextData(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("after %d messages: %v", len(bodies), err)
+		}
+		if u.code != protocol.StatusOK {
+			t.Fatalf("after %d messages: %v", len(bodies), u)
+		}
+		for _, m := range u.msgs {
+			bodies = append(bodies, string(m.Body))
+		}
+		if err := c.ack(0); err != nil { // 0: continue (§2.5)
+			t.Fatal(err)
+		}
+	}
+	return bodies
+}
+
+// TestFolderCountRecorded: changing store.folderCount used to hide every
+// existing topic's messages (looked for in other directories). The value is
+// recorded at the first start and a different one refused, naming both; a
+// directory without the record (the original's) is checked against where
+// its topics are.
+func TestFolderCountRecorded(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	const n = 100
+	writeConfig(t, dir, "  folderCount: 10\n")
+	p := start(t, dir)
+	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("first start did not record folderCount:\n%s", p.out.String())
+	}
+	c := dial(t, p.addr)
+	if err := c.create("fc", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := c.pub("fc", record(nil, fmt.Sprintf("m%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.stop()
+
+	writeConfig(t, dir, "  folderCount: 20\n")
+	code, out := runToExit(t, dir, 30*time.Second)
+	if want := "store.folderCount is 20 but this data directory was laid out with 10"; code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("restart with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
+	}
+
+	// The original server never writes the record: drop it, as an
+	// original directory laid out with 10 would be.
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(data, "meta")).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DropPrefix([]byte("smss@folderCount")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runToExit(t, dir, 30*time.Second)
+	if want := "the directory was probably laid out with store.folderCount 10"; code != 1 ||
+		!strings.Contains(out, want) || !strings.Contains(out, `topic \"fc\" is in topic/`) {
+		t.Fatalf("original directory with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
+	}
+
+	writeConfig(t, dir, "  folderCount: 10\n")
+	p = start(t, dir)
+	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("original directory: folderCount not recorded:\n%s", p.out.String())
+	}
+	if got := readAll(t, p.addr, "fc", n); len(got) != n {
+		t.Fatalf("delivered %d of %d messages", len(got), n)
+	}
+	p.stop()
+}
+
+// waitStopped waits until the process is in the stopped state (SIGSTOP).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	if !waitUntil(10*time.Second, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		return i >= 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
+	}) {
+		t.Fatalf("process %d did not stop", pid)
+	}
+}
+
+// TestShutdownDrains: requests the server has received when SIGTERM comes
+// (waiting in the socket or pipelined behind another) get their reply, a
+// success or a clear refusal, before the connection closes; every success
+// is stored. The server is stopped (SIGSTOP) while the clients send, so
+// that SIGTERM finds the connections idle with requests pending.
+func TestShutdownDrains(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := start(t, dir)
+	const conns, perConn = 40, 3
+	cs := make([]*client, conns)
+	for i := range cs {
+		cs[i] = dial(t, p.addr)
+		if i == 0 {
+			if err := cs[i].create("drain", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cs[i].pub("drain", record(nil, fmt.Sprintf("warm-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitStopped(t, pid)
+	for i, c := range cs {
+		var reqs []byte
+		for j := range perConn {
+			reqs = append(reqs, must(protocol.AppendPub(nil, []byte("drain"), []byte("trace"),
+				record(nil, fmt.Sprintf("m-%d-%d", i, j))))...)
+		}
+		c.c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.c.Write(reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	var lost []string
+	for i, c := range cs {
+		for j := range perConn {
+			_, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 1<<20)
+			var be *protocol.BizError
+			switch {
+			case err == nil:
+				acked = append(acked, fmt.Sprintf("m-%d-%d", i, j))
+			case errors.As(err, &be):
+				t.Logf("connection %d request %d refused: %s", i, j, be.Msg)
+			default:
+				lost = append(lost, fmt.Sprintf("connection %d request %d: %v", i, j, err))
+			}
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d requests got no reply:\n%s", len(lost), conns*perConn, strings.Join(lost[:min(len(lost), 9)], "\n"))
+		defer func() { t.Logf("server output:\n%s", tail(p.out.String(), 6000)) }()
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not exit after SIGTERM:\n%s", p.out.String())
+	}
+	if p.err != nil {
+		t.Fatalf("exit: %v\n%s", p.err, p.out.String())
+	}
+	t.Logf("%d of %d requests acknowledged during the drain", len(acked), conns*perConn)
+
+	p = start(t, dir)
+	got := map[string]bool{}
+	for _, b := range readAll(t, p.addr, "drain", conns+len(acked)) {
+		got[b] = true
+	}
+	for _, a := range acked {
+		if !got[a] {
+			t.Errorf("acknowledged %s is not stored", a)
+		}
+	}
+	p.stop()
+}
+
+// TestSubscriptionFrameBytes: frames are bounded by limit.maxFrameBytes,
+// not only by the batch count (64 messages of 8 MiB made one 512 MiB
+// frame); a message larger than the bound still goes alone.
+func TestSubscriptionFrameBytes(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 1 << 20
+	writeConfig(t, dir, fmt.Sprintf("limit:\n  maxFrameBytes: %d\n", limit))
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("big", 0); err != nil {
+		t.Fatal(err)
+	}
+	sizes := make([]int, 0, 41)
+	for i := range 40 {
+		sizes = append(sizes, 200<<10)
+		if i == 20 {
+			sizes = append(sizes, 3<<20) // larger than a frame: alone
+		}
+	}
+	for i, n := range sizes {
+		body := fmt.Sprintf("%04d", i) + strings.Repeat("x", n-4)
+		if err := c.pub("big", record(nil, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := dial(t, p.addr)
+	if err := s.sub("big", "w", 0, 255, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, frames := 0, 0
+	for got < len(sizes) {
+		u, err := s.nextData(20 * time.Second)
+		if err != nil {
+			t.Fatalf("after %d messages: %v", got, err)
+		}
+		if u.code != protocol.StatusOK {
+			t.Fatalf("after %d messages: %v", got, u)
+		}
+		bytes := 0
+		for j, m := range u.msgs {
+			bytes += protocol.SubMessageFixedSize + len(m.Raw)
+			if want := fmt.Sprintf("%04d", got+j); !strings.HasPrefix(string(m.Body), want) || len(m.Body) != sizes[got+j] {
+				t.Fatalf("message %d: %.8q of %d bytes", got+j, m.Body, len(m.Body))
+			}
+		}
+		if len(u.msgs) > 1 && bytes > limit {
+			t.Errorf("frame %d: %d messages in about %d bytes > limit.maxFrameBytes %d", frames, len(u.msgs), bytes, limit)
+		}
+		got += len(u.msgs)
+		frames++
+		if err := s.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 40 × 200 KiB at 5 per frame, the 3 MiB one alone.
+	if frames < 9 {
+		t.Errorf("%d messages in %d frames", got, frames)
+	}
+	p.stop()
+}
+
+// TestManyTopicsFewDescriptors: every topic written used to keep two files
+// open until shutdown, so with ulimit -n 128 publishing failed after about
+// 55 topics ("too many open files"). The open topic files are now an LRU
+// sized from the file limit: 400 topics are written, then read back.
+func TestManyTopicsFewDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
+	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n 128 && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"))
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	if !waitUntil(30*time.Second, func() bool { return listenRe.MatchString(p.out.String()) }) {
+		t.Fatalf("no listening line:\n%s", p.out.String())
+	}
+	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	c := dial(t, p.addr)
+	const topics = 400
+	for i := range topics {
+		name := fmt.Sprintf("many-%03d", i)
+		if err := c.create(name, 0); err != nil {
+			t.Fatalf("create topic %d: %v", i, err)
+		}
+		if err := c.pub(name, record(nil, name)); err != nil {
+			t.Fatalf("publish to topic %d: %v", i, err)
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d descriptors open after writing %d topics", len(fds), topics)
+	for _, i := range []int{0, 199, 399} {
+		name := fmt.Sprintf("many-%03d", i)
+		if got := readAll(t, p.addr, name, 1); len(got) != 1 || got[0] != name {
+			t.Fatalf("topic %s: %q", name, got)
+		}
+		if err := c.pub(name, record(nil, "again")); err != nil {
+			t.Fatalf("publish again to %s: %v", name, err)
+		}
+	}
+	p.stop()
+}
