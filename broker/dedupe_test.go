@@ -549,9 +549,12 @@ func TestDedupeWindowOnSlave(t *testing.T) {
 		t.Fatalf("slave window holds %d ids, want 11", n)
 	}
 	m.Close()
-	// Promote in place, as a promotion does: the role changes, nothing
-	// else runs (the window is the one the writer kept while applying).
-	s.opts.Slave = false
+	// Promote in place (Broker.Promote, as smssctl promote does): the role
+	// changes, nothing else runs (the window is the one the writer kept
+	// while applying).
+	if _, err := s.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := readTopic(t, sdir, "a")
 	for id, want := range orig {
 		var got int64
