@@ -91,7 +91,7 @@ func runUser(g *globals, args []string) int {
 		fmt.Fprintf(g.e.stderr, "smssctl: unknown user action %q\n\n%s", action, userUsage)
 		return exitUsage
 	}
-	pos, code, done := parse(fset, args, g.e, false)
+	pos, code, done := parse(fset, args, g, false)
 	if done {
 		return code
 	}
