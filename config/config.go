@@ -136,6 +136,11 @@ type Limit struct {
 	// MaxConnsPerIP caps the connections of one address (IPv6: one /64);
 	// further ones are refused at accept (security.go sets the default).
 	MaxConnsPerIP int `yaml:"maxConnsPerIP"`
+	// MaxDiscard: bytes of a pub/delay body over maxPayload that are read
+	// and discarded before the 400, so that a client still writing its
+	// body reads the reason; larger bodies close the connection. 0: close
+	// at once.
+	MaxDiscard int64 `yaml:"maxDiscard"`
 }
 
 // Delay is the delay.* section.
@@ -196,7 +201,7 @@ func Default() *Config {
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
-		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
+		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000, MaxDiscard: 67108864},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail},

@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	v.atLeast("limit.maxWho", int64(c.Limit.MaxWho), 1, "bytes")
 	v.atLeast("limit.maxRecords", int64(c.Limit.MaxRecords), 1, "")
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
+	v.between("limit.maxDiscard", c.Limit.MaxDiscard, 0, 1<<40, "bytes; 0 closes at once")
 
 	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
 
