@@ -33,7 +33,7 @@ func TestAuth(t *testing.T) {
 		{"/healthz", true},
 		{"/", true},
 		{"/static/app.js", true},
-		{"/readyz", false},
+		{"/readyz", true},
 		{"/metrics", false},
 		{"/api/info", false},
 		{"/api/topics", false},
@@ -159,6 +159,13 @@ func TestReadyz(t *testing.T) {
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "recovering") {
 		t.Fatalf("not ready: %d %q", w.Code, w.Body)
 	}
+	// Public: the details after the kind stay behind the token.
+	why = "writer stopped on a fatal storage error: write /secret/path: no space left"
+	if w := e.do(http.MethodGet, "/readyz", "", nil); w.Code != http.StatusServiceUnavailable ||
+		w.Body.String() != "not ready: writer stopped on a fatal storage error\n" {
+		t.Fatalf("not ready with details: %d %q", w.Code, w.Body)
+	}
+	why = "recovering"
 	var in Info
 	if err := json.Unmarshal(e.do(http.MethodGet, "/api/info", "", nil).Body.Bytes(), &in); err != nil || in.Ready || in.ReadyReason != "recovering" {
 		t.Fatalf("info while not ready: %+v %v", in, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/smssmq/smss/meta"
@@ -69,7 +70,10 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if ok, why := s.ready(); !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("not ready: " + why + "\n"))
+		// Only the kind of state ("replication connecting"), never the
+		// error text after it: this endpoint is public.
+		kind, _, _ := strings.Cut(why, ": ")
+		_, _ = w.Write([]byte("not ready: " + kind + "\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))

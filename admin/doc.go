@@ -7,7 +7,7 @@
 // Endpoints:
 //
 //	GET  /healthz            liveness, always public
-//	GET  /readyz             200 when Options.Ready says so, else 503 + reason
+//	GET  /readyz             200 when Options.Ready says so, else 503 + the reason's kind; public
 //	GET  /metrics            Prometheus exposition of the Metrics registry
 //	GET  /api/info           metrics.ServerInfo + uptime + readiness
 //	GET  /api/topics         []TopicView (meta, on-disk stats, counters)
@@ -22,7 +22,7 @@
 //	GET  /debug/pprof/…      net/http/pprof, on this server's own mux
 //	GET  /, /static/…        the dashboard (static files, no data)
 //
-// Protection: with Options.Token set, every endpoint but /healthz, the
+// Protection: with Options.Token set, every endpoint but /healthz, /readyz, the
 // dashboard's static files and login/logout requires either the header
 // "Authorization: Bearer <token>" or the session cookie that /api/login sets
 // (HttpOnly, SameSite=Strict; its value is a random server-side session id

@@ -142,6 +142,7 @@ func TestNoTokenLoopbackHostOnly(t *testing.T) {
 		{"10.0.0.1:12380", "/metrics", http.StatusMisdirectedRequest},
 		{"localhost.evil.example", "/api/topics", http.StatusMisdirectedRequest},
 		{"evil.example", "/healthz", 200},
+		{"10.0.0.7:12380", "/readyz", 200}, // a probe addresses the pod's IP
 	} {
 		if w := open.do(http.MethodGet, tc.path, "", nil, "Host", tc.host); w.Code != tc.want {
 			t.Errorf("no token, Host %s, GET %s: %d, want %d", tc.host, tc.path, w.Code, tc.want)

@@ -176,13 +176,16 @@ func (s *Server) routes(web fs.FS) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// Public like /healthz: probes (a load balancer, a kubelet) carry no
+	// token. It answers the state's kind only; the details (error texts,
+	// the master's address) stay behind the token in /api/info.
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("POST /api/login", s.login)
 	mux.HandleFunc("POST /api/logout", s.logout)
 	mux.Handle("GET /{$}", staticFile(web, "index.html"))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles(web)))
 
 	protected := http.NewServeMux()
-	protected.HandleFunc("GET /readyz", s.readyz)
 	protected.Handle("GET /metrics", promhttp.HandlerFor(s.m.Registry(), promhttp.HandlerOpts{
 		ErrorLog:      slogPrinter{s.log},
 		ErrorHandling: promhttp.ContinueOnError,
@@ -240,13 +243,14 @@ func (s *Server) deadlines(next http.Handler) http.Handler {
 // loopbackHostOnly refuses, when no token protects the endpoint, requests
 // whose Host is not a loopback name: a web page on another site could
 // otherwise read the endpoint through DNS rebinding (its own name resolving
-// to 127.0.0.1). /healthz, which tells nothing, stays open.
+// to 127.0.0.1). /healthz and /readyz, which tell nothing a probe from
+// another host should not know, stay open.
 func (s *Server) loopbackHostOnly(next http.Handler) http.Handler {
 	if s.opts.Token != "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && !loopbackHost(r.Host) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !loopbackHost(r.Host) {
 			writeError(w, http.StatusMisdirectedRequest,
 				"this admin endpoint has no admin.token: it answers only requests for localhost, 127.0.0.1 or [::1]")
 			return

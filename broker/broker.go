@@ -459,7 +459,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 	if b.IsSlave() {
 		return 0, protocol.ErrSlaveManage
 	}
-	if err := protocol.ValidateTopicName(topicName); err != nil {
+	if err := b.checkExistingName(topicName); err != nil {
 		return 0, err
 	}
 	c := getCommand()
@@ -469,6 +469,27 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 		return 0, err
 	}
 	return c.eventID, nil
+}
+
+// checkExistingName applies the topic-name rule of commands that reach an
+// existing topic (sub, delete): a name the create rule refuses is accepted
+// only when a topic of that name exists, created by an original server,
+// and its directory stays inside its hashing bucket (spec §11).
+func (b *Broker) checkExistingName(name []byte) error {
+	strict := protocol.ValidateTopicName(name)
+	if strict == nil {
+		return nil
+	}
+	if err := protocol.ValidateExistingTopicName(name); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	_, ok := b.topics[string(name)]
+	b.mu.RUnlock()
+	if !ok {
+		return strict
+	}
+	return nil
 }
 
 func (b *Broker) view(t *topic) meta.Topic {

@@ -33,7 +33,7 @@ type Subscription struct {
 // (spec §3, §11): messages with a greater eventId are delivered; 0 means
 // the oldest retained message.
 func (b *Broker) Subscribe(topicName, who []byte, after int64) (*Subscription, error) {
-	if err := protocol.ValidateTopicName(topicName); err != nil {
+	if err := b.checkExistingName(topicName); err != nil {
 		return nil, err
 	}
 	b.mu.RLock()

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/meta"
@@ -32,8 +34,18 @@ func (b *Broker) freshDir(dir string, eventID int64) error {
 }
 
 // trash renames dir into the trash directory, then removes it in the
-// background.
+// background. The directory of a topic an original server created as ""
+// or "." is its hashing bucket itself, which holds other topics'
+// directories: only that topic's files are moved then. A directory that
+// is not under the topic root is never touched.
 func (b *Broker) trash(dir string, eventID int64) error {
+	rel, err := filepath.Rel(b.topicRoot, dir)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("refusing to remove %s: not a topic directory under %s", dir, b.topicRoot)
+	}
+	if strings.Count(rel, string(filepath.Separator)) < 2 {
+		return b.trashFiles(dir, rel, eventID)
+	}
 	base := filepath.Join(b.trashDir, strconv.FormatInt(eventID, 10)+"-"+filepath.Base(dir))
 	dst := base
 	for i := 1; ; i++ {
@@ -52,6 +64,50 @@ func (b *Broker) trash(dir string, eventID int64) error {
 			continue
 		}
 		return fmt.Errorf("move %s to trash: %w", dir, err)
+	}
+	go func() {
+		if err := os.RemoveAll(dst); err != nil {
+			b.log.Warn("remove trashed topic files", "path", dst, "err", err)
+		}
+	}()
+	return nil
+}
+
+// logFileRe matches the files of a log directory (spec §5.2 and the
+// sidecars of this server).
+var logFileRe = regexp.MustCompile(`^[0-9]+\.(log|idx|cnt)$`)
+
+// trashFiles moves the log files of a topic that shares its directory
+// (a bucket, rel "p1/p2") into a trash entry of their own, leaving the
+// directory and the other topics' directories in it alone.
+func (b *Broker) trashFiles(dir, rel string, eventID int64) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	base := filepath.Join(b.trashDir, strconv.FormatInt(eventID, 10)+"-bucket-"+strings.ReplaceAll(rel, string(filepath.Separator), "-"))
+	dst := base
+	for i := 1; ; i++ {
+		err := os.Mkdir(dst, fsmode.Dir())
+		if err == nil {
+			break
+		}
+		if errors.Is(err, os.ErrExist) && i < 100 {
+			dst = base + "." + strconv.Itoa(i)
+			continue
+		}
+		return fmt.Errorf("trash entry for %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !logFileRe.MatchString(e.Name()) {
+			continue
+		}
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(dst, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("move %s to trash: %w", filepath.Join(dir, e.Name()), err)
+		}
 	}
 	go func() {
 		if err := os.RemoveAll(dst); err != nil {

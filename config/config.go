@@ -148,6 +148,11 @@ type Limit struct {
 	// MaxFrameBytes bounds the messages of one subscription frame (new
 	// key); a single larger message still goes alone.
 	MaxFrameBytes int `yaml:"maxFrameBytes"`
+	// MaxDiscard: bytes of a pub/delay body over maxPayload that are read
+	// and discarded before the 400, so that a client still writing its
+	// body reads the reason; larger bodies close the connection. 0: close
+	// at once.
+	MaxDiscard int64 `yaml:"maxDiscard"`
 }
 
 // Delay is the delay.* section.
@@ -216,8 +221,9 @@ func Default() *Config {
 			Server: ServerTimeout{Alive: 30000},
 			Sub:    SubTimeout{MaxAck: 600000, DefaultAck: 3000},
 		},
-		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
-		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000, MaxFrameBytes: 16777216},
+		Background: Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
+		Limit: Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000, MaxFrameBytes: 16777216,
+			MaxDiscard: 67108864},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
 		Auth:        defaultAuth(),

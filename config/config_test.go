@@ -88,11 +88,12 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	if got := keys["replication.rejoinMaxProbes"]; got != int64(64) {
 		t.Errorf("summary replication.rejoinMaxProbes = %v (%T), want 64", got, got)
 	}
-	// 45 keys (with dedupe.* and the three capacity keys of issue 23) + 21
-	// security/replication keys (security.go, with the three semi-sync keys
-	// and rejoinMaxProbes) + 10 hardening keys of issue 18 + source
-	if len(s) != 77 {
-		t.Errorf("summary has %d entries, want 77", len(s))
+	// 46 keys (with dedupe.*, the three capacity keys of issue 23 and
+	// limit.maxDiscard) + 21 security/replication keys (security.go, with the
+	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
+	// 18 + source
+	if len(s) != 78 {
+		t.Errorf("summary has %d entries, want 78", len(s))
 	}
 }
 

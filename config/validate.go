@@ -93,6 +93,7 @@ func (c *Config) Validate() error {
 	v.atLeast("limit.maxConns", int64(c.Limit.MaxConns), 1, "")
 	v.between("limit.maxFrameBytes", int64(c.Limit.MaxFrameBytes), 1024, protocol.MaxPayloadCap,
 		"bytes of messages in one subscription frame")
+	v.between("limit.maxDiscard", c.Limit.MaxDiscard, 0, 1<<40, "bytes; 0 closes at once")
 
 	v.between("delay.maxDelay", c.Delay.MaxDelay, protocol.MinDelayMs, protocol.MaxDelayMs,
 		"ms; a delay request may ask at most 100 years")

@@ -52,7 +52,11 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	if code, body := adminGet(t, adm, "", "/"); code != http.StatusOK || !strings.Contains(body, "<html") {
 		t.Fatalf("dashboard page %d", code)
 	}
-	for _, path := range []string{"/readyz", "/metrics", "/api/info", "/api/topics", "/api/subscribers",
+	// /readyz is public like /healthz: probes carry no token.
+	if code, body := adminGet(t, adm, "", "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/readyz without a token: %d %q", code, body)
+	}
+	for _, path := range []string{"/metrics", "/api/info", "/api/topics", "/api/subscribers",
 		"/api/replication", "/api/delays", "/api/snapshot", "/debug/pprof/", "/debug/pprof/cmdline"} {
 		for _, tok := range []string{"", "wrong-token-0123456789"} {
 			if code, _ := adminGet(t, adm, tok, path); code != http.StatusUnauthorized {

@@ -33,6 +33,32 @@ const publishedPixels = `
 	for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i + 2] > 150 && d[i + 2] - d[i] > 80) n++;
 	return n;`
 
+// equalSeriesPixels draws the throughput chart's two series (published
+// blue, delivered orange) with identical values, with the page's LineChart
+// on a canvas of its own, and counts the pixels of each colour in the plot
+// area.
+const equalSeriesPixels = `
+	const cv = document.createElement("canvas");
+	cv.style.cssText = "width:600px;height:180px;display:block";
+	document.body.appendChild(cv);
+	// The throughput chart's own series (colours, dashes, order), fed
+	// the same value.
+	const ch = new LineChart(cv, charts.tput.series.map((s) => ({ ...s, get: (p) => p.v })), (v) => String(v));
+	const now = Date.now(), pts = [];
+	for (let i = 0; i <= 120; i++) pts.push({ time: now - 120000 + i * 1000, v: 100 + (i % 9) * 20 });
+	ch.setPoints(pts);
+	const dpr = window.devicePixelRatio || 1;
+	const top = Math.ceil(22 * dpr), bottom = cv.height - Math.ceil(26 * dpr);
+	const d = cv.getContext("2d").getImageData(0, top, cv.width, bottom - top).data;
+	let first = 0, second = 0;
+	for (let i = 0; i < d.length; i += 4) {
+		if (d[i + 3] < 200) continue;
+		if (d[i + 2] > 150 && d[i + 2] - d[i] > 80) first++;
+		if (d[i] > 180 && d[i] - d[i + 2] > 100) second++;
+	}
+	cv.remove();
+	return { first, second };`
+
 // topicRow finds the topic table's row of a topic (cells: name, state,
 // messages, size, in/s, out/s, subs, last eventId, expires). The messages
 // cell is not checked: the broker does not count messages on disk
@@ -97,6 +123,30 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 		return document.getElementById("login").hidden && !!row("orders") &&
 			document.querySelector("#live span").textContent === "live" &&
 			document.getElementById("role").textContent === "master"`, 15*time.Second, nil)
+
+	// No KPI card cuts its text (the replication card's "no slave
+	// connected" was cut at 1400 px).
+	br.waitFor(t, "the replication card to be filled", `
+		return document.getElementById("k-repl-sub").textContent !== "–"`, 10*time.Second, nil)
+	cut, err := br.exec(`
+		return [...document.querySelectorAll(".kpi .value, .kpi .sub")].filter((e) =>
+			e.scrollWidth > e.clientWidth + 1).map((e) => e.id + ": " + e.textContent + " (" + e.scrollWidth + " > " + e.clientWidth + ")")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := cut.([]any); len(l) > 0 {
+		t.Fatalf("KPI texts cut off: %v", l)
+	}
+
+	// Two series with equal values both stay visible: the chart of the
+	// page drawing the same points twice shows both colours.
+	eq, err := br.exec(equalSeriesPixels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px, _ := eq.(map[string]any); px == nil || px["first"].(float64) < 100 || px["second"].(float64) < 100 {
+		t.Fatalf("equal series drawn: %v pixels of each colour, want both visible", eq)
+	}
 
 	// A topic created while the page is open appears with the table's
 	// periodic refresh.

@@ -13,6 +13,9 @@ const (
 	DefaultMaxPayload = 8 << 20
 	DefaultMaxWho     = 1 << 10
 	DefaultMaxRecords = 10000
+	// DefaultMaxDiscard is how many bytes of an over-limit pub or delay
+	// body are read and thrown away (config limit.maxDiscard).
+	DefaultMaxDiscard = 64 << 20
 )
 
 // Subscription frame bounds (config keys limit.maxFrameBytes and the upper
@@ -41,6 +44,14 @@ type Limits struct {
 	MaxPayload int // record bytes of one pub or delay request
 	MaxWho     int // sub who length
 	MaxRecords int // records in one pub or delay request
+	// MaxDiscard: a pub or delay body over MaxPayload but of at most this
+	// many bytes is read and discarded, and the request refused with a 400
+	// that keeps the connection. A client writes its whole body before it
+	// reads the reply (the original client does), so closing at once
+	// makes it fail with "broken pipe" instead of the server's reason.
+	// Larger bodies are refused and the connection closed. 0 means
+	// DefaultMaxDiscard; negative: never discard (close at once).
+	MaxDiscard int64
 }
 
 // DefaultLimits returns the §11 defaults: 8 MiB, 1 KiB, 10000 records.
@@ -57,6 +68,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxRecords <= 0 {
 		l.MaxRecords = DefaultMaxRecords
+	}
+	if l.MaxDiscard == 0 {
+		l.MaxDiscard = DefaultMaxDiscard
 	}
 	return l
 }
@@ -173,7 +187,7 @@ func (rr *RequestReader) Read(req *Request) error {
 	case CmdPub:
 		p := h.PayloadSize()
 		if uint64(p) > uint64(rr.lim.MaxPayload) {
-			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
+			return rr.overLimit(req, tt, int64(p), payloadTooLarge(p, rr.lim.MaxPayload))
 		}
 		buf := rr.body(tt + int(p))
 		if err := rr.readFull(buf, "pub"); err != nil {
@@ -189,7 +203,7 @@ func (rr *RequestReader) Read(req *Request) error {
 	case CmdDelay:
 		p := h.PayloadSize()
 		if uint64(p) > uint64(rr.lim.MaxPayload) {
-			return refuseClose(payloadTooLarge(p, rr.lim.MaxPayload))
+			return rr.overLimit(req, tt, 8+int64(p), payloadTooLarge(p, rr.lim.MaxPayload))
 		}
 		buf := rr.body(tt + 8 + int(p))
 		if err := rr.readFull(buf, "delay"); err != nil {
@@ -243,6 +257,27 @@ func (rr *RequestReader) Read(req *Request) error {
 	// Unknown commands, and 101 which is internal only: the body length is
 	// unknown, so the stream cannot be resynchronised.
 	return refuseClose(ErrNotSupported)
+}
+
+// overLimit refuses a body of n bytes (after tt bytes of topic and trace)
+// that exceeds a cap: up to MaxDiscard it is read and discarded and the
+// connection stays usable; beyond, the connection is closed unread.
+func (rr *RequestReader) overLimit(req *Request, tt int, n int64, reason error) error {
+	if rr.lim.MaxDiscard < 0 || n > rr.lim.MaxDiscard {
+		return refuseClose(reason)
+	}
+	buf := make([]byte, tt)
+	if err := rr.readFull(buf, req.Header.Cmd.String()); err != nil {
+		return err
+	}
+	req.setTopicTrace(buf)
+	if _, err := io.CopyN(io.Discard, rr.r, n); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("discard over-limit %s body: %w", req.Header.Cmd, err)
+	}
+	return refuse(reason)
 }
 
 func (rr *RequestReader) readSub(req *Request, tt int) error {

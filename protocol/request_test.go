@@ -52,7 +52,9 @@ func subBody(eventID int64, ack *int64, who string) []byte {
 }
 
 func TestReadRequest(t *testing.T) {
-	small := Limits{MaxPayload: 64, MaxWho: 4, MaxRecords: 2}
+	small := Limits{MaxPayload: 64, MaxWho: 4, MaxRecords: 2, MaxDiscard: -1}
+	// Over-limit bodies up to 200 bytes are read and discarded.
+	discard := Limits{MaxPayload: 64, MaxWho: 4, MaxRecords: 2, MaxDiscard: 200}
 	ack := int64(5 * time.Second)
 	big := PayloadArea(0xFFFFFFFF)
 	type want struct {
@@ -106,6 +108,16 @@ func TestReadRequest(t *testing.T) {
 			want{errText: "more than 2 records in one request exceeds limit.maxRecords 2"}},
 		{"delay over cap", small, rawReq(t, CmdDelay, PayloadArea(100), "t", "", le64(5000)),
 			want{errText: "payload of 100 bytes exceeds limit.maxPayload 64", close: true}},
+		{"pub over cap discarded", discard, rawReq(t, CmdPub, PayloadArea(65), "t", "tr", make([]byte, 65)),
+			want{errText: "payload of 65 bytes exceeds limit.maxPayload 64"}},
+		{"pub at the discard bound", discard, rawReq(t, CmdPub, PayloadArea(200), "t", "", make([]byte, 200)),
+			want{errText: "payload of 200 bytes exceeds limit.maxPayload 64"}},
+		{"pub over the discard bound closes", discard, rawReq(t, CmdPub, PayloadArea(201), "t", "", make([]byte, 201)),
+			want{errText: "payload of 201 bytes exceeds limit.maxPayload 64", close: true}},
+		{"delay over cap discarded", discard, rawReq(t, CmdDelay, PayloadArea(100), "t", "", append(le64(5000), make([]byte, 100)...)),
+			want{errText: "payload of 100 bytes exceeds limit.maxPayload 64"}},
+		{"delay over the discard bound closes", discard, rawReq(t, CmdDelay, PayloadArea(193), "t", "", append(le64(5000), make([]byte, 193)...)),
+			want{errText: "payload of 193 bytes exceeds limit.maxPayload 64", close: true}},
 		{"sub with ack timeout", DefaultLimits(), must(AppendSub(nil, []byte("order"), nil, 42, 10, 5*time.Second, []byte("w1"))), want{check: func(t *testing.T, r *Request) {
 			if r.EventID != 42 || r.AckTimeout != ack || string(r.Who) != "w1" || r.Header.BatchSize() != 10 || !r.Header.HasAckTimeout() {
 				t.Fatalf("%+v", r)
@@ -336,7 +348,8 @@ func BenchmarkReadRequestPub200(b *testing.B) {
 }
 
 func TestZeroLimitsMeanDefaults(t *testing.T) {
-	over := rawReq(t, CmdPub, PayloadArea(DefaultMaxPayload+1), "t", "", nil)
+	// Zero MaxDiscard means the default bound: the body is read.
+	over := rawReq(t, CmdPub, PayloadArea(DefaultMaxPayload+1), "t", "", make([]byte, DefaultMaxPayload+1))
 	_, err := ReadRequest(bytes.NewReader(over), Limits{MaxPayload: -1})
 	if err == nil || err.Error() != "payload of 8388609 bytes exceeds limit.maxPayload 8388608" {
 		t.Fatalf("zero limits: %v", err)

@@ -25,3 +25,23 @@ func ValidateTopicName(name []byte) error {
 	}
 	return nil
 }
+
+// ValidateExistingTopicName is the rule for commands that reach an existing
+// topic (info, sub, delete): the original created topics with names that
+// ValidateTopicName refuses (empty, ".", backslash, space, control bytes,
+// longer than 128 bytes), and their data must stay readable and removable.
+// Only names whose directory, as the original computed it, could lie
+// outside the topic's hashing bucket are refused: "..", or any '/'. Callers
+// still answer ValidateTopicName's error for such a name when no topic of
+// that name exists.
+func ValidateExistingTopicName(name []byte) error {
+	if string(name) == ".." {
+		return NewBizError("invalid topic name: must not be . or ..")
+	}
+	for _, c := range name {
+		if c == '/' {
+			return NewBizError("invalid topic name: byte 0x2f not allowed (no space, '/', '\\\\' or control bytes)")
+		}
+	}
+	return nil
+}

@@ -51,7 +51,7 @@ const preAuthMaxTopic = 2 * protocol.MaxTopicNameLen
 // preAuthLimits bound what a client that has not authenticated can make the
 // server read and allocate: a longer request is refused and the connection
 // closed.
-var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1}
+var preAuthLimits = protocol.Limits{MaxPayload: 64, MaxWho: 64, MaxRecords: 1, MaxDiscard: -1}
 
 // preAuthBufferSize is the read buffer of a connection that has not logged
 // in: a client that never logs in holds 1 KiB of it, not readBufferSize.

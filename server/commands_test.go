@@ -38,7 +38,7 @@ func runSteps(t *testing.T, ts *testServer, steps []step) {
 
 func TestMasterCommands(t *testing.T) {
 	ts := startServer(t, newFakeBackend(), func(o *Options) {
-		o.Limits = protocol.Limits{MaxPayload: 1024, MaxWho: 16, MaxRecords: 3}
+		o.Limits = protocol.Limits{MaxPayload: 1024, MaxWho: 16, MaxRecords: 3, MaxDiscard: -1}
 		o.MaxDelay = time.Hour
 	})
 	future := time.Now().UnixMilli() + 3600_000
@@ -230,18 +230,45 @@ func TestLargePayloadAtCap(t *testing.T) {
 
 // A refused oversize body that the client keeps sending must not turn the
 // close into a reset that loses the 400.
+// A client writes its whole body before it reads the reply (the original
+// client does): an over-limit body up to limit.maxDiscard is read and
+// discarded, so the client gets the 400 and keeps its connection; beyond,
+// the 400 is still readable and the connection closed.
 func TestOversizeBodyRefusalIsReadable(t *testing.T) {
-	ts := startServer(t, newFakeBackend(), func(o *Options) { o.Limits.MaxPayload = 1024 })
-	c := ts.dial(t)
-	req := enc(protocol.AppendRequest(nil, protocol.CmdPub, protocol.PayloadArea(100_000), []byte("t"), nil, make([]byte, 100_000)))
-	written := make(chan error, 1)
-	go func() {
-		_, err := c.Write(req)
-		written <- err
-	}()
-	expect(t, c, errReply("payload of 100000 bytes exceeds limit.maxPayload 1024"))
-	expectClosed(t, c)
-	<-written
+	for _, tc := range []struct {
+		name       string
+		maxDiscard int64
+		keep       bool
+	}{
+		{"discarded by default", 0, true},
+		{"discarded up to the bound", 100_000 + 8, true},
+		{"beyond the bound closes", 99_999, false},
+		{"no discard closes", -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startServer(t, newFakeBackend(), func(o *Options) {
+				o.Limits.MaxPayload, o.Limits.MaxDiscard = 1024, tc.maxDiscard
+			})
+			c := ts.dial(t)
+			req := enc(protocol.AppendRequest(nil, protocol.CmdPub, protocol.PayloadArea(100_000), []byte("t"), nil, make([]byte, 100_000)))
+			written := make(chan error, 1)
+			go func() {
+				_, err := c.Write(req)
+				written <- err
+			}()
+			expect(t, c, errReply("payload of 100000 bytes exceeds limit.maxPayload 1024"))
+			if !tc.keep {
+				expectClosed(t, c)
+				<-written
+				return
+			}
+			if err := <-written; err != nil {
+				t.Fatalf("the client could not write its whole body: %v", err)
+			}
+			send(t, c, aliveReq())
+			expect(t, c, aliveReply())
+		})
+	}
 }
 
 func TestRefusalClosesOnlyItsConnection(t *testing.T) {

@@ -109,6 +109,25 @@ func (c *conn) dispatch(start time.Time) bool {
 	return true
 }
 
+// existingTopicName applies the name rule of commands that reach an
+// existing topic (info, sub, delete; spec §11): a name the create rule
+// refuses (empty, ".", backslash, space, control bytes, too long) passes
+// only when an original server created a topic of that name, so its data
+// can be read and removed; names with '/' or ".." never pass.
+func (c *conn) existingTopicName(name []byte) error {
+	strict := protocol.ValidateTopicName(name)
+	if strict == nil {
+		return nil
+	}
+	if err := protocol.ValidateExistingTopicName(name); err != nil {
+		return err
+	}
+	if _, err := c.s.opts.Backend.Topic(name); err != nil {
+		return strict
+	}
+	return nil
+}
+
 func (c *conn) pub() (int64, error) {
 	req := &c.req
 	if err := protocol.ValidateTopicName(req.Topic); err != nil {
@@ -172,7 +191,7 @@ func (c *conn) delete() (int64, error) {
 	if c.s.opts.Backend.IsSlave() {
 		return 0, protocol.ErrSlaveManage
 	}
-	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+	if err := c.existingTopicName(req.Topic); err != nil {
 		return 0, err
 	}
 	id, err := c.s.opts.Backend.DeleteTopic(c.s.ctx, req.Topic)
@@ -188,7 +207,7 @@ func (c *conn) info() error {
 	if len(req.Topic) == 0 {
 		return protocol.ErrTopicNameRequired
 	}
-	if err := protocol.ValidateTopicName(req.Topic); err != nil {
+	if err := c.existingTopicName(req.Topic); err != nil {
 		return err
 	}
 	t, err := c.s.opts.Backend.Topic(req.Topic)

@@ -112,7 +112,7 @@ func (c *conn) sub(start time.Time) bool {
 }
 
 func (c *conn) subscribe() (Subscription, error) {
-	if err := protocol.ValidateTopicName(c.req.Topic); err != nil {
+	if err := c.existingTopicName(c.req.Topic); err != nil {
 		return nil, err
 	}
 	return c.s.opts.Backend.Subscribe(c.req.Topic, c.req.Who, c.req.EventID)

@@ -177,8 +177,13 @@ class LineChart {
     // lines
     g.save();
     g.beginPath(); g.rect(pad.l, pad.t - 2, pw, ph + 4); g.clip();
-    for (const s of this.series) {
-      g.strokeStyle = s.color; g.lineWidth = 1.6; g.lineJoin = "round";
+    // Earlier series are drawn wider, later ones thinner on top of them
+    // (and dashed when they say so): series with equal values, e.g.
+    // published and delivered at a steady rate, then show as a wide line
+    // with a thin one inside it instead of one line hiding the other.
+    const n = this.series.length;
+    this.series.forEach((s, i) => {
+      g.strokeStyle = s.color; g.lineWidth = 1.6 + 1.6 * (n - 1 - i); g.lineJoin = "round";
       g.setLineDash(s.dash ? [5, 3] : []);
       g.beginPath();
       let pen = false, prevT = 0;
@@ -192,7 +197,7 @@ class LineChart {
         pen = true; prevT = p.time;
       }
       g.stroke();
-    }
+    });
     g.restore();
     // legend with the latest values
     g.setLineDash([]);
@@ -230,7 +235,7 @@ const charts = {};
 function setupCharts() {
   charts.tput = new LineChart($("c-tput"), [
     { label: "published", color: "#2f6fde", get: (p) => p.rates.msgsPerSec },
-    { label: "delivered", color: "#e0822d", get: (p) => p.rates.deliveredMsgsPerSec },
+    { label: "delivered", color: "#e0822d", dash: true, get: (p) => p.rates.deliveredMsgsPerSec },
   ], (v) => fmtNum(v));
   charts.lat = new LineChart($("c-lat"), [
     { label: "p50", color: "#2e9e5b", get: (p) => p.rates.p50Ms },
@@ -331,7 +336,7 @@ function renderReplication(r) {
   const slaves = r.slaves || [];
   const max = slaves.reduce((m, x) => Math.max(m, x.lagEvents), 0);
   setText("k-repl", slaves.length + (slaves.length === 1 ? " slave" : " slaves"), "");
-  $("k-repl-sub").textContent = slaves.length ? "max lag " + fmtInt(max) + " events" : "master, no slave connected";
+  $("k-repl-sub").textContent = slaves.length ? "max lag " + fmtInt(max) + " events" : "no slave connected";
   $("repl-note").textContent = "master";
   if (!slaves.length) { box.replaceChildren(el("div", { class: "muted" }, "No slave is streaming from this master.")); return; }
   const tb = el("tbody");

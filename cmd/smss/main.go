@@ -199,6 +199,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 			MaxPayload: cfg.Limit.MaxPayload,
 			MaxWho:     cfg.Limit.MaxWho,
 			MaxRecords: cfg.Limit.MaxRecords,
+			MaxDiscard: discardLimit(cfg.Limit.MaxDiscard),
 		},
 		ReadTimeout:       cfg.ReadTimeout(),
 		RequestTimeout:    cfg.RequestTimeout(),
@@ -324,4 +325,13 @@ func exposure(addr net.Addr) string {
 	default:
 		return "listening on a non-loopback address: remote clients can connect without authentication (auth.enabled is false)"
 	}
+}
+
+// discardLimit maps limit.maxDiscard (0: close at once) to
+// protocol.Limits.MaxDiscard (negative: close at once).
+func discardLimit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

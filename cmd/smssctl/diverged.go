@@ -59,7 +59,7 @@ func runDiverged(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("diverged", divergedUsage)
 	republish := fs.Bool("republish", false, "publish the moved messages again to the server")
 	create := fs.Bool("create-topics", false, "with --republish: create topics the server does not have")
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}

@@ -134,7 +134,7 @@ func (e errDone) Error() string { return "done" }
 // only the global ones, and exactly n positional arguments.
 func failoverArgs(g *globals, name, usage string, args []string, n int) ([]string, error) {
 	fs := g.flagSet(name, usage)
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return nil, errDone{code}
 	}

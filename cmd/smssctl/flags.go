@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/smssmq/smss/client"
@@ -34,6 +35,12 @@ func newGlobals(e env) *globals {
 	return g
 }
 
+// usages holds the usage printer of each flag set. The flag package calls
+// fs.Usage itself on -help and on every parse error; keeping fs.Usage a
+// no-op and printing from parse makes --help print once and a wrong flag
+// print one line instead of the whole usage.
+var usages sync.Map // *flag.FlagSet -> func()
+
 // flagSet returns a flag set with the global flags bound to g; usage is
 // printed for --help.
 func (g *globals) flagSet(name, usage string) *flag.FlagSet {
@@ -41,18 +48,34 @@ func (g *globals) flagSet(name, usage string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&g.addr, "addr", g.addr, "server `host:port`, or several comma-separated: the master is found among them (default $SMSS_ADDR, else "+defaultAddr+")")
 	g.sec.bind(fs, g.e)
-	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output")
+	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output (errors too, on stderr)")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "timeout of each request")
 	fs.StringVar(&g.trace, "trace", g.trace, "traceId sent with requests (default: random per request)")
-	fs.Usage = func() {
+	fs.Usage = func() {}
+	usages.Store(fs, func() {
 		w := g.e.stdout
 		fmt.Fprint(w, usage)
 		fmt.Fprintln(w, "\nflags:")
 		fs.SetOutput(w)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
-	}
+	})
 	return fs
+}
+
+// jsonRequested reports whether args ask for --json, so that an error in
+// a flag before it is reported as JSON too.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		switch strings.TrimLeft(a, "-") {
+		case "json", "json=true", "json=1":
+			return strings.HasPrefix(a, "-")
+		}
+	}
+	return false
 }
 
 // parse parses flags and positional arguments in any order ("--" ends the
@@ -60,15 +83,21 @@ func (g *globals) flagSet(name, usage string) *flag.FlagSet {
 // after it are returned unparsed (global flags before a command). done
 // reports that the caller must exit with code (help printed, or a usage
 // error).
-func parse(fs *flag.FlagSet, args []string, e env, stopAtCommand bool) (pos []string, code int, done bool) {
+func parse(fs *flag.FlagSet, args []string, g *globals, stopAtCommand bool) (pos []string, code int, done bool) {
 	for {
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			if u, ok := usages.Load(fs); ok {
+				u.(func())()
+			}
 			return nil, exitOK, true
 		}
 		if err != nil {
-			fmt.Fprintf(e.stderr, "smssctl: %v\nRun with --help for usage.\n", err)
+			if g.json || jsonRequested(args) {
+				g.json = true
+				return nil, fail(g, usageError{err.Error() + " (run with --help for usage)"}), true
+			}
+			fmt.Fprintf(g.e.stderr, "smssctl: %v\nRun with --help for usage.\n", err)
 			return nil, exitUsage, true
 		}
 		rest := fs.Args()

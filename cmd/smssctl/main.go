@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,7 +91,7 @@ func main() {
 func run(ctx context.Context, args []string, e env) int {
 	g := newGlobals(e)
 	fs := g.flagSet("smssctl", usageText)
-	rest, code, done := parse(fs, args, e, true)
+	rest, code, done := parse(fs, args, g, true)
 	if done {
 		return code
 	}
@@ -132,14 +133,33 @@ func run(ctx context.Context, args []string, e env) int {
 	return exitUsage
 }
 
-// fail prints err and returns the exit code it maps to.
+// fail prints err and returns the exit code it maps to. With --json the
+// error is one JSON object on stderr: {"error": text, "exitCode": code}.
 func fail(g *globals, err error) int {
-	fmt.Fprintf(g.e.stderr, "smssctl: %v\n", err)
+	code := exitError
 	var ue usageError
 	if errors.As(err, &ue) {
-		return exitUsage
+		code = exitUsage
 	}
-	return exitError
+	msg := err.Error()
+	if code == exitError {
+		msg += tlsHint(g, err)
+	}
+	return report(g, msg, code)
+}
+
+// report prints an error message (as JSON with --json) and returns code.
+func report(g *globals, msg string, code int) int {
+	if g.json {
+		b, _ := json.Marshal(struct {
+			Error    string `json:"error"`
+			ExitCode int    `json:"exitCode"`
+		}{msg, code})
+		fmt.Fprintf(g.e.stderr, "%s\n", b)
+		return code
+	}
+	fmt.Fprintf(g.e.stderr, "smssctl: %s\n", msg)
+	return code
 }
 
 // usageError is a mistake in the command line.

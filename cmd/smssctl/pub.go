@@ -34,7 +34,7 @@ func runPub(ctx context.Context, g *globals, args []string) int {
 	var id optString
 	fs.Var(&id, "id", "message `id` (1..128 bytes; default: a random one)")
 	fs.BoolVar(&g.noIDs, "no-id", false, "send no message id")
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -23,10 +25,29 @@ can see in the process list (/proc/*/cmdline).
 
 const topUsage = `usage: smssctl top [--admin HOST:PORT] [--token-file F] [--interval 2s] [--duration D]
 
-A live view of the admin endpoint, redrawn every --interval until
-interrupted (or for --duration): rates, latencies, the busiest topics,
-the subscribers furthest behind, replication.
+A live view of the admin endpoint, redrawn every --interval until q is
+pressed or it is interrupted (or for --duration): rates, latencies, the
+busiest topics, the subscribers furthest behind, replication.
 `
+
+// quitOnQ calls quit when q (or Q) is read from in; the end of in (no
+// terminal, /dev/null) leaves top running until interrupted.
+func quitOnQ(in io.Reader, quit func()) {
+	if in == nil {
+		return
+	}
+	buf := make([]byte, 64)
+	for {
+		n, err := in.Read(buf)
+		if bytes.ContainsAny(buf[:n], "qQ") {
+			quit()
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // adminFlags are the flags of the commands that read the admin endpoint.
 // --addr is the client protocol's address and is not used by them.
@@ -76,7 +97,7 @@ func runStats(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("stats", statsUsage)
 	var af adminFlags
 	af.bind(fs, g)
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}
@@ -101,7 +122,7 @@ func runTop(ctx context.Context, g *globals, args []string) int {
 	interval, duration := durationFlag{d: 2 * time.Second}, durationFlag{}
 	fs.Var(&interval, "interval", "redraw period (default 2s)")
 	fs.Var(&duration, "duration", "stop after this long (default: until interrupted)")
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}
@@ -122,6 +143,13 @@ func runTop(ctx context.Context, g *globals, args []string) int {
 		ctx, cancel = context.WithTimeout(ctx, duration.d)
 		defer cancel()
 	}
+	ctx, quit := context.WithCancel(ctx)
+	defer quit()
+	if f, ok := g.e.stdin.(*os.File); ok {
+		restore, _ := cbreak(f)
+		defer restore()
+	}
+	go quitOnQ(g.e.stdin, quit)
 	if err := admin.RunTop(ctx, g.e.stdout, af.addr, af.token, interval.d); err != nil {
 		return fail(g, err)
 	}

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -21,7 +24,9 @@ import (
 const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N] [--batch N] [--count N]
 
 Subscribes as NAME and prints every message as it arrives, one per line,
-reconnecting (with backoff) if the connection drops. --from is the last
+reconnecting (with backoff) if the connection drops once the subscription
+has started. A subscription that cannot start (nothing listens, TLS or
+login refused, on every address) ends at once with exit code 1. --from is the last
 eventId already consumed (0: from the oldest message). Stops on Ctrl-C,
 after --count messages, or when the topic is deleted (exit code 3). The last
 acknowledged eventId is printed to stderr at the end, to resume with --from;
@@ -37,7 +42,7 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	count := fs.Int("count", 0, "exit after this many messages (0: run until stopped)")
 	var ackTimeout durationFlag
 	fs.Var(&ackTimeout, "ack-timeout", "how long the server waits for each ack (default: the server's)")
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}
@@ -58,10 +63,23 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return fail(g, err)
 	}
+	// The subscriber retries for ever, which suits a subscription that
+	// was running; one that never started (nothing listens, TLS or login
+	// refused) ends with the error once every address failed.
+	first := newFirstConnect(dialer, len(g.addrs()))
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	go func() {
+		select {
+		case err := <-first.failed:
+			cancelRun(err)
+		case <-runCtx.Done():
+		}
+	}()
 	sub, err := client.NewSubscriber("", client.SubscriberConfig{
 		Addrs: g.addrs(), Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
-		DialTimeout: g.timeout, DialContext: dialer,
-		Logger: slog.New(slog.NewTextHandler(g.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DialTimeout: g.timeout, DialContext: first.dial,
+		Logger: subLogger(g, &first.connected),
 		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {
 			for i := range msgs {
 				printDelivery(g, &msgs[i])
@@ -80,16 +98,124 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return fail(g, err)
 	}
-	err = sub.Run(ctx)
-	fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d)\n", sub.LastAcked(), sub.LastAcked())
+	err = sub.Run(runCtx)
+	if cause := context.Cause(runCtx); errors.Is(err, context.Canceled) && cause != nil && !errors.Is(cause, context.Canceled) {
+		return fail(g, fmt.Errorf("subscribe to %s: %w", pos[0], cause))
+	}
+	if first.connected.Load() {
+		fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d)\n", sub.LastAcked(), sub.LastAcked())
+	}
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return exitOK
 	case errors.Is(err, client.ErrTopicDeleted):
-		fmt.Fprintf(g.e.stderr, "smssctl: subscription ended: topic %s was deleted\n", pos[0])
-		return exitTopicDeleted
+		return report(g, fmt.Sprintf("subscription ended: topic %s was deleted", pos[0]), exitTopicDeleted)
 	}
 	return fail(g, err)
+}
+
+// firstConnect wraps a subscriber's dialer to tell a subscription that
+// never started from one that lost its connection. A subscription counts
+// as started once its connection delivered a byte (a message or an
+// alive): a TCP connect alone is not enough, since a TLS listener accepts
+// a plain client and then closes. failed receives the error once every
+// address failed before any subscription started.
+type firstConnect struct {
+	base      client.DialFunc
+	addrs     int
+	connected atomic.Bool
+	mu        sync.Mutex
+	failures  map[string]bool
+	failed    chan error
+}
+
+func newFirstConnect(base client.DialFunc, addrs int) *firstConnect {
+	if base == nil {
+		base = (&net.Dialer{}).DialContext
+	}
+	return &firstConnect{base: base, addrs: max(addrs, 1), failures: map[string]bool{}, failed: make(chan error, 1)}
+}
+
+func (f *firstConnect) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := f.base(ctx, network, addr)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.fail(addr, err)
+		}
+		return nil, err
+	}
+	if f.connected.Load() {
+		return c, nil
+	}
+	return &watchConn{Conn: c, f: f, addr: addr}, nil
+}
+
+func (f *firstConnect) fail(addr string, err error) {
+	if f.connected.Load() {
+		return
+	}
+	f.mu.Lock()
+	f.failures[addr] = true
+	all := len(f.failures) >= f.addrs
+	f.mu.Unlock()
+	if all {
+		select {
+		case f.failed <- err:
+		default:
+		}
+	}
+}
+
+// watchConn marks the subscription started at its first byte read, and
+// reports a connection that ended before any.
+type watchConn struct {
+	net.Conn
+	f    *firstConnect
+	addr string
+	got  bool
+}
+
+func (w *watchConn) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if n > 0 && !w.got {
+		w.got = true
+		w.f.connected.Store(true)
+	}
+	if err != nil && !w.got {
+		w.f.fail(w.addr, err)
+	}
+	return n, err
+}
+
+// subLogger is the subscriber's logger: warnings on stderr, as JSON with
+// --json, from the moment the subscription started.
+func subLogger(g *globals, started *atomic.Bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelWarn}
+	var h slog.Handler = slog.NewTextHandler(g.e.stderr, opts)
+	if g.json {
+		h = slog.NewJSONHandler(g.e.stderr, opts)
+	}
+	return slog.New(quietUntil{h, started})
+}
+
+// quietUntil drops log records until started reports true: the
+// subscriber's "reconnecting" warnings mean nothing to the user of a
+// subscription that never started (its error is printed instead).
+type quietUntil struct {
+	slog.Handler
+	started *atomic.Bool
+}
+
+func (q quietUntil) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.started.Load() && q.Handler.Enabled(ctx, l)
+}
+
+func (q quietUntil) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietUntil{q.Handler.WithAttrs(as), q.started}
+}
+
+func (q quietUntil) WithGroup(name string) slog.Handler {
+	return quietUntil{q.Handler.WithGroup(name), q.started}
 }
 
 // jsonMessage is the --json form of a delivered message.
@@ -153,7 +279,7 @@ func runReplica(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("replica", replicaUsage)
 	from := fs.Int64("from", 0, "last eventId already seen")
 	count := fs.Int("count", 0, "exit after this many blocks (0: run until stopped)")
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}

@@ -71,3 +71,21 @@ func lockUsersFile(path string) (unlock func(), err error) {
 		lf.Close()
 	}, nil
 }
+
+// cbreak makes terminal f pass single key presses without echo (for top's
+// "q"); restore puts the previous mode back. ok is false when f is not a
+// terminal, which is then read as it comes.
+func cbreak(f *os.File) (restore func(), ok bool) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
+	if err != nil {
+		return func() {}, false
+	}
+	raw := *old
+	raw.Lflag &^= unix.ICANON | unix.ECHO
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, ioctlSetTermios, &raw); err != nil {
+		return func() {}, false
+	}
+	return func() { unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, true
+}

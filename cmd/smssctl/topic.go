@@ -43,7 +43,7 @@ func runTopic(ctx context.Context, g *globals, args []string) int {
 		fmt.Fprintf(g.e.stderr, "smssctl: unknown topic action %q\n\n%s", action, topicUsage)
 		return exitUsage
 	}
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}
@@ -257,7 +257,7 @@ Sends an alive request and prints the round-trip time.
 
 func runPing(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("ping", pingUsage)
-	pos, code, done := parse(fs, args, g.e, false)
+	pos, code, done := parse(fs, args, g, false)
 	if done {
 		return code
 	}

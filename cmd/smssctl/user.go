@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -90,7 +91,7 @@ func runUser(g *globals, args []string) int {
 		fmt.Fprintf(g.e.stderr, "smssctl: unknown user action %q\n\n%s", action, userUsage)
 		return exitUsage
 	}
-	pos, code, done := parse(fset, args, g.e, false)
+	pos, code, done := parse(fset, args, g, false)
 	if done {
 		return code
 	}
@@ -125,6 +126,15 @@ func bindGrants(fset *flag.FlagSet, uf *userFlags) {
 
 // editUsers applies one change under the file lock: read, change, write.
 func editUsers(g *globals, uf *userFlags, action, name string) error {
+	// Name the missing directory: otherwise the first error is about the
+	// lock file beside the users file, which the operator never asked for.
+	if dir := filepath.Dir(uf.file); dir != "" {
+		if st, err := os.Stat(dir); err != nil {
+			return fmt.Errorf("directory of the users file: %w (create it first, e.g. mkdir -p %s)", err, dir)
+		} else if !st.IsDir() {
+			return fmt.Errorf("directory of the users file: %s is not a directory", dir)
+		}
+	}
 	unlock, err := lockUsersFile(uf.file)
 	if err != nil {
 		return err

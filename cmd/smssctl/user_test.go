@@ -49,6 +49,12 @@ func TestUserManagement(t *testing.T) {
 	const pw = "first-Passw0rd"
 	ctlEnv(t, env, "", "user", "--help").expect(t, 0, "usage: smssctl user add")
 	ctlEnv(t, env, "", "user", "add", "--help").expect(t, 0, "-password-stdin", "-users-file")
+	// A missing directory is named as such, not as a failing lock file.
+	r0 := ctlEnv(t, []string{"SMSS_USERS_FILE=" + filepath.Join(dir, "nodir", "users.json")}, pw+"\n", "user", "add", "x", "--password-stdin")
+	r0.expect(t, 1)
+	if !strings.Contains(r0.stderr, "directory of the users file") || strings.Contains(r0.stderr, ".lock") {
+		t.Errorf("the error names the lock file: %s", r0.stderr)
+	}
 
 	ctlEnv(t, env, pw+"\n", "user", "add", "alice", "--password-stdin", "--iterations", "4096",
 		"--publish", "orders,inv.*", "--subscribe", "*").expect(t, 0, "added user alice")
