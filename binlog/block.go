@@ -368,3 +368,21 @@ func (b *Block) LastEventID() (int64, error) {
 	}
 	return b.EventID + int64(n) - 1, nil
 }
+
+// CmdName names a block's command for people (logs, manifests, listings):
+// pub, create, delete, delay, delay-apply, or the number of an unknown one.
+func CmdName(c uint8) string {
+	switch c {
+	case CmdPub:
+		return "pub"
+	case CmdCreate:
+		return "create"
+	case CmdDelete:
+		return "delete"
+	case CmdDelay:
+		return "delay"
+	case CmdDelayApply:
+		return "delay-apply"
+	}
+	return strconv.Itoa(int(c))
+}

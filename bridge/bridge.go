@@ -500,7 +500,7 @@ func (b *Bridge) block(ctx context.Context, raw []byte, r *resume, prev *int64, 
 	}
 	*prev = last
 	b.m.setReceived(last)
-	b.m.blocks.WithLabelValues(cmdName(blk.Cmd)).Inc()
+	b.m.blocks.WithLabelValues(metricCmd(blk.Cmd)).Inc()
 	crc := crc32.Checksum(raw, castagnoli)
 	if len(r.expected) > 0 {
 		for f, want := range r.expected {
@@ -587,18 +587,11 @@ func enqueue(ctx context.Context, q chan<- entry, e entry) error {
 	}
 }
 
-func cmdName(c uint8) string {
-	switch c {
-	case binlog.CmdPub:
-		return "pub"
-	case binlog.CmdCreate:
-		return "create"
-	case binlog.CmdDelete:
-		return "delete"
-	case binlog.CmdDelay:
-		return "delay"
-	case binlog.CmdDelayApply:
+// metricCmd is a block's command as a Prometheus label value (delay_apply,
+// not delay-apply).
+func metricCmd(c uint8) string {
+	if c == binlog.CmdDelayApply {
 		return "delay_apply"
 	}
-	return "other"
+	return binlog.CmdName(c)
 }

@@ -188,7 +188,7 @@ func (r *rewinder) run() (*RewindManifest, string, error) {
 		CommonLastEventID: r.req.CommonLast, FirstEventID: r.tail[0].blk.EventID, LastEventID: r.tail[len(r.tail)-1].last,
 		BinlogFrom: r.req.At.String()}
 	for _, t := range r.tail {
-		r.man.Blocks = append(r.man.Blocks, MovedBlock{EventID: t.blk.EventID, LastEventID: t.last, Cmd: cmdName(t.blk.Cmd), Topic: string(t.blk.Topic)})
+		r.man.Blocks = append(r.man.Blocks, MovedBlock{EventID: t.blk.EventID, LastEventID: t.last, Cmd: binlog.CmdName(t.blk.Cmd), Topic: string(t.blk.Topic)})
 	}
 	if err := r.makeDir(); err != nil {
 		return nil, "", err
@@ -637,22 +637,6 @@ func (r *rewinder) writeManifest() error {
 		return fmt.Errorf("rewind: write %s: %w", p, err)
 	}
 	return syncDir(r.out)
-}
-
-func cmdName(c uint8) string {
-	switch c {
-	case binlog.CmdPub:
-		return "pub"
-	case binlog.CmdCreate:
-		return "create"
-	case binlog.CmdDelete:
-		return "delete"
-	case binlog.CmdDelay:
-		return "delay"
-	case binlog.CmdDelayApply:
-		return "delay-apply"
-	}
-	return strconv.Itoa(int(c))
 }
 
 func topicSummary(ts []MovedTopic) []string {

@@ -165,7 +165,7 @@ func readMoved(dir string, now time.Time) ([]movedBlock, error) {
 				return nil, fmt.Errorf("%s at offset %d: %w", path, off, err)
 			}
 			off += n
-			mb := movedBlock{EventID: blk.EventID, LastEventID: last, Cmd: cmdName(blk.Cmd), Topic: string(blk.Topic), Republish: "skip"}
+			mb := movedBlock{EventID: blk.EventID, LastEventID: last, Cmd: binlog.CmdName(blk.Cmd), Topic: string(blk.Topic), Republish: "skip"}
 			records := blk.Payload
 			switch blk.Cmd {
 			case binlog.CmdPub:
@@ -210,20 +210,4 @@ func readMoved(dir string, now time.Time) ([]movedBlock, error) {
 		}
 	}
 	return out, nil
-}
-
-func cmdName(c uint8) string {
-	switch c {
-	case binlog.CmdPub:
-		return "pub"
-	case binlog.CmdCreate:
-		return "create"
-	case binlog.CmdDelete:
-		return "delete"
-	case binlog.CmdDelay:
-		return "delay"
-	case binlog.CmdDelayApply:
-		return "delay-apply"
-	}
-	return fmt.Sprint(c)
 }
