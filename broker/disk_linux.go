@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"github.com/smssmq/smss/internal/fsmode"
 	"os"
 	"syscall"
 )
@@ -18,7 +19,7 @@ func statfsFree(dir string) (uint64, error) {
 
 // allocate creates path with size bytes of real blocks.
 func allocate(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, fsmode.File())
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,11 @@ const hostileReadTimeout = 500 * time.Millisecond
 func hostileServer(t *testing.T) *proc {
 	t.Helper()
 	dir := t.TempDir()
-	writeConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n  server:\n    alive: 300\n", hostileReadTimeout.Milliseconds()))
+	// Every test client comes from 127.0.0.1: the per-address cap
+	// (limit.maxConnsPerIP, its own tests in security_hardening_test.go) is
+	// raised so that these tests measure the server's capacity as a whole.
+	writeConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n  server:\n    alive: 300\nlimit:\n  maxConnsPerIP: 5000\n",
+		hostileReadTimeout.Milliseconds()))
 	return start(t, dir)
 }
 
