@@ -11,7 +11,7 @@ import (
 	"github.com/smssmq/smss/metrics"
 )
 
-// TopicView is one entry of /api/topics: the meta entry (spec §2.2 field
+// TopicView is one entry of /api/topics: the meta entry (docs/protocol.md §2.2 field
 // names) plus its state name, on-disk figures, live subscriber count and
 // what this process recorded for it.
 type TopicView struct {

@@ -76,7 +76,7 @@ func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
 }
 
 // ValidatePattern accepts "*", "prefix.*" where prefix is a valid topic
-// name, or an exact valid topic name (spec §11 rule). A "*" anywhere else is
+// name, or an exact valid topic name (docs/protocol.md §11 rule). A "*" anywhere else is
 // refused so that "orders*" cannot be mistaken for a prefix grant.
 func ValidatePattern(p string) error {
 	if p == "*" {

@@ -1,5 +1,5 @@
 /*
-Package binlog encodes and decodes binlog blocks (spec §5.3, §5.4). It is a
+Package binlog encodes and decodes binlog blocks (docs/protocol.md §5.3, §5.4). It is a
 pure codec: the file and segment layer that stores blocks lives elsewhere.
 
 # Block format

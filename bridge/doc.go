@@ -3,7 +3,7 @@ Package bridge mirrors smss topics into NATS JetStream or Kafka (README
 "When one machine is not enough"); cmd/smss-bridge is its command.
 
 A Bridge reads an smss master's binlog as a replica reader: it sends the
-28-byte replica request (spec §4.2) and nothing else, so the master never
+28-byte replica request (docs/protocol.md §4.2) and nothing else, so the master never
 takes it for a confirming slave. Every binlog block is decoded (a block
 that does not decode stops the bridge for good), and the messages of
 publish (1) and delay-apply (101) blocks of the selected topics are
@@ -18,7 +18,7 @@ and CRC-32C, and a safe position: the last eventId of a block up to which
 everything mirrored had been acknowledged when the message was sent. On
 every (re)start the bridge reads the last message of each lane of the
 target (Target.Marks), resumes the binlog after the largest safe position
-(always a block's end, as spec §11 requires for the replica start), reads
+(always a block's end, as docs/protocol.md §11 requires for the replica start), reads
 back the messages the lanes hold above it (Target.Tail; at most the
 in-flight window) and skips exactly those when the binlog replays them.
 A replayed block whose first eventId a lane recorded must have the same

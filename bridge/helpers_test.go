@@ -89,7 +89,7 @@ func (h *history) apply(topic string, payload []byte) int64 {
 }
 
 // fakeMaster serves the replication stream of a history over real TCP,
-// with the resume rule of spec §11: after 0 = from the start, after = the
+// with the resume rule of docs/protocol.md §11: after 0 = from the start, after = the
 // last eventId of a block = right after it, anything else = 400.
 type fakeMaster struct {
 	t  testing.TB

@@ -36,7 +36,7 @@ type Options struct {
 	Slave         bool          // start as a slave: refuse client writes (until Promote)
 	Logger        *slog.Logger
 	LogSample     int // log 1 in LogSample writes
-	// FlushInterval is the flushLevel 1 period, default 1 s (spec §6.4).
+	// FlushInterval is the flushLevel 1 period, default 1 s (docs/protocol.md §6.4).
 	FlushInterval time.Duration
 	// GroupWait (worker.groupWaitUs) applies at flushLevel 2 only: how long
 	// a group may wait for the requests the writer expects next (the
@@ -278,7 +278,7 @@ func Open(opts Options) (*Broker, error) {
 }
 
 // prepareDirs creates store.path, the binlog and trash dirs and the
-// folderCount × folderCount topic buckets of spec §5.1.
+// folderCount × folderCount topic buckets of docs/protocol.md §5.1.
 func (b *Broker) prepareDirs() error {
 	for _, d := range []string{b.opts.Dir, filepath.Join(b.opts.Dir, "binlog"), b.trashDir} {
 		if err := os.MkdirAll(d, fsmode.Dir()); err != nil {
@@ -474,7 +474,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 // checkExistingName applies the topic-name rule of commands that reach an
 // existing topic (sub, delete): a name the create rule refuses is accepted
 // only when a topic of that name exists, created by an original server,
-// and its directory stays inside its hashing bucket (spec §11).
+// and its directory stays inside its hashing bucket (docs/protocol.md §11).
 func (b *Broker) checkExistingName(name []byte) error {
 	strict := protocol.ValidateTopicName(name)
 	if strict == nil {
@@ -522,7 +522,7 @@ func (b *Broker) Topics() ([]meta.Topic, error) {
 }
 
 // ValidTopics implements valid list (99): topics created at or before
-// eventID (every topic when eventID is 0) that are not expired (spec §11).
+// eventID (every topic when eventID is 0) that are not expired (docs/protocol.md §11).
 func (b *Broker) ValidTopics(eventID int64) ([]meta.Topic, error) {
 	all, err := b.Topics()
 	if err != nil {

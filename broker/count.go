@@ -1,7 +1,7 @@
 package broker
 
 // Per-topic message counts (metrics.TopicStats.Messages): the number of
-// topic blocks, one per message (spec §5.6), in the topic's log files up
+// topic blocks, one per message (docs/protocol.md §5.6), in the topic's log files up
 // to the committed position.
 //
 // Where the counts come from:

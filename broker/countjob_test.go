@@ -121,7 +121,7 @@ func TestMessageCountRestart(t *testing.T) {
 			if got := readFiles(); got != wantRead {
 				t.Fatalf("the background goroutine read %d files, want %d", got, wantRead)
 			}
-			// The new run's messages add up, in a new file (spec §5.2).
+			// The new run's messages add up, in a new file (docs/protocol.md §5.2).
 			want["a"] += publishMix(t, b, "a", 20, 3)
 			if got := waitMessages(t, b, "a"); got != want["a"] {
 				t.Fatalf("after new publishes %d messages, want %d", got, want["a"])

@@ -35,7 +35,7 @@ func (b *Broker) hook() *Hooks {
 }
 
 // PublishDelay stores records to be published on topic after delayMs
-// (spec §1.5.5). The records were validated with protocol.CountRecords.
+// (docs/protocol.md §1.5.5). The records were validated with protocol.CountRecords.
 func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, count int, delayMs int64) (int64, error) {
 	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
@@ -73,7 +73,7 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 // ApplyDelay publishes a due delayed message: value is the stored delay@
 // value (trigger, delay eventId, records). The publication and the removal
 // of its key commit together, so each delayed message is published exactly
-// once (spec §11). A key that is already gone is a no-op; a topic that is
+// once (docs/protocol.md §11). A key that is already gone is a no-op; a topic that is
 // gone only drops the key. It returns the first eventId, 0 when nothing was
 // published.
 func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte) (int64, error) {
@@ -157,7 +157,7 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 	t := w.b.topics[c.topic]
 	if t == nil || t.meta.Expired(now) || t.meta.CreateEventID > delayID {
 		// The topic it was stored for is gone; a topic created later
-		// under the same name must not inherit it (spec §11).
+		// under the same name must not inherit it (docs/protocol.md §11).
 		w.b.log.Info("delayed message dropped: its topic is gone", "topic", c.topic, "delayEventId", delayID)
 		w.applied[string(key)] = true
 		w.mb.DeleteDelay(key)

@@ -1,7 +1,7 @@
 // Package broker owns every mutation of a smss data directory: one writer
 // goroutine, fed through a channel, assigns eventIds and appends each group
 // of commands to the binlog, then to the topics' own logs, then to the meta
-// store (spec §6).
+// store (docs/protocol.md §6).
 //
 // Invariants:
 //   - Only the writer goroutine touches the binlog writer, the topic writers,

@@ -1,6 +1,6 @@
 package broker
 
-// The writer's durability work: fsyncs by flush level (spec §6.4, §11),
+// The writer's durability work: fsyncs by flush level (docs/protocol.md §6.4, §11),
 // the background fsync of flushLevel 1, and the recovery checkpoint.
 
 import (
@@ -16,7 +16,7 @@ import (
 )
 
 // scheduleFlush makes sure everything written so far is fsynced within
-// about FlushInterval (spec §6.4 level 1): now if the oldest unsynced write
+// about FlushInterval (docs/protocol.md §6.4 level 1): now if the oldest unsynced write
 // is that old, else by the flush timer.
 func (w *writer) scheduleFlush(now int64) error {
 	if w.firstDirty == 0 {

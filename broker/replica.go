@@ -25,7 +25,7 @@ var ErrReplicaOrder = errors.New("replicated block out of order")
 
 // ApplyReplicated appends one binlog block received from the master (a
 // slave only) through the writer, byte for byte, and applies it to topics
-// and meta as spec §4.4 says. It returns the block's last eventId. The
+// and meta as docs/protocol.md §4.4 says. It returns the block's last eventId. The
 // block is validated like client input.
 func (b *Broker) ApplyReplicated(ctx context.Context, raw []byte) (int64, error) {
 	for {
@@ -320,7 +320,7 @@ type replicaSet struct {
 }
 
 // ReplicaStream positions a reader right after the binlog block whose last
-// eventId is after (spec §11); 0 means the oldest retained binlog block.
+// eventId is after (docs/protocol.md §11); 0 means the oldest retained binlog block.
 func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
 	if after < 0 {
 		return nil, protocol.ErrInvalidReplicaID
@@ -347,7 +347,7 @@ func (b *Broker) ReplicaStream(after int64) (*BinlogStream, error) {
 		}
 		// The block must end with `after` (§11), or start with it: an
 		// original slave resumes with its last block's first eventId
-		// (spec §4.5), which names that block just as unambiguously.
+		// (docs/protocol.md §4.5), which names that block just as unambiguously.
 		if loc.PrevLast != after && loc.PrevFirst != after {
 			return nil, protocol.NewBizError(fmt.Sprintf("eventId %d is inside a binlog block (the block covers %d..%d); resume from its first or last eventId", after, loc.PrevFirst, loc.PrevLast))
 		}
@@ -451,7 +451,7 @@ func (b *Broker) OldestReplicaFile() (int64, bool) {
 }
 
 // cmdSyncTopic inserts a topic meta entry copied from the master (slave
-// start-up topic sync, spec §4.2); it writes no binlog block.
+// start-up topic sync, docs/protocol.md §4.2); it writes no binlog block.
 const cmdSyncTopic protocol.Command = 252
 
 // SyncTopic inserts m, as listed by the master's valid list, unless a topic

@@ -30,7 +30,7 @@ type Subscription struct {
 }
 
 // Subscribe registers who on topic and positions a reader after eventID
-// (spec §3, §11): messages with a greater eventId are delivered; 0 means
+// (docs/protocol.md §3, §11): messages with a greater eventId are delivered; 0 means
 // the oldest retained message.
 func (b *Broker) Subscribe(topicName, who []byte, after int64) (*Subscription, error) {
 	if err := b.checkExistingName(topicName); err != nil {
@@ -132,7 +132,7 @@ func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
 var errFrameFull = errors.New("subscription frame full")
 
 // Next appends up to max messages to dst as subscription message units
-// (spec §2.4) and returns how many. The units appended stay within
+// (docs/protocol.md §2.4) and returns how many. The units appended stay within
 // Options.MaxFrameBytes, except that the first is appended whatever its
 // size (a message larger than the bound goes alone). With wait <= 0 it only polls. With
 // nothing to deliver it waits until
@@ -204,7 +204,7 @@ func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 	}
 	if n > 0 && endOfFile {
 		// The frame ends exactly at the end of a rolled file: point at
-		// the start of the next one (spec §2.4).
+		// the start of the next one (docs/protocol.md §2.4).
 		pos := s.reader.Pos()
 		putInt64(dst[lastAt+16:], pos.FileID)
 		putInt64(dst[lastAt+24:], 0)

@@ -73,7 +73,7 @@ func (b *Broker) trash(dir string, eventID int64) error {
 	return nil
 }
 
-// logFileRe matches the files of a log directory (spec §5.2 and the
+// logFileRe matches the files of a log directory (docs/protocol.md §5.2 and the
 // sidecars of this server).
 var logFileRe = regexp.MustCompile(`^[0-9]+\.(log|idx|cnt)$`)
 

@@ -319,7 +319,7 @@ func (w *writer) appendBinlog(blk *binlog.Block) int64 {
 	return off
 }
 
-// appendTopicBlocks stages one topic block per record (spec §5.6).
+// appendTopicBlocks stages one topic block per record (docs/protocol.md §5.6).
 func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segment.Position, records []byte) {
 	w.topicEnc.Reset(now, now, src.FileID, src.Offset)
 	for i := 0; len(records) > 0; i++ {
@@ -567,7 +567,7 @@ func (w *writer) onIdle() {
 }
 
 // die stops the writer for good after a storage failure whose outcome is
-// unknown (spec §11: never continue past a failed fsync).
+// unknown (docs/protocol.md §11: never continue past a failed fsync).
 func (w *writer) die(err error) {
 	if w.stopped != nil {
 		return

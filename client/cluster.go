@@ -292,7 +292,7 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, c.opts.MaxReplyBytes, c.opts.DialTimeout, "")
 	if errors.Is(err, ErrNotSupported) {
 		// An original server: it closes the connection after this
-		// refusal (spec §11), so the connection is not pooled, and it is
+		// refusal (docs/protocol.md §11), so the connection is not pooled, and it is
 		// not asked again until a call to it fails.
 		p.put(cn, true)
 		c.mu.Lock()

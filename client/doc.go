@@ -14,7 +14,7 @@
 //     before the connection is reused. A connection that saw any error other
 //     than a server 400 reply (timeout, cancellation, I/O error, malformed
 //     reply) is closed, never returned to the pool, because its stream may
-//     be out of step (spec §10.27).
+//     be out of step (docs/protocol.md §10.27).
 //   - Calls add no round trips of their own. Before an idle connection is
 //     handed out, a non-blocking peek at the socket (one syscall) discards
 //     connections the server has closed, e.g. after a restart. A background
@@ -52,7 +52,7 @@
 // the protocol package's *BizError sentinels by text. Network and protocol
 // errors are wrapped with the operation and address.
 //
-// Messages carry ordered headers and a body (spec §1.4). A message with no
+// Messages carry ordered headers and a body (docs/protocol.md §1.4). A message with no
 // header and an empty body cannot be sent (ErrEmptyMessage). The traceId of
 // a call is taken from the context (WithTraceID) or generated.
 //

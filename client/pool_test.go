@@ -111,7 +111,7 @@ func TestPoolWaiterGetsReturnedConnection(t *testing.T) {
 }
 
 // A reply that arrives after the caller gave up must never be read as the
-// reply of the next call (spec §10.27): the timed-out connection is dropped.
+// reply of the next call (docs/protocol.md §10.27): the timed-out connection is dropped.
 func TestTimedOutConnectionIsDiscarded(t *testing.T) {
 	release := make(chan struct{})
 	f := startFake(t, func(c net.Conn, r *bufio.Reader) {

@@ -20,7 +20,7 @@ type ReplicaBlock struct {
 	Raw []byte
 }
 
-// ReplicaStream reads a master's replication stream (spec §4.3), as a slave
+// ReplicaStream reads a master's replication stream (docs/protocol.md §4.3), as a slave
 // would, for tools and tests. It is not safe for concurrent use, except
 // Close.
 type ReplicaStream struct {

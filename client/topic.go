@@ -9,7 +9,7 @@ import (
 // TopicState is the state field of a topic (0 normal, 1 deleted).
 type TopicState uint8
 
-// Topic states (spec §2.2).
+// Topic states (docs/protocol.md §2.2).
 const (
 	TopicNormal  TopicState = 0
 	TopicDeleted TopicState = 1
@@ -38,7 +38,7 @@ func (t *TopicInfo) Expired(now time.Time) bool {
 	return !t.Permanent() && !now.Before(t.ExpireAt)
 }
 
-// wireTopic is the JSON object of spec §2.2, field order included.
+// wireTopic is the JSON object of docs/protocol.md §2.2, field order included.
 type wireTopic struct {
 	Name               string `json:"name"`
 	CreateTimeStamp    int64  `json:"createTimeStamp"`
@@ -77,7 +77,7 @@ func (w *wireTopic) info() TopicInfo {
 	}
 }
 
-// MarshalJSON writes the server's JSON form (spec §2.2, times in ms).
+// MarshalJSON writes the server's JSON form (docs/protocol.md §2.2, times in ms).
 func (t TopicInfo) MarshalJSON() ([]byte, error) {
 	return json.Marshal(wireTopic{
 		Name:               t.Name,

@@ -70,7 +70,7 @@ type Store struct {
 	// of 0600 and 0700, for a group that must read them (backups).
 	GroupReadable        bool  `yaml:"groupReadable"`
 	MaxLogSize           int64 `yaml:"maxLogSize"` // bytes
-	FlushLevel           int   `yaml:"flushLevel"` // 0, 1 or 2 (spec §6.4)
+	FlushLevel           int   `yaml:"flushLevel"` // 0, 1 or 2 (docs/protocol.md §6.4)
 	MaxDays              int   `yaml:"maxDays"`
 	ClearInterval        int   `yaml:"clearInterval"` // seconds
 	WaitDelLockTimeoutMs int64 `yaml:"waitDelLockTimeoutMs"`
@@ -88,7 +88,7 @@ type Store struct {
 	MaxOpenTopics int `yaml:"maxOpenTopics"`
 }
 
-// Worker is the worker.* section (the single writer, spec §6.1).
+// Worker is the worker.* section (the single writer, docs/protocol.md §6.1).
 type Worker struct {
 	BuffSize                int   `yaml:"buffSize"`
 	WaitMsgTimeout          int64 `yaml:"waitMsgTimeout"` // ms
@@ -133,10 +133,10 @@ type SubTimeout struct {
 // Background is the background.* section (lifecycle and delay jobs).
 type Background struct {
 	DefaultScanSecond int `yaml:"defaultScanSecond"`
-	FirstExecSecond   int `yaml:"firstExecSecond"` // <= 0 means 5 s (spec §9.1)
+	FirstExecSecond   int `yaml:"firstExecSecond"` // <= 0 means 5 s (docs/protocol.md §9.1)
 }
 
-// Limit is the limit.* section (spec §11 "size caps").
+// Limit is the limit.* section (docs/protocol.md §11 "size caps").
 type Limit struct {
 	MaxPayload int `yaml:"maxPayload"` // bytes of records in one pub/delay request
 	MaxWho     int `yaml:"maxWho"`     // bytes of a sub's who
@@ -184,7 +184,7 @@ type Admin struct {
 	SessionTtlMs     int64 `yaml:"sessionTtlMs"`
 }
 
-// Default returns the shipped values of spec §9.1 plus the defaults of the
+// Default returns the shipped values of docs/protocol.md §9.1 plus the defaults of the
 // keys this implementation adds. config.yaml must parse to exactly this.
 func Default() *Config {
 	c := &Config{
@@ -292,7 +292,7 @@ func (c *Config) WaitDelLockTimeout() time.Duration { return ms(c.Store.WaitDelL
 func (c *Config) DefaultScan() time.Duration { return sec(c.Background.DefaultScanSecond) }
 
 // FirstExec is the delay before the first lifecycle/delay job run:
-// background.firstExecSecond, or 5 s when that is <= 0 (spec §9.1).
+// background.firstExecSecond, or 5 s when that is <= 0 (docs/protocol.md §9.1).
 func (c *Config) FirstExec() time.Duration {
 	if c.Background.FirstExecSecond <= 0 {
 		return 5 * time.Second

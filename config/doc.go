@@ -1,4 +1,4 @@
-// Package config holds the server configuration (spec §9.1 and §11 "config").
+// Package config holds the server configuration (docs/protocol.md §9.1 and §11 "config").
 //
 // Invariants:
 //   - Every key has a default in code (Default). The shipped sample

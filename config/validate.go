@@ -25,7 +25,7 @@ const (
 )
 
 // MaxAliveMs is the largest timeout.server.alive accepted: the Go client
-// gives up on a stream after 35 s without a frame (spec §2.6).
+// gives up on a stream after 35 s without a frame (docs/protocol.md §2.6).
 const MaxAliveMs = 34999
 
 // Validate reports every invalid value, one line per key, each naming the

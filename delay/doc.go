@@ -1,4 +1,4 @@
-// Package delay fires delayed messages (spec §1.5.5, §7.2, §11).
+// Package delay fires delayed messages (docs/protocol.md §1.5.5, §7.2, §11).
 //
 // A delay pub (16) is stored by the broker's writer as a delay@ key in meta
 // (§5.8) with a binlogged delay block. The Scheduler in this package turns

@@ -12,7 +12,7 @@ import (
 
 // TestPrecision10k (opt-in: SMSS_LONG=1) stores 10,000 delays whose trigger
 // times are spread over a window, with the scheduler running, and checks
-// that they fire in order with p99 lateness within 50 ms (spec §11).
+// that they fire in order with p99 lateness within 50 ms (docs/protocol.md §11).
 // Lateness is measured when ApplyDelay returned, i.e. when the message is
 // committed and visible to subscribers.
 func TestPrecision10k(t *testing.T) {

@@ -188,7 +188,7 @@ func isReset(err error) bool {
 }
 
 // TestTopicFilesByteExact checks the bytes a publish leaves in the topic
-// file: spec §5.6 command line, the record verbatim, a trailing newline.
+// file: docs/protocol.md §5.6 command line, the record verbatim, a trailing newline.
 func TestTopicFilesByteExact(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, "")

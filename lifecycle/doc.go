@@ -1,5 +1,5 @@
 // Package lifecycle runs the time-based jobs that remove things: the topic
-// expiry reaper (spec §7.1, §11 "expired topics") and old-file retention
+// expiry reaper (docs/protocol.md §7.1, §11 "expired topics") and old-file retention
 // (§7.3, §11 "retention").
 //
 // Reaper invariants:

@@ -1,6 +1,6 @@
 // Package meta is the badger (v4) store under <store.path>/meta that holds
 // topic meta, the lifetime index, the delay queue, the server role and our
-// recovery checkpoint (spec §5.8). The layout is byte-compatible with the
+// recovery checkpoint (docs/protocol.md §5.8). The layout is byte-compatible with the
 // original server, which ignores prefixes it does not know.
 //
 // Keys and values (i64 = two's-complement int64):
@@ -30,7 +30,7 @@
 //     and both carry the same expireAt. PutTopic and DeleteTopic keep them
 //     together; DeleteTopic therefore needs the stored Topic.
 //   - The "deleted" state (1) is never written: deleting a topic removes its
-//     keys (spec §10.2).
+//     keys (docs/protocol.md §10.2).
 //   - The first 16 bytes of every delay@ value equal the key's trigger time
 //     and event id. Readers skip (and log) delay@ and lf@ entries that break
 //     the layout rather than stopping the scheduler on them; a malformed

@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// Key prefixes (spec §5.8). They are part of the on-disk format shared with
+// Key prefixes (docs/protocol.md §5.8). They are part of the on-disk format shared with
 // the original server and must never change.
 var (
 	prefixNorm    = []byte("norm@")

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Topic states (spec §5.8).
+// Topic states (docs/protocol.md §5.8).
 const (
 	StateNormal  uint8 = 0
 	StateDeleted uint8 = 1
@@ -15,7 +15,7 @@ const (
 const TopicValueSize = 41
 
 // Topic is one topic's meta entry. The field order and JSON names are those
-// of the info/list replies (spec §2.2); TopicRoot is not stored, it is filled
+// of the info/list replies (docs/protocol.md §2.2); TopicRoot is not stored, it is filled
 // in by whoever knows store.folderCount.
 type Topic struct {
 	Name               string `json:"name"`

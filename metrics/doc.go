@@ -15,7 +15,7 @@
 //     a topic's first publish and cached in a sync.Map keyed by the raw topic
 //     name, and TopicDeleted drops them again.
 //   - Prometheus label values must be UTF-8 while topic names and subscriber
-//     names are arbitrary bytes (spec §0, §11): label values are the names
+//     names are arbitrary bytes (docs/protocol.md §0, §11): label values are the names
 //     with invalid sequences replaced by U+FFFD. Two names that collide after
 //     that replacement share one series for counters and the first one wins
 //     for scrape-time gauges (a duplicate series would fail the scrape).

@@ -11,7 +11,7 @@ import (
 )
 
 // OtherTopicLabel is the topic label of the counters of topics beyond
-// Options.MaxTopics. It contains '/', which no topic name may (spec §11), so
+// Options.MaxTopics. It contains '/', which no topic name may (docs/protocol.md §11), so
 // it never collides with a real topic.
 const OtherTopicLabel = "/other"
 

@@ -2,7 +2,7 @@ package protocol
 
 import "fmt"
 
-// Authentication handshake commands (an extension of spec §1.3; see the
+// Authentication handshake commands (an extension of docs/protocol.md §1.3; see the
 // "Authentication handshake" section of doc.go). Both use the pub framing:
 // header bytes 3..6 hold the uint32 LE body length, so any server that knows
 // pub's layout can skip them, and an original server answers "don't support

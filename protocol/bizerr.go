@@ -3,7 +3,7 @@ package protocol
 import "errors"
 
 // BizError is an error whose text is sent to the client verbatim in a 400
-// reply (spec §2.3). Existing clients compare these texts, so the sentinels
+// reply (docs/protocol.md §2.3). Existing clients compare these texts, so the sentinels
 // below carry the original server's exact wording, typos included.
 type BizError struct{ Msg string }
 
@@ -42,6 +42,6 @@ func IsBizError(err error) bool {
 }
 
 // ErrTopicDeleted ends a subscription stream because its topic was deleted
-// or reaped; the server answers it with a 255 frame (spec §2.7). It is not a
+// or reaped; the server answers it with a 255 frame (docs/protocol.md §2.7). It is not a
 // BizError: nothing is sent as text.
 var ErrTopicDeleted = errors.New("topic deleted")

@@ -1,6 +1,6 @@
 // Package protocol holds the smss wire units shared by the server and the Go
 // client: the request header and bodies, message records, replies and
-// subscription/replication frames (spec §1, §2). It does no I/O policy of its
+// subscription/replication frames (docs/protocol.md §1, §2). It does no I/O policy of its
 // own beyond reading exactly the bytes a unit declares.
 //
 // Framing invariants:

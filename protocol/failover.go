@@ -1,6 +1,6 @@
 package protocol
 
-// Failover commands: an extension of spec §1.3 (README, "Protocol
+// Failover commands: an extension of docs/protocol.md §1.3 (README, "Protocol
 // extension: status, promote and follow"). Each is the 20-byte header with
 // header bytes 3..18 zero, then the topic field and the traceId, and no
 // body, like delete (3). An original server answers them with 400 "don't

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Fixed sizes of the request and response headers (spec §1.2, §2.1).
+// Fixed sizes of the request and response headers (docs/protocol.md §1.2, §2.1).
 const (
 	HeaderSize     = 20
 	RespHeaderSize = 10
@@ -14,7 +14,7 @@ const (
 // Command is the request command code (header byte 0).
 type Command uint8
 
-// Command codes of spec §1.3.
+// Command codes of docs/protocol.md §1.3.
 const (
 	CmdSub        Command = 0
 	CmdPub        Command = 1
@@ -80,7 +80,7 @@ func (c Command) Acceptable() bool {
 	return false
 }
 
-// Response status codes (spec §2.1).
+// Response status codes (docs/protocol.md §2.1).
 const (
 	StatusOK     uint16 = 200
 	StatusAlive  uint16 = 201
@@ -88,7 +88,7 @@ const (
 	StatusError  uint16 = 400
 )
 
-// Header is the fixed 20-byte request header (spec §1.2).
+// Header is the fixed 20-byte request header (docs/protocol.md §1.2).
 type Header struct {
 	Cmd      Command
 	TopicLen uint16

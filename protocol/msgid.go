@@ -37,7 +37,7 @@ func (e *msgIDError) Is(target error) bool { return target == ErrInvalidMsgID }
 // its first record fits). It reads only that record's headers and
 // allocates nothing; a record without headers costs one load and compare.
 //
-// The server never validated headers (spec §1.4), so a header section that
+// The server never validated headers (docs/protocol.md §1.4), so a header section that
 // is inconsistent with its record (a count or a length running past the
 // record) is not an error: the headers before the inconsistency are
 // searched and the request is stored verbatim as before. The id is

@@ -7,17 +7,17 @@ import (
 )
 
 // RecordPrefixSize is the fixed part of a message record: contentSize u32 and
-// headerCount u32 (spec §1.4).
+// headerCount u32 (docs/protocol.md §1.4).
 const RecordPrefixSize = 8
 
 // ErrInvalidRecords reports a pub/delay payload that is not a sequence of whole
-// message records (spec §1.4).
+// message records (docs/protocol.md §1.4).
 var ErrInvalidRecords = errors.New("invalid message records")
 
 // ErrTooManyRecords reports a payload holding more records than the caller's cap.
 var ErrTooManyRecords = errors.New("too many records in one request")
 
-// CountRecords walks a pub/delay payload exactly as spec §1.4 describes and
+// CountRecords walks a pub/delay payload exactly as docs/protocol.md §1.4 describes and
 // returns the number of records. The rules: total length > 8; every record's
 // contentSize > 0 and the record fits; after a record either nothing remains
 // or more than 8 bytes remain. maxRecords <= 0 means no cap; when the cap is

@@ -7,7 +7,7 @@ import (
 	"io"
 )
 
-// Default caps of spec §11 (config keys limit.maxPayload, limit.maxWho,
+// Default caps of docs/protocol.md §11 (config keys limit.maxPayload, limit.maxWho,
 // limit.maxRecords).
 const (
 	DefaultMaxPayload = 8 << 20

@@ -2,7 +2,7 @@ package protocol
 
 import "fmt"
 
-// MaxTopicNameLen is the longest accepted topic name in bytes (spec §11).
+// MaxTopicNameLen is the longest accepted topic name in bytes (docs/protocol.md §11).
 const MaxTopicNameLen = 128
 
 // ValidateTopicName applies the §11 rule on every command that names a

@@ -9,7 +9,7 @@ import (
 // Confirmation records: what our slave sends back on the replica
 // connection (semi-synchronous replication). The replica stream is
 // one-way in the original protocol: an original master reads and discards
-// whatever a slave sends (spec §4.3 item 6), an original slave sends
+// whatever a slave sends (docs/protocol.md §4.3 item 6), an original slave sends
 // nothing, and the Go ReplicaClient debug tool sends 2-byte acks. After
 // its 28-byte replica request, once the first frame arrived (so a master
 // that refused the request never reads one as its next request), our slave

@@ -276,7 +276,7 @@ func (s *Slave) Check(ctx context.Context) error {
 // the last local block is also the oldest (retention removed the ones
 // before it), so it is anchored at its first eventId - 1, which only a
 // master of this implementation resolves, and an original master (its
-// texts for an eventId that starts no block, spec §5.7) refused that. Such
+// texts for an eventId that starts no block, docs/protocol.md §5.7) refused that. Such
 // a slave resumes as it did before the check existed. This
 // implementation's refusals name the reason and are searched as usual.
 func (s *Slave) cannotVerify(lb *localBlock, v verdict) bool {

@@ -1,6 +1,6 @@
 /*
 Package replication implements master/slave replication from the binlog
-(spec §4, §11 "replica start eventId").
+(docs/protocol.md §4, §11 "replica start eventId").
 
 # Master side
 

@@ -241,7 +241,7 @@ func TestSilentMaster(t *testing.T) {
 }
 
 // TestOriginalMasterResume: an original master resolves only a block's
-// first eventId (spec §10 item 11) and answers "EOF" to anything else. The
+// first eventId (docs/protocol.md §10 item 11) and answers "EOF" to anything else. The
 // session's divergence check asks from the first eventId of the block
 // before the last local one (the create, 1), gets the last local block
 // (2..4) back, verifies it and goes on with the next block. Against a

@@ -54,7 +54,7 @@ type MasterOptions struct {
 	// (default 30 s; keep it below the Go client's 35 s dead-server timer).
 	AliveInterval time.Duration
 	// WriteTimeout fails the stream when a frame write makes no progress
-	// for this long (default 120 s, spec §4.3: 1 s deadlines retried for
+	// for this long (default 120 s, docs/protocol.md §4.3: 1 s deadlines retried for
 	// 120 s). A slave that stopped reading costs only its own stream.
 	WriteTimeout time.Duration
 	// MaxBlocks is the most blocks read per stream call (default 512).

@@ -155,7 +155,7 @@ func TestMasterGoldenFrames(t *testing.T) {
 }
 
 // TestSlaveRequestBytes checks the 28-byte valid-list and replica requests
-// a slave sends (spec §4.2).
+// a slave sends (docs/protocol.md §4.2).
 func TestSlaveRequestBytes(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -25,7 +25,7 @@ const (
 	maxBatchBytes  = 1 << 20
 	batchPool      = 4
 	// legacyNotFound is the original master's text for an eventId that
-	// does not start a block (spec §4.3, §10 item 11).
+	// does not start a block (docs/protocol.md §4.3, §10 item 11).
 	legacyNotFound = "EOF"
 )
 
@@ -120,7 +120,7 @@ func writeAll(conn net.Conn, b []byte, timeout time.Duration) error {
 	return err
 }
 
-// topicSync is the first-start topic sync of spec §4.2.
+// topicSync is the first-start topic sync of docs/protocol.md §4.2.
 func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) error {
 	s.setState(StateSyncing, "eventId", s.opts.StartEvent)
 	req, err := protocol.AppendValidList(nil, nil, s.opts.StartEvent)

@@ -41,14 +41,14 @@ type BatchApplier interface {
 type SlaveOptions struct {
 	MasterAddr string // host:port of the master; required
 	// StartEvent is the -event flag: the last eventId already replicated
-	// (spec §4.2). It matters only while the local binlog is not past it.
+	// (docs/protocol.md §4.2). It matters only while the local binlog is not past it.
 	StartEvent int64
 	// AliveInterval is the master's timeout.server.alive (default 30 s).
 	AliveInterval time.Duration
 	// SilenceTimeout reconnects when nothing arrives from the master for
 	// this long (default 2 × AliveInterval).
 	SilenceTimeout time.Duration
-	ConnectTimeout time.Duration // default 3 s (spec §4.2)
+	ConnectTimeout time.Duration // default 3 s (docs/protocol.md §4.2)
 	// RequestTimeout bounds the write of a request and the wait for the
 	// valid-list reply (default 10 s).
 	RequestTimeout time.Duration

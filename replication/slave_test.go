@@ -121,7 +121,7 @@ func TestFullSyncFromZero(t *testing.T) {
 
 // TestResumeAfterSlaveRestart restarts the slave several times while the
 // master writes multi-record blocks: the slave resumes after the last
-// message of its last block (spec §10 item 11) without gap or duplicate.
+// message of its last block (docs/protocol.md §10 item 11) without gap or duplicate.
 func TestResumeAfterSlaveRestart(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	m := openBroker(t, mdir, false, nil)
@@ -279,7 +279,7 @@ func TestBackoffDoublesAndCaps(t *testing.T) {
 }
 
 // TestStartEventSkipsHistory: -event E on an empty slave syncs the topics
-// valid at E and replicates only what follows E (spec §4.2).
+// valid at E and replicates only what follows E (docs/protocol.md §4.2).
 func TestStartEventSkipsHistory(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	m := openBroker(t, mdir, false, nil)
@@ -386,7 +386,7 @@ func TestBatchApplierPath(t *testing.T) {
 
 // TestRestartAfterSkippedPub: a slave whose last block is a pub it did not
 // apply (its topic had expired by the time the create arrived) restarts
-// and resumes (spec §10 item 14).
+// and resumes (docs/protocol.md §10 item 14).
 func TestRestartAfterSkippedPub(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	m := openBroker(t, mdir, false, nil)

@@ -3,7 +3,7 @@ package segment
 import "fmt"
 
 // Counting blocks serves the broker's per-topic message count (a topic
-// block is one message, spec §5.6). Like the other read methods these only
+// block is one message, docs/protocol.md §5.6). Like the other read methods these only
 // read, so they may run on a ReadOnly view next to the writer's Log.
 
 // CountCheckEvery is about how many bytes CountBlocks reads between two

@@ -1,5 +1,5 @@
 // Package segment is the file layer shared by the binlog and every topic log:
-// a directory of append-only files named "<id>.log" (spec §5.2) with a
+// a directory of append-only files named "<id>.log" (docs/protocol.md §5.2) with a
 // sparse sidecar index "<id>.idx" per file.
 //
 // Invariants:

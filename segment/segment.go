@@ -115,7 +115,7 @@ type Log struct {
 }
 
 // Open lists dir and prepares a Log whose next append creates file
-// max+1 (spec §5.2: every process start begins a new file).
+// max+1 (docs/protocol.md §5.2: every process start begins a new file).
 func Open(opts Options) (*Log, error) {
 	if opts.Decode == nil {
 		return nil, errors.New("segment: Options.Decode is required")
@@ -327,7 +327,7 @@ func (l *Log) Truncate(pos Position) error {
 }
 
 // ErrFatal marks a failure after which the file's state is unknown: the
-// writer must stop (spec §11: never continue past a failed fsync).
+// writer must stop (docs/protocol.md §11: never continue past a failed fsync).
 var ErrFatal = errors.New("fatal storage error")
 
 // Sync fsyncs the current file if it has unsynced appends.
@@ -393,7 +393,7 @@ func (l *Log) Changed() <-chan struct{} {
 func (l *Log) Full() bool { return l.cur != nil && l.curSize >= l.opts.MaxFileSize }
 
 // Roll fsyncs and closes the current file; the next append creates the next
-// id. Rolled files are always fsynced first (spec §11), whatever the flush
+// id. Rolled files are always fsynced first (docs/protocol.md §11), whatever the flush
 // level, so a closed file is never left with unsynced bytes.
 func (l *Log) Roll() error {
 	if l.cur == nil {

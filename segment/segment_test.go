@@ -185,7 +185,7 @@ func TestAppendTruncateAndTorn(t *testing.T) {
 	if _, err := l2.ScanTail(func(Position, int64, int64, []byte) error { return nil }); err != nil {
 		t.Fatalf("after truncation: %v", err)
 	}
-	// The next append starts a new file (spec §5.2).
+	// The next append starts a new file (docs/protocol.md §5.2).
 	if got := l2.Position().FileID; got != 1 {
 		t.Fatalf("next file %d, want 1", got)
 	}

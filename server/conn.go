@@ -33,7 +33,7 @@ const (
 )
 
 // deadlineReader arms the read deadline before every read that reaches
-// the socket, so a timeout means "no progress for that long" (spec §1.1),
+// the socket, so a timeout means "no progress for that long" (docs/protocol.md §1.1),
 // whatever the request size. A zero timeout leaves the deadline to the
 // caller (subscription streams use absolute deadlines, and one set in the
 // past to stop a blocked read).

@@ -1,6 +1,6 @@
 // Package server is the smss TCP front end: it accepts connections, reads
 // requests with protocol.RequestReader and answers them from a Backend (the
-// broker), with the replies and error texts of spec §1.5/§2 and the §11
+// broker), with the replies and error texts of docs/protocol.md §1.5/§2 and the §11
 // deviations.
 //
 // Invariants:

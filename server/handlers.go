@@ -110,7 +110,7 @@ func (c *conn) dispatch(start time.Time) bool {
 }
 
 // existingTopicName applies the name rule of commands that reach an
-// existing topic (info, sub, delete; spec §11): a name the create rule
+// existing topic (info, sub, delete; docs/protocol.md §11): a name the create rule
 // refuses (empty, ".", backslash, space, control bytes, too long) passes
 // only when an original server created a topic of that name, so its data
 // can be read and removed; names with '/' or ".." never pass.

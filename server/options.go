@@ -31,7 +31,7 @@ type Backend interface {
 	ValidTopics(eventID int64) ([]meta.Topic, error)
 	IsSlave() bool
 	// Subscribe registers who on topic and positions it after eventId
-	// `after` (spec §3, §11). The (topic, who) slot is held until the
+	// `after` (docs/protocol.md §3, §11). The (topic, who) slot is held until the
 	// Subscription is closed.
 	Subscribe(topic, who []byte, after int64) (Subscription, error)
 	// PublishDelay stores records (already validated, count of them) to be

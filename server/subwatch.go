@@ -46,7 +46,7 @@ package server
 // deadline therefore moves at most about once per ack timeout however many
 // frames pass.
 //
-// Spec §10 item 7: the watcher never reads more than a 2-byte ack (it peeks,
+// docs/protocol.md §10 item 7: the watcher never reads more than a 2-byte ack (it peeks,
 // and discards only a complete ack), stops reading after ack 1 or any error,
 // and run returns only after it has exited; so after ack 1, a 255 or a 400
 // the command loop reads the next request intact, even one pipelined behind

@@ -1,6 +1,6 @@
 /*
-Package topicstore encodes and decodes topic file blocks (spec §5.6) and
-maps topic names to their hashed directories (spec §5.5). It is pure: the
+Package topicstore encodes and decodes topic file blocks (docs/protocol.md §5.6) and
+maps topic names to their hashed directories (docs/protocol.md §5.5). It is pure: the
 file layer that stores blocks lives elsewhere.
 
 # Block format

@@ -7,7 +7,7 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// runRepl is the repl workload (smss only, spec §4): publish a backlog on
+// runRepl is the repl workload (smss only, docs/protocol.md §4): publish a backlog on
 // the master, start a slave from eventId 0 and time until it holds the
 // whole backlog; then publish at o.rate on the master with a live
 // subscriber on the slave and measure publish→delivery lag through it.

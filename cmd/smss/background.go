@@ -17,7 +17,7 @@ import (
 // job's current step (one delay apply, one topic delete, one file removal).
 const backgroundStopTimeout = 10 * time.Second
 
-// background holds the time-based jobs of spec §7: the delay scheduler and
+// background holds the time-based jobs of docs/protocol.md §7: the delay scheduler and
 // the topic expiry reaper on a master, file retention on every role.
 type background struct {
 	cfg *config.Config

@@ -13,7 +13,7 @@ const (
 	roleSlave  = "slave"
 )
 
-// flags are the command-line options of spec §9.2 plus -config. -host and
+// flags are the command-line options of docs/protocol.md §9.2 plus -config. -host and
 // -port name the master a slave replicates from, not the listen address
 // (that is host/port in the config file).
 type flags struct {

@@ -1,4 +1,4 @@
-// Command smss is the smss message-queue server (spec §9).
+// Command smss is the smss message-queue server (docs/protocol.md §9).
 //
 // Start-up: load and validate the configuration (-config, else
 // ./config/config.yaml, else the embedded defaults), set up logging, open the
@@ -311,7 +311,7 @@ func (b backend) Subscribe(topic, who []byte, after int64) (server.Subscription,
 }
 
 // exposure returns a warning when the listener is reachable from other
-// hosts: there is no authentication (spec §10 item 24).
+// hosts: there is no authentication (docs/protocol.md §10 item 24).
 func exposure(addr net.Addr) string {
 	tcp, ok := addr.(*net.TCPAddr)
 	if !ok {

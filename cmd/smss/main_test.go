@@ -213,7 +213,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	}
 }
 
-// record encodes one message record (spec §1.4) without headers.
+// record encodes one message record (docs/protocol.md §1.4) without headers.
 func record(body string) []byte {
 	b := make([]byte, 8, 8+len(body))
 	b[0], b[1], b[2], b[3] = byte(len(body)), byte(len(body)>>8), byte(len(body)>>16), byte(len(body)>>24)

@@ -55,7 +55,7 @@ func setupSecurity(cfg *config.Config, logger *slog.Logger) (server.Security, *a
 }
 
 // warnExposure logs the listeners reachable from other hosts without
-// authentication (spec §10 item 24).
+// authentication (docs/protocol.md §10 item 24).
 func warnExposure(logger *slog.Logger, srv *server.Server, authOn bool) {
 	if authOn {
 		return

@@ -194,7 +194,7 @@ func (a *Alarm) loop() {
 	}
 }
 
-// run calls the job, turning a panic into an error (spec §11: a background
+// run calls the job, turning a panic into an error (docs/protocol.md §11: a background
 // goroutine never takes the process down).
 func (a *Alarm) run(now int64) (next int64, err error) {
 	defer func() {

@@ -1,5 +1,5 @@
 // Package alarm runs a background job at the time it asks for, the "time
-// trigger" of spec §7.1/§7.2 without its defects (§10 item 20).
+// trigger" of docs/protocol.md §7.1/§7.2 without its defects (§10 item 20).
 //
 // Invariants:
 //   - One goroutine runs the job; runs never overlap.
