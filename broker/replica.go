@@ -162,6 +162,11 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 			// count and records describe the publication for metrics,
 			// read by the submitter (records aliases raw: no copy).
 			c.count, c.records = int(last-blk.EventID+1), blk.Payload
+			if name == CursorTopic {
+				// The positions a promoted slave resumes from (cursor.go).
+				recs := blk.Payload
+				w.post = append(w.post, func() { w.b.applyCursorRecords(recs, w.batchOf[t]) })
+			}
 			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload)
 		}
 	case binlog.CmdDelayApply:

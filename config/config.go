@@ -22,6 +22,8 @@ type Config struct {
 	Limit      Limit      `yaml:"limit"`
 	Delay      Delay      `yaml:"delay"`
 	Admin      Admin      `yaml:"admin"`
+	// Cursor: stored consumer positions (cursor.go).
+	Cursor Cursor `yaml:"cursor"`
 	// Security (security.go): authentication, the TLS listener, and how a
 	// slave connects to its master.
 	Auth        Auth              `yaml:"auth"`
@@ -198,6 +200,7 @@ func Default() *Config {
 		Background:  Background{DefaultScanSecond: 7200, FirstExecSecond: 1},
 		Limit:       Limit{MaxPayload: 8388608, MaxWho: 1024, MaxRecords: 10000, MaxConns: 10000},
 		Delay:       Delay{MaxDelay: 2592000000},
+		Cursor:      defaultCursor(),
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail},
 	}

@@ -77,15 +77,18 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"replication.syncSlaves":    int64(0),
 		"replication.syncTimeoutMs": int64(2000),
 		"replication.onSyncTimeout": "fail",
+		"cursor.enabled":            true,
+		"cursor.flushMs":            int64(1000),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
 		}
 	}
 	// 40 keys + 20 security/replication keys (security.go, with the three
-	// semi-sync keys) + 10 hardening keys of issue 18 + source
-	if len(s) != 71 {
-		t.Errorf("summary has %d entries, want 71", len(s))
+	// semi-sync keys) + 10 hardening keys of issue 18 + 4 cursor keys of
+	// issue 22 + source
+	if len(s) != 75 {
+		t.Errorf("summary has %d entries, want 75", len(s))
 	}
 }
 

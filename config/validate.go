@@ -90,6 +90,7 @@ func (c *Config) Validate() error {
 	v.between("delay.maxDelay", c.Delay.MaxDelay, 1000, maxMs, "ms")
 
 	c.validateAdmin(&v)
+	c.validateCursor(&v)
 	c.validateSecurity(&v)
 	return errors.Join(v.errs...)
 }

@@ -108,6 +108,9 @@ func (c *conn) subscribe() (Subscription, error) {
 	if err := protocol.ValidateTopicName(c.req.Topic); err != nil {
 		return nil, err
 	}
+	if c.req.EventID == protocol.SubResumeEventID && c.s.opts.Cursors != nil {
+		return c.s.opts.Cursors.SubscribeResume(c.req.Topic, c.req.Who, c.req.Header.ResumeDefault())
+	}
 	return c.s.opts.Backend.Subscribe(c.req.Topic, c.req.Who, c.req.EventID)
 }
 

@@ -115,6 +115,11 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
 		Metrics:       adm.metrics(),
+
+		CursorsOff:             !cfg.Cursor.Enabled,
+		CursorFlushInterval:    cfg.CursorFlushInterval(),
+		CursorSegmentBytes:     cfg.Cursor.SegmentBytes,
+		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
 	})
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
@@ -198,6 +203,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Security:          sec,
 		Control:           n,
 		Failover:          n,
+		Cursors:           backend{b},
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -282,6 +288,15 @@ func (b backend) Subscribe(topic, who []byte, after int64) (server.Subscription,
 	s, err := b.Broker.Subscribe(topic, who, after)
 	if err != nil {
 		return nil, err // not a typed nil inside the interface
+	}
+	return s, nil
+}
+
+// SubscribeResume serves a sub from eventId -1 (server.Cursors).
+func (b backend) SubscribeResume(topic, who []byte, whenNone int64) (server.Subscription, error) {
+	s, err := b.Broker.SubscribeResume(topic, who, whenNone)
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
