@@ -1,5 +1,7 @@
 package metrics
 
+import "github.com/prometheus/client_golang/prometheus"
+
 // CursorInfo is one stored consumer position (issue 22): the last eventId
 // (topic, who) acknowledged, kept by the server whether or not the
 // subscriber is connected.
@@ -24,4 +26,25 @@ type CursorInfo struct {
 // the collector exports them when it is.
 type CursorSource interface {
 	Cursors() []CursorInfo
+}
+
+var (
+	descCursorLag = desc("cursor_lag_messages", "Messages of the topic after the stored position of (topic, who); kept while the subscriber is away.", "topic", "who")
+	descCursorPos = desc("cursor_position", "Stored position of (topic, who): the last eventId it acknowledged.", "topic", "who")
+	cursorDescs   = []*prometheus.Desc{descCursorLag, descCursorPos}
+)
+
+func collectCursors(e *emitter, cursors []CursorInfo) {
+	seen := map[[2]string]bool{}
+	for _, c := range cursors {
+		k := [2]string{labelValue(c.Topic), labelValue(c.Who)}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if c.Lag >= 0 {
+			e.gauge(descCursorLag, float64(c.Lag), k[0], k[1])
+		}
+		e.gauge(descCursorPos, float64(c.EventID), k[0], k[1])
+	}
 }

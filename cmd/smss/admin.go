@@ -254,6 +254,15 @@ func (s *adminSource) Topics() ([]meta.Topic, error) {
 	return b.Topics()
 }
 
+// Cursors implements metrics.CursorSource: the stored consumer positions.
+func (s *adminSource) Cursors() []metrics.CursorInfo {
+	b := s.b.Load()
+	if b == nil {
+		return nil
+	}
+	return b.CursorList("")
+}
+
 // TopicStats implements metrics.Source.
 func (s *adminSource) TopicStats(name string) (metrics.TopicStats, bool) {
 	b := s.b.Load()
