@@ -53,6 +53,7 @@ type options struct {
 	withSlave bool          // pub: attach a slave during the run
 	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
 	syncSlaves int
+	noCursors  bool // cursor.enabled false on a server the benchmark starts
 
 	runs  int
 	json  bool
@@ -123,6 +124,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
+	fs.BoolVar(&o.noCursors, "no-cursors", false, "smss: start the server with cursor.enabled false (no stored consumer positions)")
 	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
