@@ -62,6 +62,9 @@ type Options struct {
 	CursorFlushInterval    time.Duration
 	CursorSegmentBytes     int64
 	CursorSnapshotInterval time.Duration
+	// CursorRetention forgets positions idle this long (not subscribed,
+	// no ack) at the next snapshot (cursor.retentionDays); 0 never.
+	CursorRetention time.Duration
 }
 
 func (o *Options) setDefaults() {

@@ -46,6 +46,13 @@ package broker
 // age out; the periodic snapshot keeps a complete copy within the binlog's
 // retention for slaves that start from an empty directory.
 //
+// Retention: a position whose who has not acknowledged anything for
+// cursor.retentionDays (default 30; 0 keeps them forever) and is not
+// subscribed is left out of the next snapshot, and so forgotten (like
+// Kafka's offsets.retention): subscribers with throw-away names do not
+// grow the table and the metrics without bound. The time of the ack
+// travels in the record.
+//
 // Protection: clients may read __cursors (topic info, sub) but not publish
 // to it, delay to it, create or delete it (400); it is left out of the list
 // command (100) but not of valid list (99), which slaves need.
@@ -207,7 +214,11 @@ func (b *Broker) applyCursorRecords(records []byte, tb *topicBatch) {
 			if t == nil || t.meta.CreateEventID != r.created {
 				continue // an earlier incarnation's, or the topic is gone
 			}
-			cs.committed[k] = cursorPos{created: r.created, eventID: r.eventID, at: now}
+			at := r.updated
+			if at <= 0 {
+				at = now
+			}
+			cs.committed[k] = cursorPos{created: r.created, eventID: r.eventID, at: at}
 			if lv, ok := cs.live[k]; ok && (lv.created != r.created || lv.eventID <= r.eventID) {
 				delete(cs.live, k)
 				delete(cs.dirty, k)
@@ -272,6 +283,38 @@ func (b *Broker) cursorAcked(t *topic, who string, eventID int64) {
 	cs.live[k] = cursorPos{created: t.meta.CreateEventID, eventID: eventID, at: b.opts.Now()}
 	cs.dirty[k] = struct{}{}
 	cs.mu.Unlock()
+}
+
+// cursorTouch marks (t, who)'s position as used now (a subscription of it
+// ended): being subscribed counts as activity for the retention.
+func (b *Broker) cursorTouch(t *topic, who string) {
+	if !b.cursorsOn() || t.meta.Name == CursorTopic {
+		return
+	}
+	cs := &b.cursors
+	k := cursorKey{t.meta.Name, who}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	p, ok := cs.live[k]
+	if !ok {
+		if p, ok = cs.committed[k]; !ok {
+			return
+		}
+	}
+	if p.created != t.meta.CreateEventID {
+		return
+	}
+	p.at = b.opts.Now()
+	cs.live[k] = p
+	cs.dirty[k] = struct{}{}
+}
+
+// hasSub reports a live subscription of who on t on this server.
+func (t *topic) hasSub(who string) bool {
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
+	_, ok := t.subs[who]
+	return ok
 }
 
 // kickCursors asks the flusher to write now (a subscription ended).
@@ -398,7 +441,7 @@ func (b *Broker) flushCursors(ctx context.Context) error {
 	for k := range cs.dirty {
 		p := cs.live[k]
 		keys = append(keys, k)
-		recs = appendCursorRecord(recs, &cursorRec{op: cursorOpSet, created: p.created, eventID: p.eventID, topic: k.topic, who: k.who})
+		recs = appendCursorRecord(recs, &cursorRec{op: cursorOpSet, created: p.created, eventID: p.eventID, updated: p.at, topic: k.topic, who: k.who})
 	}
 	clear(cs.dirty)
 	cs.mu.Unlock()
@@ -455,11 +498,26 @@ func (b *Broker) maybeSnapshotCursors(ctx context.Context) error {
 		return nil
 	}
 	cs := &b.cursors
+	now := b.opts.Now()
 	cs.mu.Lock()
 	since, size, last := cs.sinceSnap, len(cs.committed), cs.lastSnap
+	intervalPassed := now-last >= b.opts.CursorSnapshotInterval.Milliseconds()
+	idle := false
+	if intervalPassed && since == 0 && b.opts.CursorRetention > 0 {
+		// Nothing changed: snapshot only to forget idle positions.
+		before := now - b.opts.CursorRetention.Milliseconds()
+		for _, p := range cs.committed {
+			if p.at < before {
+				idle = true
+				break
+			}
+		}
+		if !idle {
+			cs.lastSnap = now // look again one interval later
+		}
+	}
 	cs.mu.Unlock()
-	due := (files > 1 && since > size) ||
-		(since > 0 && b.opts.Now()-last >= b.opts.CursorSnapshotInterval.Milliseconds())
+	due := (files > 1 && since > size) || (intervalPassed && (since > 0 || idle))
 	if !due {
 		return nil
 	}
@@ -479,10 +537,24 @@ func (w *writer) stageCursorSnapshot(c *command, now int64, binStart segment.Pos
 	cs := &w.b.cursors
 	cs.mu.Lock()
 	keys := make([]cursorKey, 0, len(cs.committed))
+	idleBefore := int64(-1)
+	if r := w.b.opts.CursorRetention; r > 0 {
+		idleBefore = now - r.Milliseconds()
+	}
+	dropped := 0
 	for k, p := range cs.committed {
-		if t := w.b.topics[k.topic]; t != nil && t.meta.CreateEventID == p.created {
-			keys = append(keys, k)
+		t := w.b.topics[k.topic]
+		if t == nil || t.meta.CreateEventID != p.created {
+			continue
 		}
+		if p.at < idleBefore && !t.hasSub(k.who) {
+			dropped++ // idle longer than cursor.retentionDays: left out, so forgotten
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if dropped > 0 {
+		w.b.log.Info("stored positions idle longer than the retention forgotten", "positions", dropped, "retention", w.b.opts.CursorRetention)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].topic != keys[j].topic {
@@ -493,7 +565,7 @@ func (w *writer) stageCursorSnapshot(c *command, now int64, binStart segment.Pos
 	recs := appendCursorRecord(nil, &cursorRec{op: cursorOpSnapshot, eventID: now})
 	for _, k := range keys {
 		p := cs.committed[k]
-		recs = appendCursorRecord(recs, &cursorRec{op: cursorOpSet, created: p.created, eventID: p.eventID, topic: k.topic, who: k.who})
+		recs = appendCursorRecord(recs, &cursorRec{op: cursorOpSet, created: p.created, eventID: p.eventID, updated: p.at, topic: k.topic, who: k.who})
 	}
 	cs.mu.Unlock()
 	c.cmd, c.records, c.count = protocol.CmdPub, recs, len(keys)+1
@@ -550,7 +622,7 @@ func (b *Broker) changeCursor(ctx context.Context, topicName, who []byte, eventI
 	delete(cs.live, k)
 	delete(cs.dirty, k)
 	cs.mu.Unlock()
-	rec := appendCursorRecord(nil, &cursorRec{op: op, created: t.meta.CreateEventID, eventID: eventID, topic: k.topic, who: k.who})
+	rec := appendCursorRecord(nil, &cursorRec{op: op, created: t.meta.CreateEventID, eventID: eventID, updated: b.opts.Now(), topic: k.topic, who: k.who})
 	return b.writeCursorRecords(ctx, rec, 1)
 }
 

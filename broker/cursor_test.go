@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,12 +108,17 @@ func TestCursorResumeRestartAndIndependentWhos(t *testing.T) {
 	}
 	b = openTest(t, dir, nil)
 	defer b.Close()
-	want := map[string]int64{"a": ids[6], "b": ids[1], "c": ids[9], "d": ids[7]}
+	want := map[string]int64{"a": ids[6], "b": ids[1], "d": ids[7]}
 	for who, pos := range want {
 		c, ok := cursorOf(b, "t", who)
 		if !ok || c.EventID != pos || c.Stored != pos {
 			t.Errorf("after restart %s: %+v %v, want %d", who, c, ok, pos)
 		}
+	}
+	// "The end" is the server's last eventId when c subscribed: at least
+	// the topic's last message (the positions' own writes take ids too).
+	if c, ok := cursorOf(b, "t", "c"); !ok || c.EventID < ids[9] || c.Stored != c.EventID {
+		t.Errorf("after restart c: %+v %v, want >= %d", c, ok, ids[9])
 	}
 	more := publishN(t, b, "t", 2)
 	s, err := b.SubscribeResume([]byte("t"), []byte("c"), ResumeAtEnd)
@@ -153,8 +159,10 @@ func TestCursorAcksAreCoalesced(t *testing.T) {
 	}
 	s.Close()
 	b.Close()
-	if n := cursorRecords(t, dir); n != 1 {
-		t.Errorf("200 acks wrote %d position records, want 1", n)
+	// One record for the 200 acks, one when the subscription ended (its
+	// end counts as use for the retention).
+	if n := cursorRecords(t, dir); n != 2 {
+		t.Errorf("200 acks and a close wrote %d position records, want 2", n)
 	}
 }
 
@@ -400,4 +408,63 @@ func FuzzDecodeCursorRecord(f *testing.F) {
 			t.Fatalf("re-encoded record differs: %+v / %+v %v", r, r2, err)
 		}
 	})
+}
+
+// A position idle longer than the retention (no ack, not subscribed) is
+// forgotten at the next snapshot, also after a restart; a subscribed who
+// (whose subscription's end counts as use) and a recently acknowledged one
+// are kept.
+func TestCursorRetention(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var now atomic.Int64
+	now.Store(time.Now().UnixMilli())
+	mod := func(o *Options) {
+		o.CursorFlushInterval = time.Hour
+		o.CursorSnapshotInterval = time.Minute
+		o.CursorRetention = 24 * time.Hour
+		o.Now = now.Load
+	}
+	b := openTest(t, dir, mod)
+	b.CreateTopic(ctx, []byte("t"), 0)
+	ids := publishN(t, b, "t", 3)
+	ack := func(who string, id int64) {
+		s, err := b.Subscribe([]byte("t"), []byte(who), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Acked(id)
+		s.Close()
+	}
+	ack("old", ids[0])
+	ack("connected", ids[0])
+	if err := b.FlushCursors(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed before the clock jumps: the flusher may snapshot at any
+	// moment after it.
+	held, err := b.Subscribe([]byte("t"), []byte("connected"), ids[0]) // idle but subscribed
+	if err != nil {
+		t.Fatal(err)
+	}
+	now.Add((25 * time.Hour).Milliseconds())
+	ack("fresh", ids[1])
+	if err := b.FlushCursors(ctx); err != nil { // a snapshot is due (interval passed)
+		t.Fatal(err)
+	}
+	held.Close()
+	want := map[string]bool{"old": false, "connected": true, "fresh": true}
+	check := func(when string) {
+		t.Helper()
+		for who, kept := range want {
+			if _, ok := cursorOf(b, "t", who); ok != kept {
+				t.Errorf("%s: %s kept=%v, want %v", when, who, ok, kept)
+			}
+		}
+	}
+	check("after the snapshot")
+	b.Close()
+	b = openTest(t, dir, mod)
+	defer b.Close()
+	check("after a restart")
 }

@@ -28,6 +28,7 @@ type cursorRec struct {
 	op      byte
 	created int64 // createEventId of the topic incarnation the position belongs to
 	eventID int64
+	updated int64 // ms of the ack the position comes from (retention of idle positions)
 	topic   string
 	who     string
 }
@@ -39,11 +40,12 @@ type cursorRec struct {
 //	4  1  op: 1 set, 2 delete, 3 snapshot
 //	5  8  int64 LE createEventId of the topic (0 for a snapshot)
 //	13 8  int64 LE eventId (set: the position; delete: 0; snapshot: ms time)
-//	21 2  uint16 LE topic length T
-//	23 T  topic
+//	21 8  int64 LE updated: ms of the ack the position comes from
+//	29 2  uint16 LE topic length T
+//	31 T  topic
 //	.  4  uint32 LE who length W
 //	.  W  who
-const cursorFixed = 4 + 1 + 8 + 8 + 2 + 4
+const cursorFixed = 4 + 1 + 8 + 8 + 8 + 2 + 4
 
 var errCursorRecord = errors.New("not a cursor record")
 
@@ -56,6 +58,7 @@ func appendCursorRecord(dst []byte, r *cursorRec) []byte {
 	dst = append(dst, r.op)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.created))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.eventID))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.updated))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(r.topic)))
 	dst = append(dst, r.topic...)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.who)))
@@ -81,8 +84,9 @@ func decodeCursorRecord(rec []byte) (cursorRec, error) {
 	r.op = b[4]
 	r.created = int64(binary.LittleEndian.Uint64(b[5:]))
 	r.eventID = int64(binary.LittleEndian.Uint64(b[13:]))
-	tl := int(binary.LittleEndian.Uint16(b[21:]))
-	b = b[23:]
+	r.updated = int64(binary.LittleEndian.Uint64(b[21:]))
+	tl := int(binary.LittleEndian.Uint16(b[29:]))
+	b = b[31:]
 	if len(b) < tl+4 {
 		return r, fmt.Errorf("%w: topic length %d", errCursorRecord, tl)
 	}

@@ -224,6 +224,9 @@ func (s *Subscription) Close() {
 		s.timer.Stop()
 	}
 	s.reader.Close()
+	// Before the slot is freed: a snapshot must never see the who neither
+	// subscribed nor recently used (retention, cursor.go).
+	s.b.cursorTouch(s.t, s.who)
 	s.t.subMu.Lock()
 	delete(s.t.subs, s.who)
 	s.t.subMu.Unlock()

@@ -85,10 +85,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		}
 	}
 	// 40 keys + 20 security/replication keys (security.go, with the three
-	// semi-sync keys) + 10 hardening keys of issue 18 + 4 cursor keys of
+	// semi-sync keys) + 10 hardening keys of issue 18 + 5 cursor keys of
 	// issue 22 + source
-	if len(s) != 75 {
-		t.Errorf("summary has %d entries, want 75", len(s))
+	if len(s) != 76 {
+		t.Errorf("summary has %d entries, want 76", len(s))
 	}
 }
 

@@ -18,10 +18,14 @@ type Cursor struct {
 	// SnapshotMinutes is the longest time between two snapshots of every
 	// position (while positions change).
 	SnapshotMinutes int64 `yaml:"snapshotMinutes"`
+	// RetentionDays forgets a position whose who neither acknowledged
+	// nor was subscribed for this many days; 0 keeps positions until
+	// their topic is deleted or they are reset.
+	RetentionDays int64 `yaml:"retentionDays"`
 }
 
 func defaultCursor() Cursor {
-	return Cursor{Enabled: true, FlushMs: 1000, SegmentBytes: 4 << 20, SnapshotMinutes: 60}
+	return Cursor{Enabled: true, FlushMs: 1000, SegmentBytes: 4 << 20, SnapshotMinutes: 60, RetentionDays: 30}
 }
 
 // CursorFlushInterval is cursor.flushMs.
@@ -32,8 +36,14 @@ func (c *Config) CursorSnapshotInterval() time.Duration {
 	return time.Duration(c.Cursor.SnapshotMinutes) * time.Minute
 }
 
+// CursorRetention is cursor.retentionDays (0: forever).
+func (c *Config) CursorRetention() time.Duration {
+	return time.Duration(c.Cursor.RetentionDays) * 24 * time.Hour
+}
+
 func (c *Config) validateCursor(v *validator) {
 	v.between("cursor.flushMs", c.Cursor.FlushMs, 10, 600000, "ms")
 	v.between("cursor.segmentBytes", c.Cursor.SegmentBytes, 64<<10, 1<<30, "bytes")
 	v.between("cursor.snapshotMinutes", c.Cursor.SnapshotMinutes, 1, 7*24*60, "minutes")
+	v.between("cursor.retentionDays", c.Cursor.RetentionDays, 0, 36500, "days; 0 keeps positions forever")
 }

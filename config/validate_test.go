@@ -74,6 +74,8 @@ func TestValidate(t *testing.T) {
 		{"cursor segmentBytes 1", func(c *Config) { c.Cursor.SegmentBytes = 1 }, "cursor.segmentBytes", "1"},
 		{"cursor snapshotMinutes 0", func(c *Config) { c.Cursor.SnapshotMinutes = 0 }, "cursor.snapshotMinutes", "0"},
 		{"cursor off ok", func(c *Config) { c.Cursor.Enabled = false }, "", ""},
+		{"cursor retentionDays -1", func(c *Config) { c.Cursor.RetentionDays = -1 }, "cursor.retentionDays", "-1"},
+		{"cursor retentionDays 0 ok", func(c *Config) { c.Cursor.RetentionDays = 0 }, "", ""},
 		{"admin off ok", func(c *Config) { c.Admin.Listen = "" }, "", ""},
 		{"admin loopback ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:12380" }, "", ""},
 		{"admin port 0 ok", func(c *Config) { c.Admin.Listen = "127.0.0.1:0" }, "", ""},

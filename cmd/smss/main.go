@@ -120,6 +120,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		CursorFlushInterval:    cfg.CursorFlushInterval(),
 		CursorSegmentBytes:     cfg.Cursor.SegmentBytes,
 		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
+		CursorRetention:        cfg.CursorRetention(),
 	})
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
