@@ -63,6 +63,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -193,7 +194,12 @@ func (b *Broker) applyCursorRecords(records []byte, tb *topicBatch) {
 	cs.mu.Lock()
 	for len(records) > 0 {
 		var rec []byte
-		rec, records = protocol.NextRecord(records)
+		var ok bool
+		if rec, records, ok = splitRecord(records); !ok {
+			cs.badRecs++
+			b.log.Warn("ignored the rest of a malformed pub to " + CursorTopic)
+			break
+		}
 		r, err := decodeCursorRecord(rec)
 		if err != nil {
 			cs.badRecs++
@@ -245,6 +251,34 @@ func (b *Broker) applyCursorRecords(records []byte, tb *topicBatch) {
 			}
 		}
 	}
+}
+
+// startsWithSnapshot reports whether a pub's records to __cursors begin
+// with a snapshot (after which its files before are removed).
+func startsWithSnapshot(records []byte) bool {
+	if len(records) == 0 {
+		return false
+	}
+	rec, _, ok := splitRecord(records)
+	if !ok {
+		return false
+	}
+	r, err := decodeCursorRecord(rec)
+	return err == nil && r.op == cursorOpSnapshot
+}
+
+// splitRecord is protocol.NextRecord that checks the length instead of
+// trusting it (the records were validated where they came from; this keeps
+// a panic out of reach anyway).
+func splitRecord(records []byte) (rec, rest []byte, ok bool) {
+	if len(records) < protocol.RecordPrefixSize {
+		return nil, nil, false
+	}
+	size := uint64(binary.LittleEndian.Uint32(records)) + protocol.RecordPrefixSize
+	if size > uint64(len(records)) {
+		return nil, nil, false
+	}
+	return records[:size], records[size:], true
 }
 
 // dropTopicCursors forgets the positions of a deleted topic (writer).
@@ -569,6 +603,9 @@ func (w *writer) stageCursorSnapshot(c *command, now int64, binStart segment.Pos
 	}
 	cs.mu.Unlock()
 	c.cmd, c.records, c.count = protocol.CmdPub, recs, len(keys)+1
+	// The files before the snapshot are removed after it commits; that
+	// must never become durable before the snapshot does.
+	w.syncMeta = w.b.opts.FlushLevel > 0
 	return w.stagePub(c, now, binStart)
 }
 

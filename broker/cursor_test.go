@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -391,6 +393,20 @@ func TestCursorRecordRoundTrip(t *testing.T) {
 			t.Errorf("round trip %+v: %+v %v", r, got, err)
 		}
 	}
+}
+
+// Malformed record bytes (from a master, or a foreign topic of that name)
+// are skipped, never a panic.
+func FuzzApplyCursorRecords(f *testing.F) {
+	f.Add(appendCursorRecord(nil, &cursorRec{op: cursorOpSet, created: 1, eventID: 2, topic: "t", who: "w"}))
+	f.Add(append(appendCursorRecord(nil, &cursorRec{op: cursorOpSnapshot}), 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1))
+	b := &Broker{log: slog.New(slog.NewTextHandler(io.Discard, nil)), topics: map[string]*topic{}}
+	b.opts.setDefaults()
+	b.initCursors()
+	f.Fuzz(func(t *testing.T, recs []byte) {
+		b.applyCursorRecords(recs, nil)
+		startsWithSnapshot(recs)
+	})
 }
 
 func FuzzDecodeCursorRecord(f *testing.F) {
