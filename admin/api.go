@@ -138,6 +138,35 @@ func (s *Server) apiSubscribers(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, sortedSubscribers(src.Subscribers()))
 }
 
+// apiCursors lists the stored consumer positions (issue 22), largest lag
+// first; ?topic= keeps one topic. A source without positions lists none.
+func (s *Server) apiCursors(w http.ResponseWriter, r *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	out := []metrics.CursorInfo{}
+	if cs, ok := src.(metrics.CursorSource); ok {
+		topic := r.URL.Query().Get("topic")
+		for _, c := range cs.Cursors() {
+			if topic == "" || c.Topic == topic {
+				out = append(out, c)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Lag != b.Lag {
+			return a.Lag > b.Lag
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Who < b.Who
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
 // sortedSubscribers orders by lag (largest first), then topic and who, so
 // the consumers that need attention come first.
 func sortedSubscribers(subs []metrics.SubscriberInfo) []metrics.SubscriberInfo {

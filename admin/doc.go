@@ -13,6 +13,9 @@
 //	GET  /api/topics         []TopicView (meta, on-disk stats, counters)
 //	GET  /api/subscribers    []metrics.SubscriberInfo, largest lag first
 //	GET  /api/replication    metrics.ReplicationInfo
+//	GET  /api/cursors        []metrics.CursorInfo: stored consumer positions
+//	                         and their lag in messages (?topic=NAME: one
+//	                         topic), largest lag first
 //	GET  /api/delays         metrics.DelayStats
 //	GET  /api/snapshot       the latest Snapshot (what /api/events pushes)
 //	GET  /api/events         server-sent events: "history" once, then a

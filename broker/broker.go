@@ -78,6 +78,19 @@ type Options struct {
 	// Metrics receives the writer's recordings (group commits, fsyncs,
 	// publishes, storage errors); nil records nothing.
 	Metrics *metrics.Metrics
+	// Stored consumer positions (cursor.go): CursorsOff disables them
+	// (cursor.enabled false); CursorFlushInterval is how often changed
+	// positions are written (cursor.flushMs, default 1 s);
+	// CursorSegmentBytes is the file size at which __cursors rolls
+	// (cursor.segmentBytes, default 4 MiB); CursorSnapshotInterval is the
+	// longest time between two snapshots (cursor.snapshotMinutes, 1 h).
+	CursorsOff             bool
+	CursorFlushInterval    time.Duration
+	CursorSegmentBytes     int64
+	CursorSnapshotInterval time.Duration
+	// CursorRetention forgets positions idle this long (not subscribed,
+	// no ack) at the next snapshot (cursor.retentionDays); 0 never.
+	CursorRetention time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -123,6 +136,15 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = func() int64 { return time.Now().UnixMilli() }
 	}
+	if o.CursorFlushInterval <= 0 {
+		o.CursorFlushInterval = time.Second
+	}
+	if o.CursorSegmentBytes <= 0 {
+		o.CursorSegmentBytes = 4 << 20
+	}
+	if o.CursorSnapshotInterval <= 0 {
+		o.CursorSnapshotInterval = time.Hour
+	}
 }
 
 // ErrClosed is returned for commands submitted after Close.
@@ -150,8 +172,9 @@ type Broker struct {
 	// not be b.mu: the writer takes b.mu exclusively (opening a topic log,
 	// adding or removing a topic) while submitters wait on a full ch, and
 	// that deadlocked the writer.
-	sendMu sync.RWMutex
-	closed bool
+	sendMu    sync.RWMutex
+	closed    bool
+	closeOnce sync.Once
 
 	ch      chan *command
 	stop    chan struct{}
@@ -167,7 +190,8 @@ type Broker struct {
 	// epoch is the promotion epoch kept in meta (promote.go).
 	epoch    atomic.Uint64
 	replicas replicaSet
-	stats    statsState // operator views (stats.go)
+	stats    statsState  // operator views (stats.go)
+	cursors  cursorState // stored consumer positions (cursor.go)
 
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
@@ -268,9 +292,18 @@ func Open(opts Options) (*Broker, error) {
 	}
 	b.lastID.Store(next - 1)
 	b.log.Info("recovery finished", "nextEventId", next, "topics", len(b.topics), "took", time.Since(start))
+	b.initCursors()
+	if err := b.loadCursors(); err != nil {
+		// Positions are rebuilt from the topic only; refusing to start
+		// would take every topic down for them.
+		b.log.Error("stored positions could not be read; subscribers resuming with -1 start from their default", "err", err)
+	}
 	b.w = newWriter(b, next)
 	b.rebuildDedupe(&b.w.dd)
 	go b.w.run()
+	if b.cursorsOn() {
+		go b.runCursorFlusher()
+	}
 	go b.emptyTrash()
 	b.stats.counts.start(b)
 	opened = true
@@ -315,6 +348,7 @@ func (b *Broker) emptyTrash() {
 // queued, fsyncs, writes a checkpoint and closes the files and the meta
 // store.
 func (b *Broker) Close() error {
+	b.closeOnce.Do(b.haltCursors) // writes pending positions while the writer runs
 	b.sendMu.Lock()
 	if b.closed {
 		b.sendMu.Unlock()
@@ -407,6 +441,9 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
+	if string(topicName) == CursorTopic {
+		return 0, ErrReservedTopic
+	}
 	if err := b.diskRefusal(len(records)); err != nil {
 		return 0, err
 	}
@@ -438,6 +475,9 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
+	if string(topicName) == CursorTopic {
+		return 0, ErrReservedTopic
+	}
 	if expireAt < 0 {
 		return 0, protocol.ErrExpireTooSoon
 	}
@@ -461,6 +501,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 	}
 	if err := b.checkExistingName(topicName); err != nil {
 		return 0, err
+	}
+	if string(topicName) == CursorTopic {
+		return 0, ErrReservedTopic
 	}
 	c := getCommand()
 	defer putCommand(c)
@@ -546,7 +589,11 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 	if t.log != nil {
 		return t.log, nil
 	}
-	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic,
+	size := b.opts.MaxLogSize
+	if t.meta.Name == CursorTopic && b.opts.CursorSegmentBytes < size {
+		size = b.opts.CursorSegmentBytes // compaction works per file (cursor.go)
+	}
+	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,
 		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile})
 	if err != nil {
 		return nil, err
@@ -580,6 +627,9 @@ func (b *Broker) Binlog() *segment.Log { return b.binlog }
 // needed), in name order. Used by retention.
 func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
 	for _, t := range b.topicsByName() {
+		if t.meta.Name == CursorTopic {
+			continue // compacted by snapshots, never aged out (cursor.go)
+		}
 		l, err := b.readLog(t)
 		if err != nil {
 			if errors.Is(err, protocol.ErrTopicNotExist) {

@@ -89,7 +89,7 @@ func (c *command) metaSize() int {
 // that no other command of a group can observe a half-applied create/delete.
 func (c *command) exclusive() bool {
 	switch c.cmd {
-	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic, cmdPromote, cmdEpoch:
+	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic, cmdPromote, cmdEpoch, cmdCursorSnapshot:
 		return true
 	case cmdReplicated:
 		return c.replCmd == binlog.CmdCreate || c.replCmd == binlog.CmdDelete

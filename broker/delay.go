@@ -43,6 +43,9 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
+	if string(topicName) == CursorTopic {
+		return 0, ErrReservedTopic
+	}
 	if delayMs < protocol.MinDelayMs {
 		return 0, protocol.ErrDelayTooShort
 	}

@@ -225,6 +225,15 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 			// count and records describe the publication for metrics,
 			// read by the submitter (records aliases raw: no copy).
 			c.count, c.records = int(last-blk.EventID+1), blk.Payload
+			if name == CursorTopic {
+				// The positions a promoted slave resumes from (cursor.go);
+				// a snapshot is durable before the files it replaces go.
+				if startsWithSnapshot(blk.Payload) {
+					w.syncMeta = w.b.opts.FlushLevel > 0
+				}
+				recs := blk.Payload
+				w.post = append(w.post, func() { w.b.applyCursorRecords(recs, w.batchOf[t]) })
+			}
 			if err := w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload); err != nil {
 				return err
 			}

@@ -239,18 +239,26 @@ func (s *Subscription) Close() {
 		s.timer.Stop()
 	}
 	s.reader.Close()
+	// Before the slot is freed: a snapshot must never see the who neither
+	// subscribed nor recently used (retention, cursor.go).
+	s.b.cursorTouch(s.t, s.who)
 	s.t.subMu.Lock()
 	delete(s.t.subs, s.who)
 	s.t.subMu.Unlock()
 	s.b.stats.removeSub(s)
+	if s.b.cursorsOn() {
+		s.b.kickCursors() // write its position now, not at the next tick
+	}
 }
 
 // Acked records that the subscriber acknowledged every message up to
-// eventID (the server calls it after each ack 0 or 1). It only feeds the
-// position and lag that Broker.Subscribers reports; smss keeps no offsets.
+// eventID (the server calls it after each ack 0 or 1). It feeds the
+// position and lag that Broker.Subscribers reports and moves the stored
+// position of (topic, who) (cursor.go).
 func (s *Subscription) Acked(eventID int64) {
 	if eventID > s.acked.Load() {
 		s.acked.Store(eventID)
+		s.b.cursorAcked(s.t, s.who, eventID)
 	}
 }
 

@@ -132,6 +132,7 @@ func (b *Broker) removeTopic(t *topic, eventID int64) {
 		delete(b.topics, t.meta.Name)
 	}
 	b.mu.Unlock()
+	b.dropTopicCursors(t.meta.Name)
 	close(t.deleted)
 	if t.log != nil {
 		if err := t.log.Close(); err != nil {

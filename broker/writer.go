@@ -174,6 +174,8 @@ func (w *writer) process(group []*command) {
 			err = w.stageReplicated(c, now, binStart)
 		case cmdSyncTopic:
 			err = w.stageSyncTopic(c)
+		case cmdCursorSnapshot:
+			err = w.stageCursorSnapshot(c, now, binStart)
 		case cmdOpenLog:
 			if t := w.b.topics[c.topic]; t != nil {
 				_, err = w.b.topicLog(t)
@@ -354,7 +356,12 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	}
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
 		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
-	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
+	tb := w.batchFor(t, l)
+	w.appendTopicBlocks(tb, c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
+	if c.topic == CursorTopic {
+		recs := c.records
+		w.post = append(w.post, func() { w.b.applyCursorRecords(recs, tb) })
+	}
 	if w.b.sample() {
 		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
 	}

@@ -55,8 +55,23 @@ type SubscriberConfig struct {
 	// per (topic, who).
 	Who string
 	// From is the last eventId already consumed: delivery starts after it.
-	// 0 starts at the oldest retained message.
+	// 0 starts at the oldest retained message. Ignored with Resume.
 	From int64
+	// Resume starts after the position the server stored for (Topic, Who)
+	// (the server records every ack; README "Stored consumer positions"),
+	// so the caller keeps no progress of its own. A Who the server has no
+	// position for starts per ResumeNew. Within one Run, reconnects resume
+	// after LastAcked once a batch was acknowledged, so a failover to a
+	// server whose stored position is older (it is written every
+	// cursor.flushMs) delivers nothing twice. An original smss server
+	// refuses Resume with a *ServerError.
+	Resume bool
+	// ResumeNew is where a Who without a stored position starts with
+	// Resume: ResumeFromStart (0, the default: the oldest retained message),
+	// ResumeFromEnd (-1: after the last message when it first subscribes)
+	// or N > 0 (after eventId N). The start is stored at once, so a
+	// consumer that stops before its first message resumes there.
+	ResumeNew int64
 	// BatchSize is the most messages per batch, 1..255. Default 1.
 	BatchSize uint8
 	// AckTimeout is how long the server waits for the ack of a batch
@@ -101,8 +116,15 @@ type Subscriber struct {
 	cur       atomic.Int32 // index into addrs of the current or next connection
 	cfg       SubscriberConfig
 	lastAcked atomic.Int64
+	ackedAny  atomic.Bool // a batch was acknowledged in this Subscriber (Resume)
 	running   atomic.Bool
 }
+
+// Where a Who without a stored position starts (SubscriberConfig.ResumeNew).
+const (
+	ResumeFromStart int64 = 0
+	ResumeFromEnd   int64 = -1
+)
 
 // NewSubscriber returns a Subscriber for the server at addr (and
 // cfg.Addrs; addr may be "" when cfg.Addrs is set).
@@ -117,6 +139,11 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, errors.New("smss subscriber: Handler is required")
 	case cfg.From < 0:
 		return nil, fmt.Errorf("smss subscriber: From %d is negative", cfg.From)
+	case cfg.Resume && cfg.ResumeNew < ResumeFromEnd:
+		return nil, fmt.Errorf("smss subscriber: ResumeNew %d is not 0, -1 or an eventId", cfg.ResumeNew)
+	}
+	if cfg.Resume {
+		cfg.From = 0
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 1
@@ -267,8 +294,14 @@ func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool,
 	stop := context.AfterFunc(ctx, closeConn)
 	defer stop()
 
-	req, err := protocol.AppendSub(nil, []byte(s.cfg.Topic), traceID(ctx), s.lastAcked.Load(),
-		s.cfg.BatchSize, s.cfg.AckTimeout, []byte(s.cfg.Who))
+	var req []byte
+	if s.cfg.Resume && !s.ackedAny.Load() {
+		req, err = protocol.AppendSubResume(nil, []byte(s.cfg.Topic), traceID(ctx), s.cfg.ResumeNew,
+			s.cfg.BatchSize, s.cfg.AckTimeout, []byte(s.cfg.Who))
+	} else {
+		req, err = protocol.AppendSub(nil, []byte(s.cfg.Topic), traceID(ctx), s.lastAcked.Load(),
+			s.cfg.BatchSize, s.cfg.AckTimeout, []byte(s.cfg.Who))
+	}
 	if err != nil {
 		return false, permanentError{fmt.Errorf("encode request: %w", err)}
 	}
@@ -349,6 +382,9 @@ func (s *Subscriber) batch(ctx context.Context, nc net.Conn, f protocol.Frame) (
 		return false, fmt.Errorf("send ack: %w", err)
 	}
 	s.lastAcked.Store(last)
+	if last > 0 {
+		s.ackedAny.Store(true)
+	}
 	if s.cfg.AfterAck != nil {
 		s.cfg.AfterAck(last)
 	}

@@ -387,3 +387,52 @@ func TestSubscriberAcceptsLargestServerFrame(t *testing.T) {
 		t.Fatalf("delivered a body of %d bytes, last acked %d; want %d bytes, 1", got, s.LastAcked(), len(body))
 	}
 }
+
+// Resume asks for the server's position (-1, with ResumeNew in header bytes
+// 5..12) until a batch is acknowledged, then after LastAcked.
+func TestSubscriberResumeMode(t *testing.T) {
+	var mu sync.Mutex
+	type req struct{ from, whenNone int64 }
+	var reqs []req
+	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+		rq, err := readReq(r)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		reqs = append(reqs, req{rq.EventID, rq.Header.ResumeDefault()})
+		n := len(reqs)
+		mu.Unlock()
+		switch n {
+		case 1: // dies before any frame
+		case 2:
+			c.Write(frame(t, 5, 6))
+			readAck(r)
+		case 3:
+			c.Write(frame(t, 7))
+			readAck(r)
+			c.Write(protocol.AppendReplySubEnd(nil))
+		}
+	})
+	var rec recorder
+	s, err := fastSub(f.addr(), SubscriberConfig{Topic: "t", Who: "w", BatchSize: 2, Resume: true, ResumeNew: ResumeFromEnd,
+		Handler: rec.handler(Ack), AfterAck: rec.afterAck})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctxT(t, 10*time.Second)); !errors.Is(err, ErrTopicDeleted) {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []req{{-1, -1}, {-1, -1}, {6, 0}}
+	if !slices.Equal(reqs, want) {
+		t.Errorf("requests %v, want %v", reqs, want)
+	}
+	if seen, _ := rec.snapshot(); !slices.Equal(seen, []int64{5, 6, 7}) {
+		t.Errorf("handler saw %v", seen)
+	}
+	if _, err := NewSubscriber("x:1", SubscriberConfig{Topic: "t", Handler: rec.handler(Ack), Resume: true, ResumeNew: -2}); err == nil {
+		t.Error("ResumeNew -2 accepted")
+	}
+}

@@ -24,6 +24,8 @@ type Config struct {
 	Admin      Admin      `yaml:"admin"`
 	// Dedupe is the message id window of exactly-once publishing.
 	Dedupe Dedupe `yaml:"dedupe"`
+	// Cursor: stored consumer positions (cursor.go).
+	Cursor Cursor `yaml:"cursor"`
 	// Security (security.go): authentication, the TLS listener, and how a
 	// slave connects to its master.
 	Auth        Auth              `yaml:"auth"`
@@ -226,6 +228,7 @@ func Default() *Config {
 			MaxDiscard: 67108864},
 		Delay:       Delay{MaxDelay: 2592000000},
 		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
+		Cursor:      defaultCursor(),
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, RejoinMaxProbes: 64},
 	}

@@ -80,6 +80,8 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"dedupe.window":             int64(120000),
 		"dedupe.maxIds":             int64(1000000),
 		"limit.maxFrameBytes":       int64(16777216),
+		"cursor.enabled":            true,
+		"cursor.flushMs":            int64(1000),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
@@ -91,9 +93,9 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// 46 keys (with dedupe.*, the three capacity keys of issue 23 and
 	// limit.maxDiscard) + 21 security/replication keys (security.go, with the
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
-	// 18 + source
-	if len(s) != 78 {
-		t.Errorf("summary has %d entries, want 78", len(s))
+	// 18 + 5 cursor keys of issue 22 + source
+	if len(s) != 83 {
+		t.Errorf("summary has %d entries, want 83", len(s))
 	}
 }
 

@@ -101,6 +101,7 @@ func (c *Config) Validate() error {
 	v.between("dedupe.maxIds", int64(c.Dedupe.MaxIDs), 1, 1<<30, "ids")
 
 	c.validateAdmin(&v)
+	c.validateCursor(&v)
 	c.validateSecurity(&v)
 	return errors.Join(v.errs...)
 }

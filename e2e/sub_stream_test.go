@@ -381,7 +381,7 @@ func TestSubRefusals(t *testing.T) {
 	}{
 		{"r", 3, "eventId 3 is beyond the last eventId 2 of this server"},
 		{"r", 1 << 40, "eventId 1099511627776 is beyond the last eventId 2 of this server"},
-		{"r", -1, "invalid eventId -1: must be >= 0"},
+		{"r", -2, "invalid eventId -2: must be >= 0"}, // -1 resumes (stored positions)
 		{"nope", 0, "topic not exist"},
 		{"a/b", 0, "invalid topic name"},
 	} {

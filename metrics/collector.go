@@ -78,6 +78,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allSourceMetrics {
 		ch <- d
 	}
+	for _, d := range cursorDescs {
+		ch <- d
+	}
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -129,6 +132,10 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		seen[k] = true
 		e.gauge(descSubLag, float64(s.Lag), k[0], k[1])
 		e.gauge(descSubPos, float64(s.Position), k[0], k[1])
+	}
+
+	if cs, ok := src.(CursorSource); ok {
+		collectCursors(&e, cs.Cursors())
 	}
 
 	c.collectReplication(&e, src.Replication())

@@ -249,3 +249,33 @@ func TestBetweenRatesAndQuantiles(t *testing.T) {
 		t.Errorf("p99 of a +Inf sample = %v ms, want 10000", got)
 	}
 }
+
+// Stored positions are exported per (topic, who) whether or not the
+// subscriber is connected; an unknown lag (-1) is left out.
+func TestCursorGauges(t *testing.T) {
+	m := metrics.NewWithOptions(metrics.Options{NoRuntime: true})
+	st := fakeState()
+	st.Cursors = []metrics.CursorInfo{
+		{Topic: "orders", Who: "billing", EventID: 80, Lag: 12},
+		{Topic: "orders", Who: "gone", EventID: 3, Lag: 500},
+		{Topic: "orders", Who: "unknown", EventID: 7, Lag: -1},
+	}
+	m.SetSource(metricstest.NewFake(st))
+	f := families(t, m)
+	for _, tc := range []struct {
+		name, who string
+		want      float64
+	}{
+		{"smss_cursor_lag_messages", "billing", 12},
+		{"smss_cursor_lag_messages", "gone", 500},
+		{"smss_cursor_position", "gone", 3},
+		{"smss_cursor_position", "unknown", 7},
+	} {
+		if got := value(t, f, tc.name, map[string]string{"topic": "orders", "who": tc.who}); got != tc.want {
+			t.Errorf("%s{who=%s} = %v, want %v", tc.name, tc.who, got, tc.want)
+		}
+	}
+	if _, ok := sample(t, f, "smss_cursor_lag_messages", map[string]string{"topic": "orders", "who": "unknown"}); ok {
+		t.Error("unknown lag exported")
+	}
+}

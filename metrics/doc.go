@@ -48,6 +48,9 @@
 //	  topics{state}                            normal | expired | deleted
 //	  topic_disk_bytes{topic}, topic_messages{topic}, topic_last_event_id{topic}
 //	  subscribers, subscriber_lag_events{topic,who}, subscriber_position{topic,who}
+//	  cursor_lag_messages{topic,who}, cursor_position{topic,who}
+//	                                           stored positions (CursorSource), also of
+//	                                           subscribers that are away
 //	  replication_slaves, replication_slave_lag_events{slave}         (master)
 //	  replication_connected, replication_lag_events,
 //	  replication_lag_seconds                                          (slave)

@@ -36,6 +36,11 @@ func encodeBody(req *Request) []byte {
 		return le64(req.ExpireAt)
 	case CmdReplica, CmdValidList:
 		return le64(req.EventID)
+	case CmdCursorSet:
+		b := binary.LittleEndian.AppendUint32(le64(req.EventID), uint32(len(req.Who)))
+		return append(b, req.Who...)
+	case CmdCursorReset:
+		return append(binary.LittleEndian.AppendUint32(nil, uint32(len(req.Who))), req.Who...)
 	}
 	return nil
 }
@@ -112,6 +117,29 @@ func encodeWithHelper(req *Request) (out []byte, ok bool, err error) {
 			out, err = AppendReplica(nil, req.EventID)
 			return out, true, err
 		}
+	case CmdCursorList:
+		if zero {
+			out, err = AppendCursorList(nil, req.Topic, req.TraceID)
+			return out, true, err
+		}
+	case CmdCursorSet:
+		if zero {
+			out, err = AppendCursorSet(nil, req.Topic, req.Who, req.EventID, req.TraceID)
+			return out, true, err
+		}
+	case CmdCursorReset:
+		if zero {
+			out, err = AppendCursorReset(nil, req.Topic, req.Who, req.TraceID)
+			return out, true, err
+		}
+	}
+	if h.Cmd == CmdSub && req.EventID == SubResumeEventID {
+		area := SubArea(h.BatchSize(), true)
+		binary.LittleEndian.PutUint64(area[2:10], uint64(h.ResumeDefault()))
+		if h.Area == area {
+			out, err = AppendSubResume(nil, req.Topic, req.TraceID, h.ResumeDefault(), h.BatchSize(), time.Duration(req.AckTimeout), req.Who)
+			return out, true, err
+		}
 	}
 	return nil, false, nil
 }
@@ -136,6 +164,10 @@ func fuzzSeeds(f *testing.F) [][]byte {
 		must(AppendStatus(nil, []byte("s"))),
 		must(AppendPromote(nil, nil)),
 		must(AppendFollow(nil, "10.0.0.2:12301", nil)),
+		must(AppendSubResume(nil, []byte("t"), nil, -1, 255, time.Second, []byte("w"))),
+		must(AppendCursorList(nil, []byte("t"), nil)),
+		must(AppendCursorSet(nil, []byte("t"), []byte("w"), 9, []byte("tr"))),
+		must(AppendCursorReset(nil, []byte("t"), []byte("w"), nil)),
 		rawReq(f, CmdPub, PayloadArea(8), "t", "", make([]byte, 8)),
 		rawReq(f, CmdPub, PayloadArea(0xFFFFFFFF), "t", "", nil),
 		rawReq(f, 5, [16]byte{}, "", "", nil),
@@ -214,7 +246,7 @@ func checkAccepted(t *testing.T, req *Request) {
 		if req.Header.Cmd == CmdDelay && req.DelayMs < MinDelayMs {
 			t.Fatalf("accepted delay of %d ms", req.DelayMs)
 		}
-	case CmdSub:
+	case CmdSub, CmdCursorSet, CmdCursorReset:
 		if len(req.Who) > fuzzLimits.MaxWho {
 			t.Fatalf("accepted who of %d bytes", len(req.Who))
 		}
@@ -226,7 +258,7 @@ func checkAccepted(t *testing.T, req *Request) {
 		if len(req.Payload) > MaxAuthMessage || uint32(len(req.Payload)) != req.Header.PayloadSize() {
 			t.Fatalf("accepted %v with %d body bytes, header %d", req.Header.Cmd, len(req.Payload), req.Header.PayloadSize())
 		}
-	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdCreate, CmdValidList, CmdStatus, CmdPromote, CmdFollow:
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdCreate, CmdValidList, CmdStatus, CmdPromote, CmdFollow, CmdCursorList:
 	default:
 		t.Fatalf("accepted command %v", req.Header.Cmd)
 	}

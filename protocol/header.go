@@ -64,6 +64,12 @@ func (c Command) String() string {
 		return "promote"
 	case CmdFollow:
 		return "follow"
+	case CmdCursorList:
+		return "cursorList"
+	case CmdCursorSet:
+		return "cursorSet"
+	case CmdCursorReset:
+		return "cursorReset"
 	}
 	return "cmd(" + strconv.Itoa(int(c)) + ")"
 }
@@ -74,7 +80,7 @@ func (c Command) Acceptable() bool {
 	switch c {
 	case CmdSub, CmdPub, CmdCreate, CmdDelete, CmdDelay, CmdAlive,
 		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue,
-		CmdStatus, CmdPromote, CmdFollow:
+		CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdCursorSet, CmdCursorReset:
 		return true
 	}
 	return false

@@ -243,7 +243,10 @@ func (rr *RequestReader) Read(req *Request) error {
 		}
 		return nil
 
-	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow:
+	case CmdCursorSet, CmdCursorReset:
+		return rr.readCursor(req, tt, h.Cmd == CmdCursorSet)
+
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow, CmdCursorList:
 		if tt == 0 {
 			return nil
 		}

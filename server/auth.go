@@ -142,6 +142,10 @@ func (c *conn) gate(err error, start time.Time) (handled, keep bool) {
 	}
 	if !p.Allowed(perm, topic) {
 		denied := auth.Denied(p.Name, perm, topic)
+		switch cmd {
+		case protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
+			denied = protocol.NewBizError(fmt.Sprintf("permission denied: user %q may not list or change stored positions (needs the admin role)", p.Name))
+		}
 		c.log.Warn("permission denied", c.attrs(denied.Msg, start)...)
 		// The request's bytes were consumed: the connection stays in step.
 		return true, c.refuse(denied, false, start)

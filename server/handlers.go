@@ -38,7 +38,7 @@ func (c *conn) dispatch(start time.Time) bool {
 	case protocol.CmdTopicInfo:
 		err = c.info()
 	case protocol.CmdList:
-		err = c.list(c.visibleTopics(c.s.opts.Backend.Topics()))
+		err = c.list(c.visibleTopics(hideSystemTopics(c.s.opts.Backend.Topics())))
 	case protocol.CmdValidList:
 		err = c.list(c.s.opts.Backend.ValidTopics(req.EventID))
 	case protocol.CmdDelay:
@@ -49,6 +49,8 @@ func (c *conn) dispatch(start time.Time) bool {
 		err = c.promote()
 	case protocol.CmdFollow:
 		err = c.follow()
+	case protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
+		err = c.cursorCommand()
 	case protocol.CmdSub:
 		// A stream writes its own frames and logs, and sets read
 		// deadlines directly.

@@ -106,6 +106,10 @@ type Options struct {
 	// Failover serves promote (35) and follow (36); nil refuses them with
 	// a 400 (the connection stays usable).
 	Failover Failover
+	// Cursors serves stored consumer positions: sub from eventId -1 and
+	// commands 37..39 (cursor.go); nil passes -1 to Backend.Subscribe and
+	// refuses 37..39 with a 400.
+	Cursors Cursors
 	// Security turns on authentication, permissions and the TLS listener
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security

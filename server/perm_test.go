@@ -56,6 +56,15 @@ var permCmds = []permCmd{
 	// that is not a permission refusal.
 	{"promote", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendPromote(nil, nil)) }, false},
 	{"follow", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendFollow(nil, "127.0.0.1:1", nil)) }, false},
+	// Likewise the cursor commands without Cursors (400 "stored positions are
+	// not available on this server").
+	{"cursorList", auth.PermAdmin, false, func(tp, _ string) []byte { return enc(protocol.AppendCursorList(nil, []byte(tp), nil)) }, false},
+	{"cursorSet", auth.PermAdmin, false, func(tp, who string) []byte {
+		return enc(protocol.AppendCursorSet(nil, []byte(tp), []byte(who), 1, nil))
+	}, false},
+	{"cursorReset", auth.PermAdmin, false, func(tp, who string) []byte {
+		return enc(protocol.AppendCursorReset(nil, []byte(tp), []byte(who), nil))
+	}, false},
 }
 
 // allowed is the expected outcome: each grant allows exactly what it names.
@@ -117,7 +126,11 @@ func TestPermissionTable(t *testing.T) {
 						if cmd.topic {
 							tp = topic
 						}
-						if want := auth.Denied(u.Name, cmd.perm, tp).Msg; be.Msg != want {
+						want := auth.Denied(u.Name, cmd.perm, tp).Msg
+						if strings.HasPrefix(cmd.name, "cursor") {
+							want = fmt.Sprintf("permission denied: user %q may not list or change stored positions (needs the admin role)", u.Name)
+						}
+						if be.Msg != want {
 							t.Fatalf("denied with %q, want %q", be.Msg, want)
 						}
 						if s.backend.next() != before || s.backend.subsMade.Load() != subsBefore {

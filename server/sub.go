@@ -115,6 +115,9 @@ func (c *conn) subscribe() (Subscription, error) {
 	if err := c.existingTopicName(c.req.Topic); err != nil {
 		return nil, err
 	}
+	if c.req.EventID == protocol.SubResumeEventID && c.s.opts.Cursors != nil {
+		return c.s.opts.Cursors.SubscribeResume(c.req.Topic, c.req.Who, c.req.Header.ResumeDefault())
+	}
 	return c.s.opts.Backend.Subscribe(c.req.Topic, c.req.Who, c.req.EventID)
 }
 

@@ -15,6 +15,20 @@ import (
 type GroupConfig struct {
 	// Store holds the group's lock and progress.
 	Store GroupStore
+	// ServerProgress keeps the group's progress on the smss server (its
+	// stored position of (Sub.Topic, Sub.Who), README "Stored consumer
+	// positions") instead of in Store: each holder subscribes with
+	// Sub.Resume, nothing is saved per batch, and the lock store holds only
+	// the lease. Lock is then enough (Store may be nil). The server's
+	// position is not fenced by the lease: a holder that lost the lease
+	// can still acknowledge a batch it was handling, which moves the
+	// position past messages it did handle (never past unhandled ones);
+	// after a server crash or failover the position may be up to
+	// cursor.flushMs old, and the new holder gets those messages again.
+	ServerProgress bool
+	// Lock is the lease-only lock used with ServerProgress when Store is
+	// nil.
+	Lock Locker
 	// Sub configures the subscription each holder runs. Topic, Who and
 	// Handler are required. Sub.From is where the group starts when no
 	// progress is stored; Sub.AfterAck is called after each batch is
@@ -46,7 +60,9 @@ type GroupSubscriber struct {
 // NewGroupSubscriber returns a group member subscribing through c's server.
 func NewGroupSubscriber(c *client.Client, cfg GroupConfig) (*GroupSubscriber, error) {
 	switch {
-	case cfg.Store == nil:
+	case cfg.ServerProgress && cfg.Store == nil && cfg.Lock == nil:
+		return nil, errors.New("dlock: GroupConfig.Lock (or Store) is required")
+	case !cfg.ServerProgress && cfg.Store == nil:
 		return nil, errors.New("dlock: GroupConfig.Store is required")
 	case cfg.Sub.Topic == "" || cfg.Sub.Handler == nil:
 		return nil, errors.New("dlock: GroupConfig.Sub needs Topic and Handler")
@@ -55,6 +71,9 @@ func NewGroupSubscriber(c *client.Client, cfg GroupConfig) (*GroupSubscriber, er
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = time.Second
+	}
+	if cfg.Lock == nil && cfg.Store != nil {
+		cfg.Lock = cfg.Store
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -103,7 +122,7 @@ func (g *GroupSubscriber) lockChange(held bool) {
 // ctx ends.
 func (g *GroupSubscriber) acquire(ctx context.Context, log *slog.Logger) (Lease, error) {
 	for {
-		lease, err := g.cfg.Store.TryAcquire(ctx)
+		lease, err := g.cfg.Lock.TryAcquire(ctx)
 		if err == nil {
 			return lease, nil
 		}
@@ -130,11 +149,27 @@ func (g *GroupSubscriber) consume(ctx context.Context, lease Lease, log *slog.Lo
 		}
 	}()
 
+	cfg := g.cfg.Sub
+	if g.cfg.ServerProgress {
+		// The server keeps the progress: resume from its position.
+		cfg.Resume = true
+		sub, err := g.c.NewSubscriber(cfg)
+		if err != nil {
+			return false, err
+		}
+		log.Info("dlock: subscribing from the server's stored position")
+		err = sub.Run(subCtx)
+		select {
+		case <-lease.Lost():
+			return true, fmt.Errorf("%w (subscription: %v)", ErrLeaseLost, err)
+		default:
+		}
+		return false, err
+	}
 	from, err := g.startFrom(subCtx, lease)
 	if err != nil {
 		return true, err
 	}
-	cfg := g.cfg.Sub
 	cfg.From = from
 	user := cfg.Handler
 	var leaseStop bool

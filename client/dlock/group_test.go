@@ -188,9 +188,85 @@ func TestGroupConfigValidation(t *testing.T) {
 		{Store: &memStore{}, Sub: client.SubscriberConfig{Handler: h}},
 		{Store: &memStore{}, Sub: client.SubscriberConfig{Topic: "t"}},
 		{Store: &memStore{}, Sub: client.SubscriberConfig{Topic: "t", Handler: h, From: -1}},
+		{ServerProgress: true, Sub: client.SubscriberConfig{Topic: "t", Handler: h}},
 	} {
 		if _, err := NewGroupSubscriber(nil, cfg); err == nil {
 			t.Errorf("accepted %+v", cfg)
 		}
+	}
+}
+
+// With ServerProgress the lock store holds only the lease: a new holder
+// resumes from the server's stored position, nothing is skipped, and the
+// store's progress is never written.
+func TestGroupSubscriberServerProgress(t *testing.T) {
+	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, srv.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store := &memStore{}
+	var mu sync.Mutex
+	var seen []string // bodies: the cursor topic's own writes take eventIds too
+	var acked []int64
+	g, err := NewGroupSubscriber(c, GroupConfig{Lock: store, ServerProgress: true, RetryInterval: 10 * time.Millisecond,
+		Sub: client.SubscriberConfig{Topic: "t", Who: "g", MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+			Handler: func(hctx context.Context, b []client.Delivery) client.AckAction {
+				mu.Lock()
+				for _, d := range b {
+					seen = append(seen, string(d.Body))
+				}
+				mu.Unlock()
+				return client.Ack
+			},
+			AfterAck: func(id int64) {
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	handled := func(n int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= n && len(acked) >= n }
+	}
+	publish(0, 3)
+	waitFor(t, "3 acknowledged", handled(3))
+	store.revoke()
+	waitFor(t, "re-acquired", func() bool { _, n := store.get(); return n == 2 })
+	publish(3, 6)
+	defer func() {
+		if t.Failed() {
+			t.Log(srv.Log())
+		}
+	}()
+	waitFor(t, "6 acknowledged, 3 by the new holder", handled(6))
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []string{"0", "1", "2", "3", "4", "5"}) {
+		t.Errorf("handled %v, want 0..5 once each", seen)
+	}
+	if p, _ := store.get(); p != 0 || store.has {
+		t.Errorf("the lock store got progress %d", p)
 	}
 }

@@ -54,6 +54,7 @@ type options struct {
 	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
 	syncSlaves int
 	ids        bool // smss: a message id (smss-msg-id) on every publish request
+	noCursors  bool // cursor.enabled false on a server the benchmark starts
 
 	runs  int
 	json  bool
@@ -125,6 +126,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
 	fs.BoolVar(&o.ids, "ids", false, "smss: attach a new 32-hex-char message id (smss-msg-id) to every publish request, as the Go client does")
+	fs.BoolVar(&o.noCursors, "no-cursors", false, "smss: start the server with cursor.enabled false (no stored consumer positions)")
 	fs.IntVar(&o.runs, "runs", 1, "repetitions (fresh servers each); medians are reported")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON on stdout")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")

@@ -63,6 +63,9 @@ func (r *runner) setup(target string) (*instance, error) {
 			if o.syncSlaves > 0 {
 				extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
 			}
+			if o.noCursors {
+				extra += "cursor:\n  enabled: false\n"
+			}
 			inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 		} else {
 			inst.srv, err = r.env.startRedis(r.ctx, o.redisBin, o.flush)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -102,6 +103,22 @@ func listTopics(addr string) (map[string]listedTopic, error) {
 	out := make(map[string]listedTopic, len(list))
 	for _, t := range list {
 		out[t.Name] = t
+	}
+	// list (100) leaves out the server's stored positions topic; topic
+	// info (65) shows it.
+	req, err = protocol.AppendTopicInfo(nil, []byte(protocol.CursorTopic), nil)
+	if err != nil {
+		return nil, err
+	}
+	body, err = w.roundTrip(req, protocol.ReplyJSON)
+	if err == nil && len(body) > 0 {
+		var t listedTopic
+		if err := json.Unmarshal(body, &t); err != nil {
+			return nil, fmt.Errorf("info %s on %s: %w", protocol.CursorTopic, addr, err)
+		}
+		out[t.Name] = t
+	} else if err != nil && !strings.Contains(err.Error(), protocol.ErrTopicNotExist.Msg) {
+		return nil, fmt.Errorf("info %s on %s: %w", protocol.CursorTopic, addr, err)
 	}
 	return out, nil
 }

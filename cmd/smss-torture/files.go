@@ -223,6 +223,9 @@ func (st *binState) apply(b *binlog.Block) error {
 			return fmt.Errorf("pub to topic %s, which is not alive", name)
 		}
 		return st.messages(lt, b.EventID, b.Payload, func(body string, id int64) error {
+			if name == protocol.CursorTopic {
+				return nil // the server's stored consumer positions, not the workload's
+			}
 			loc := st.pubs[body]
 			if loc == nil {
 				loc = &bodyLoc{}

@@ -259,7 +259,28 @@ func (s *adminSource) Topics() ([]meta.Topic, error) {
 	if b == nil {
 		return nil, errRecovering
 	}
-	return b.Topics()
+	ts, err := b.Topics()
+	if err != nil {
+		return nil, err
+	}
+	// The stored positions' system topic is the server's own, as in list
+	// (100); /api/cursors and the cursor gauges show what it holds.
+	out := ts[:0]
+	for _, t := range ts {
+		if t.Name != broker.CursorTopic {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Cursors implements metrics.CursorSource: the stored consumer positions.
+func (s *adminSource) Cursors() []metrics.CursorInfo {
+	b := s.b.Load()
+	if b == nil {
+		return nil
+	}
+	return b.CursorList("")
 }
 
 // TopicStats implements metrics.Source.

@@ -127,6 +127,12 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		Metrics:       adm.metrics(),
 		DedupeWindow:  cfg.DedupeWindow(),
 		DedupeMaxIDs:  cfg.Dedupe.MaxIDs,
+
+		CursorsOff:             !cfg.Cursor.Enabled,
+		CursorFlushInterval:    cfg.CursorFlushInterval(),
+		CursorSegmentBytes:     cfg.Cursor.SegmentBytes,
+		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
+		CursorRetention:        cfg.CursorRetention(),
 	}
 	b, err := broker.Open(bopts)
 	if err != nil {
@@ -219,6 +225,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Security:          sec,
 		Control:           n,
 		Failover:          n,
+		Cursors:           backend{b},
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -306,6 +313,15 @@ func (b backend) Subscribe(topic, who []byte, after int64) (server.Subscription,
 	s, err := b.Broker.Subscribe(topic, who, after)
 	if err != nil {
 		return nil, err // not a typed nil inside the interface
+	}
+	return s, nil
+}
+
+// SubscribeResume serves a sub from eventId -1 (server.Cursors).
+func (b backend) SubscribeResume(topic, who []byte, whenNone int64) (server.Subscription, error) {
+	s, err := b.Broker.SubscribeResume(topic, who, whenNone)
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -52,6 +52,8 @@ commands:
   status                                            role, promotion epoch, last eventId, followed master
   promote                                           turn a running slave into a master (admin role)
   follow HOST:PORT                                  re-point a running slave to another master (admin role)
+  cursor list [TOPIC] | set TOPIC WHO EVENTID | reset TOPIC WHO
+                                                    stored consumer positions and their lag (admin role)
   stats [--admin HOST:PORT] [--token-file F]        one report from the admin endpoint (admin.listen)
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
@@ -119,6 +121,8 @@ func run(ctx context.Context, args []string, e env) int {
 		return runFollow(ctx, g, rest)
 	case "user":
 		return runUser(g, rest)
+	case "cursor":
+		return runCursor(ctx, g, rest)
 	case "stats":
 		return runStats(ctx, g, rest)
 	case "top":

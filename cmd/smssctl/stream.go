@@ -21,7 +21,7 @@ import (
 	"github.com/smssmq/smss/client"
 )
 
-const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N] [--batch N] [--count N]
+const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N | --resume [--new-from N|end]] [--batch N] [--count N]
 
 Subscribes as NAME and prints every message as it arrives, one per line,
 reconnecting (with backoff) if the connection drops once the subscription
@@ -32,6 +32,10 @@ after --count messages, or when the topic is deleted (exit code 3). The last
 acknowledged eventId is printed to stderr at the end, to resume with --from;
 when --count ends inside a batch, that batch is not acknowledged, so
 resuming prints its first messages again rather than skip any.
+--resume starts after the position the server stored for (TOPIC, NAME)
+(every ack moves it), so nothing needs to be remembered; a NAME without one
+starts per --new-from: 0 the oldest message (default), end after the last
+one, or N after eventId N.
 `
 
 func runSub(ctx context.Context, g *globals, args []string) int {
@@ -40,6 +44,8 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	from := fs.Int64("from", 0, "last eventId already consumed")
 	batch := fs.Int("batch", 16, "messages per batch, 1..255")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until stopped)")
+	resume := fs.Bool("resume", false, "start after the server's stored position of (TOPIC, --who)")
+	newFrom := fs.String("new-from", "0", "with --resume, where a who without a position starts: 0, end or an eventId")
 	var ackTimeout durationFlag
 	fs.Var(&ackTimeout, "ack-timeout", "how long the server waits for each ack (default: the server's)")
 	pos, code, done := parse(fs, args, g, false)
@@ -57,6 +63,16 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 		return fail(g, usagef("--from must be >= 0"))
 	case *count < 0:
 		return fail(g, usagef("--count must be >= 0"))
+	case *resume && *from != 0:
+		return fail(g, usagef("--from and --resume exclude each other"))
+	}
+	resumeNew := client.ResumeFromEnd
+	if *newFrom != "end" {
+		v, err := strconv.ParseInt(*newFrom, 10, 64)
+		if err != nil || v < 0 {
+			return fail(g, usagef("--new-from must be 0, end or an eventId"))
+		}
+		resumeNew = v
 	}
 	printed := 0
 	dialer, err := g.dialer()
@@ -78,6 +94,7 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	}()
 	sub, err := client.NewSubscriber("", client.SubscriberConfig{
 		Addrs: g.addrs(), Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
+		Resume: *resume, ResumeNew: resumeNew,
 		DialTimeout: g.timeout, DialContext: first.dial,
 		Logger: subLogger(g, &first.connected),
 		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {

@@ -28,6 +28,7 @@ type State struct {
 	Replication metrics.ReplicationInfo
 	Delays      metrics.DelayStats
 	Info        metrics.ServerInfo
+	Cursors     []metrics.CursorInfo
 	// FailTopics makes Topics return ErrTopics.
 	FailTopics bool
 }
@@ -65,6 +66,13 @@ func (f *Fake) Subscribers() []metrics.SubscriberInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]metrics.SubscriberInfo(nil), f.state.Subscribers...)
+}
+
+// Cursors implements metrics.CursorSource.
+func (f *Fake) Cursors() []metrics.CursorInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]metrics.CursorInfo(nil), f.state.Cursors...)
 }
 
 // Replication implements metrics.Source.

@@ -1,0 +1,415 @@
+package e2e
+
+// Stored consumer positions (issue 22) on real processes: smss servers and
+// smssctl consumers that are killed with SIGKILL.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// consumer is an `smssctl sub --resume` process whose printed message
+// bodies the test collects (only whole lines: a kill may cut one).
+type consumer struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+}
+
+func startConsumer(t *testing.T, addr string, args ...string) *consumer {
+	t.Helper()
+	smssctl(t, addr, "ping") // builds smssctl once
+	c := &consumer{out: &syncBuffer{}, exited: make(chan struct{})}
+	c.cmd = exec.Command(ctlPath, append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, io.Discard
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(c.kill)
+	return c
+}
+
+func (c *consumer) kill() {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// bodies returns the bodies of the whole lines printed ("id\ttime\theaders\tbody").
+func (c *consumer) bodies() []string {
+	s := c.out.String()
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	} else {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Split(line, "\t")
+		out = append(out, f[len(f)-1])
+	}
+	return out
+}
+
+func cursorConfig(flushMs int) string {
+	return fmt.Sprintf("cursor:\n  flushMs: %d\n", flushMs)
+}
+
+// A consumer killed with SIGKILL at random moments, and once the server
+// too, and restarted with --resume each time, sees every message at least
+// once: smssctl prints a message before it acknowledges it, so a printed
+// line is "processed"; no message may be missing from the union of what
+// the runs printed.
+func TestCursorResumeAfterRandomKills(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	replConfig(t, dir, port, cursorConfig(50))
+	srv := startArgs(t, dir)
+	addr := srv.addr
+	pub := newPublisher(t, addr)
+	pub.create("t")
+	const total = 1500
+	var pubMu sync.Mutex
+	published := 0
+	pubDone := make(chan struct{})
+	pubErr := make(chan error, 1)
+	go func() {
+		defer close(pubDone)
+		for i := 0; i < total; i++ {
+			err := retryPub(addr, "t", fmt.Sprintf("m%05d", i))
+			if err != nil {
+				pubErr <- err
+				return
+			}
+			pubMu.Lock()
+			published++
+			pubMu.Unlock()
+			time.Sleep(2 * time.Millisecond) // spread over several consumer runs
+		}
+	}()
+	seen := map[string]int{}
+	runs, dups := 0, 0
+	serverKilled := false
+	deadline := time.Now().Add(3 * time.Minute)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 22))
+	const minRuns = 12
+	for {
+		finished := false
+		select {
+		case <-pubDone:
+			finished = true
+		default:
+		}
+		lastBody := fmt.Sprintf("m%05d", total-1)
+		if finished && seen[lastBody] > 0 && runs >= minRuns {
+			break // every message is published and the consumer reached the last one
+		}
+		runs++
+		batch := []string{"1", "7", "255"}[rng.IntN(3)]
+		c := startConsumer(t, addr, "sub", "t", "--who", "w", "--resume", "--batch", batch)
+		if finished && runs >= minRuns {
+			// Let this run reach the last message, then stop it.
+			lastBody := fmt.Sprintf("m%05d", total-1)
+			waitUntil(60*time.Second, func() bool { bs := c.bodies(); return len(bs) > 0 && bs[len(bs)-1] == lastBody })
+		} else {
+			time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
+		}
+		pubMu.Lock()
+		half := published > total/2
+		pubMu.Unlock()
+		if half && !serverKilled {
+			// The server dies too (kill -9) and comes back on the same
+			// port; positions written before survive, the last
+			// flushMs of acks may not (redelivery).
+			serverKilled = true
+			srv.kill()
+			srv = startArgs(t, dir)
+		}
+		c.kill()
+		bs := c.bodies()
+		for i, b := range bs {
+			if seen[b] > 0 {
+				dups++
+			}
+			seen[b]++
+			if i > 0 && b <= bs[i-1] {
+				t.Fatalf("run %d printed %s after %s", runs, b, bs[i-1])
+			}
+		}
+		select {
+		case err := <-pubErr:
+			t.Fatal(err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d runs %d of %d messages seen", runs, len(seen), total)
+		}
+	}
+	for i := 0; i < total; i++ {
+		if seen[fmt.Sprintf("m%05d", i)] == 0 {
+			t.Fatalf("m%05d was never delivered (skipped) in %d runs", i, runs)
+		}
+	}
+	t.Logf("%d consumer runs (one server kill -9), %d messages, %d delivered again", runs, total, dups)
+	if !serverKilled {
+		t.Error("the server was never killed")
+	}
+}
+
+// retryPub publishes one message, retrying while the server restarts.
+func retryPub(addr, topic, body string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := dialNoT(addr)
+		if err == nil {
+			err = c.pub(topic, record(nil, body))
+			c.c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("publish %s: %w", body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A consumer on the master stops; the master dies; the slave is promoted
+// online (`smssctl promote`); the consumer resumes there after the position
+// it had on the master.
+func TestCursorResumeOnPromotedSlave(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	mport := freePort(t)
+	replConfig(t, mdir, mport, cursorConfig(100))
+	replConfig(t, sdir, 0, cursorConfig(100))
+	master := startArgs(t, mdir)
+	slave := startReplSlave(t, sdir, mport, 0)
+	pub := newPublisher(t, master.addr)
+	pub.create("t")
+	for i := 0; i < 50; i++ {
+		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+	}
+	out, errOut, code := smssctl(t, master.addr, "sub", "t", "--who", "w", "--resume", "--count", "20", "--batch", "5")
+	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 20 {
+		t.Fatalf("first consumer: exit %d\n%s%s", code, out, errOut)
+	}
+	pos := lastEventID(t, out)
+	// The position reaches the slave like any write.
+	if !waitUntil(30*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == pos }) {
+		t.Fatalf("position %d not on the slave: %v\n%s", pos, cursorsOn(t, slave.addr, "t"), tail(slave.out.String(), 3000))
+	}
+	master.kill()
+	if out, errOut, code := smssctl(t, slave.addr, "promote"); code != 0 {
+		t.Fatalf("promote: exit %d %s%s", code, out, errOut)
+	}
+	out, errOut, code = smssctl(t, slave.addr, "sub", "t", "--who", "w", "--resume", "--count", "30", "--batch", "6")
+	if code != 0 {
+		t.Fatalf("consumer on the promoted slave: exit %d\n%s%s", code, out, errOut)
+	}
+	got := bodiesOf(out)
+	for i, b := range got {
+		if want := fmt.Sprintf("m%02d", 20+i); b != want {
+			t.Fatalf("on the promoted slave message %d is %s, want %s (got %v)", i, b, want, got)
+		}
+	}
+	// The promoted slave writes positions of its own.
+	if !waitUntil(10*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == lastEventID(t, out) }) {
+		t.Fatalf("the promoted slave did not store the new position: %v", cursorsOn(t, slave.addr, "t"))
+	}
+}
+
+// Two whos keep independent positions; the lag of a consumer that is away
+// stays in the metrics and grows; positions go with their topic; cursor
+// set and reset take effect; the system topic is protected and not listed.
+func TestCursorWhosLagDeleteAndCommands(t *testing.T) {
+	dir := t.TempDir()
+	adminPort := freePort(t)
+	replConfig(t, dir, 0, cursorConfig(100)+fmt.Sprintf("admin:\n  listen: 127.0.0.1:%d\n", adminPort))
+	srv := startArgs(t, dir)
+	pub := newPublisher(t, srv.addr)
+	pub.create("t")
+	for i := 0; i < 10; i++ {
+		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+	}
+	sub := func(who string, n int) []string {
+		t.Helper()
+		out, errOut, code := smssctl(t, srv.addr, "sub", "t", "--who", who, "--resume", "--count", strconv.Itoa(n), "--batch", "1")
+		if code != 0 {
+			t.Fatalf("sub %s: %d %s", who, code, errOut)
+		}
+		return bodiesOf(out)
+	}
+	if got := sub("a", 3); strings.Join(got, ",") != "m00,m01,m02" {
+		t.Fatalf("a: %v", got)
+	}
+	if got := sub("b", 7); strings.Join(got, ",") != "m00,m01,m02,m03,m04,m05,m06" {
+		t.Fatalf("b: %v", got)
+	}
+	if got := sub("a", 2); strings.Join(got, ",") != "m03,m04" {
+		t.Fatalf("a resumed: %v", got)
+	}
+	metric := func(name, who string) float64 {
+		t.Helper()
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", adminPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		re := regexp.MustCompile(`(?m)^smss_` + name + `\{topic="t",who="` + who + `"\} (\S+)$`)
+		m := re.FindSubmatch(body)
+		if m == nil {
+			return -1
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	if !waitUntil(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 5 && metric("cursor_lag_messages", "b") == 3 }) {
+		t.Fatalf("lag a %v b %v, want 5 and 3", metric("cursor_lag_messages", "a"), metric("cursor_lag_messages", "b"))
+	}
+	for i := 10; i < 14; i++ {
+		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+	}
+	if !waitUntil(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 9 }) {
+		t.Fatalf("lag of a consumer that is away did not grow: %v", metric("cursor_lag_messages", "a"))
+	}
+	// /api/cursors lists both, largest lag first.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/cursors", adminPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var api []struct {
+		Who string `json:"who"`
+		Lag int64  `json:"lag"`
+	}
+	json.NewDecoder(resp.Body).Decode(&api)
+	resp.Body.Close()
+	if len(api) != 2 || api[0].Who != "a" || api[0].Lag != 9 || api[1].Who != "b" {
+		t.Fatalf("/api/cursors: %+v", api)
+	}
+	// set and reset.
+	first := storedOn(t, srv.addr, "t", "a")
+	if out, errOut, code := smssctl(t, srv.addr, "cursor", "set", "t", "b", strconv.FormatInt(first, 10)); code != 0 {
+		t.Fatalf("cursor set: %s%s", out, errOut)
+	}
+	if got := sub("b", 1); got[0] != "m05" {
+		t.Fatalf("b after set to a's position: %v", got)
+	}
+	if out, errOut, code := smssctl(t, srv.addr, "cursor", "reset", "t", "b"); code != 0 {
+		t.Fatalf("cursor reset: %s%s", out, errOut)
+	}
+	if got := sub("b", 1); got[0] != "m00" {
+		t.Fatalf("b after reset: %v", got)
+	}
+	// The system topic: protected, not listed.
+	if _, errOut, code := smssctl(t, srv.addr, "pub", "__cursors", "x"); code != 1 || !strings.Contains(errOut, "reserved") {
+		t.Fatalf("pub to __cursors: %d %s", code, errOut)
+	}
+	if _, errOut, code := smssctl(t, srv.addr, "topic", "delete", "__cursors"); code != 1 || !strings.Contains(errOut, "reserved") {
+		t.Fatalf("delete __cursors: %d %s", code, errOut)
+	}
+	if out, _, _ := smssctl(t, srv.addr, "topic", "list"); strings.Contains(out, "__cursors") {
+		t.Fatalf("topic list shows the system topic:\n%s", out)
+	}
+	// Deleting the topic removes its positions (and their metrics);
+	// a re-created topic starts over, also after a restart.
+	if _, errOut, code := smssctl(t, srv.addr, "topic", "delete", "t"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if l := cursorsOn(t, srv.addr, "t"); len(l) != 0 {
+		t.Fatalf("positions of a deleted topic: %v", l)
+	}
+	if v := metric("cursor_lag_messages", "a"); v != -1 {
+		t.Fatalf("lag metric of a deleted topic: %v", v)
+	}
+	pub.create("t")
+	pub.pub("t", record(nil, "fresh"))
+	srv.stop()
+	srv = startArgs(t, dir)
+	if l := cursorsOn(t, srv.addr, "t"); len(l) != 0 {
+		t.Fatalf("positions of the deleted incarnation came back after a restart: %v", l)
+	}
+	out, errOut, code := smssctl(t, srv.addr, "sub", "t", "--who", "a", "--resume", "--count", "1")
+	if code != 0 || strings.Join(bodiesOf(out), ",") != "fresh" {
+		t.Fatalf("a on the re-created topic: %d %s %s", code, out, errOut)
+	}
+}
+
+type cursorRow struct {
+	Who     string `json:"who"`
+	EventID int64  `json:"eventId"`
+	Stored  int64  `json:"stored"`
+	Lag     int64  `json:"lag"`
+}
+
+func cursorsOn(t *testing.T, addr, topic string) []cursorRow {
+	t.Helper()
+	out, errOut, code := smssctl(t, addr, "--json", "cursor", "list", topic)
+	if code != 0 {
+		t.Fatalf("cursor list: %d %s", code, errOut)
+	}
+	var rows []cursorRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("cursor list output %q: %v", out, err)
+	}
+	return rows
+}
+
+func storedOn(t *testing.T, addr, topic, who string) int64 {
+	for _, r := range cursorsOn(t, addr, topic) {
+		if r.Who == who {
+			return r.Stored
+		}
+	}
+	return -1
+}
+
+func bodiesOf(out string) []string {
+	var bs []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		bs = append(bs, f[len(f)-1])
+	}
+	return bs
+}
+
+func lastEventID(t *testing.T, out string) int64 {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	id, err := strconv.ParseInt(strings.SplitN(lines[len(lines)-1], "\t", 2)[0], 10, 64)
+	if err != nil {
+		t.Fatalf("no eventId in %q", out)
+	}
+	return id
+}
+
+// dialNoT is dial for goroutines that must not call t.Fatal.
+func dialNoT(addr string) (*client, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &client{c: c, r: bufio.NewReader(c)}, nil
+}
