@@ -186,7 +186,10 @@ type topic struct {
 	dir     string
 	log     *segment.Log
 	deleted chan struct{} // closed when the topic is deleted
-	dirty   bool          // writer only: unsynced appends
+	// dirty is set by start-up recovery (recover.go) when its replay
+	// appended to this topic's file, so that replayer.finish fsyncs it;
+	// the running writer tracks unsynced topics in writer.dirty instead.
+	dirty bool
 
 	subMu   sync.Mutex
 	subs    map[string]struct{} // active subscribers by who
