@@ -43,7 +43,11 @@ type Options struct {
 	// connections it just answered, and those that were queued behind the
 	// last fsync) so that they share one fsync instead of alternating
 	// between two half-size groups. It never exceeds half the last fsync's
-	// duration. Zero (the default here) never waits.
+	// duration. Zero (the default here) never waits, unlike the shipped
+	// worker.groupWaitUs of 500: cmd/smss always passes the configured
+	// value, so the zero default only reaches tests and embedders that
+	// do not opt in (config's TestPackageDefaultsMatchConfig lists this
+	// as the one deliberate difference).
 	GroupWait time.Duration
 	// Now is the clock in ms; tests replace it.
 	Now func() int64
@@ -206,7 +210,10 @@ type topic struct {
 	dir     string
 	log     *segment.Log
 	deleted chan struct{} // closed when the topic is deleted
-	dirty   bool          // writer only: unsynced appends
+	// dirty is set by start-up recovery (recover.go) when its replay
+	// appended to this topic's file, so that replayer.finish fsyncs it;
+	// the running writer tracks unsynced topics in writer.dirty instead.
+	dirty bool
 
 	subMu   sync.Mutex
 	subs    map[string]struct{} // active subscribers by who

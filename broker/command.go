@@ -97,7 +97,9 @@ func (c *command) exclusive() bool {
 	return false
 }
 
-// decodeBinlog adapts binlog.DecodeBlock to the segment layer.
+// decodeBinlog adapts binlog.DecodeSpan to the segment layer: a block's
+// first and last eventId (segment.Decoder), which DecodeSpan finds in one
+// walk of the records.
 func decodeBinlog(buf []byte) (int64, int64, int, error) {
 	b, last, n, err := binlog.DecodeSpan(buf)
 	if err != nil {

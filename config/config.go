@@ -174,7 +174,8 @@ type Dedupe struct {
 type Admin struct {
 	// Listen is host:port; "" turns the endpoint off.
 	Listen string `yaml:"listen"`
-	// Token protects every endpoint but /healthz; "" leaves them open.
+	// Token protects every endpoint but /healthz, /readyz and the
+	// dashboard's page (admin/server.go routes); "" leaves them open.
 	// Tagged secret: Summary never shows it.
 	Token string `yaml:"token" secret:"true"`
 	// Limits of the admin HTTP server (security.go sets the defaults):
