@@ -98,9 +98,25 @@ func (n *natsProc) start(t *testing.T) {
 // what it had sent may be missing, or present without an ack): afterwards
 // the stream holds every message of the mirrored topics exactly once, in
 // eventId order per topic, bytes exact.
+// It runs twice: with the default duplicate window, where JetStream's
+// Nats-Msg-Id dedupe backs up the bridge's resume, and with a 1 s window,
+// where re-sent messages are older than the window, so the bridge's own
+// resume from the stream's tail must be exact.
 // SMSS_BRIDGE_TARGET_KILLS=N kills the target N times (default 3) over a
 // proportionally longer load.
 func TestBridgeTargetKill(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		windowSec int
+	}{
+		{"dedupeWindow120s", 120},
+		{"dedupeWindow1s", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { bridgeTargetKill(t, tc.windowSec) })
+	}
+}
+
+func bridgeTargetKill(t *testing.T, windowSec int) {
 	kills := 3
 	if v := os.Getenv("SMSS_BRIDGE_TARGET_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -132,7 +148,8 @@ func TestBridgeTargetKill(t *testing.T) {
 	// A short ack timeout: acks outstanding at a kill fail at once anyway
 	// (the connection drops); fast backoff so a restart is found quickly.
 	if err := os.WriteFile(cfgPath, []byte("source:\n  minBackoffMs: 20\n  maxBackoffMs: 300\n"+
-		"nats:\n  maxInFlight: 64\n  fileStorage: true\n  ackTimeoutMs: 3000\nmetrics:\n  logIntervalSec: 1\n"), 0o644); err != nil {
+		fmt.Sprintf("nats:\n  maxInFlight: 64\n  fileStorage: true\n  ackTimeoutMs: 3000\n  duplicateWindowSec: %d\n", windowSec)+
+		"metrics:\n  logIntervalSec: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--nats", ns.url(), "--config", cfgPath, "--master", addr, "--topics", "mir.*", "--exclude", "mir.skip*"}
