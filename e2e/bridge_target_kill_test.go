@@ -201,7 +201,14 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		nmu.Lock()
 		ns.p.kill()
 		// Down for a moment: the bridge's reconnects meet a refused port.
-		time.Sleep(time.Duration(rnd.Intn(300)) * time.Millisecond)
+		// With the short window, down for longer than the window: what
+		// the bridge had in flight at the kill is then too old for
+		// JetStream's dedupe when it is sent again.
+		down := time.Duration(rnd.Intn(300)) * time.Millisecond
+		if windowSec == 1 {
+			down += 1100 * time.Millisecond
+		}
+		time.Sleep(down)
 		ns.start(t)
 		nmu.Unlock()
 		held = append(held, streamMsgs(ns.url()))
