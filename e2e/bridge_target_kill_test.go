@@ -198,6 +198,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 			t.Fatalf("the bridge exited by itself: %v", br.err)
 		default:
 		}
+		resumed := strings.Count(out.String(), "msg=resuming")
 		nmu.Lock()
 		ns.p.kill()
 		// Down for a moment: the bridge's reconnects meet a refused port.
@@ -212,6 +213,11 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		ns.start(t)
 		nmu.Unlock()
 		held = append(held, streamMsgs(ns.url()))
+		// The next kill must hit a session on the restarted server, not
+		// the bridge's backoff from this one.
+		if !waitUntil(30*time.Second, func() bool { return strings.Count(out.String(), "msg=resuming") > resumed }) {
+			t.Fatalf("the bridge did not resume within 30 s of restart %d", k+1)
+		}
 	}
 	// Load continues a little after the last restart, then stops.
 	time.Sleep(time.Second)
@@ -240,7 +246,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 	}
 	// Every kill must have cost the bridge its session: it resumed from the
 	// stream once at start and once after each restart at least.
-	if n := strings.Count(out.String(), "resuming"); n < kills+1 {
+	if n := strings.Count(out.String(), "msg=resuming"); n < kills+1 {
 		t.Fatalf("the bridge resumed %d times over %d target kills", n, kills)
 	}
 	if load.n.Load() < 100 {
