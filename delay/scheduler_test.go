@@ -218,11 +218,14 @@ func TestExactlyOnceAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	firedBefore := s.Fired()
-	waitFor(t, 5*time.Second, "scheduler failing on the closed broker", func() bool { return s.Failures() >= 1 })
-	stopScheduler(t, s)
 	if firedBefore >= 800 {
+		// Nothing is left to apply, so nothing can fail: a fast machine
+		// fired the whole backlog between the check above and the close.
 		t.Logf("the whole backlog fired before the close; the mid-backlog close was not exercised")
+	} else {
+		waitFor(t, 5*time.Second, "scheduler failing on the closed broker", func() bool { return s.Failures() >= 1 })
 	}
+	stopScheduler(t, s)
 
 	// 3. Reopen and finish.
 	b = openBroker(t, dir, clk)
