@@ -282,3 +282,18 @@ func TestFloorWriteFails(t *testing.T) {
 		})
 	}
 }
+
+// TestFloorFlagsExclusive: the modes are one at a time; asking for two is
+// a usage error, not one silently winning.
+func TestFloorFlagsExclusive(t *testing.T) {
+	for _, args := range [][]string{
+		{"--writer", "--leader"},
+		{"--leader", "--epoll"},
+		{"--writer", "--epoll"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := runFloor(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, args...), &stdout, &stderr); code != 2 {
+			t.Fatalf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
+		}
+	}
+}
