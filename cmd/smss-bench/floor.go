@@ -16,7 +16,12 @@ package main
 // connection's goroutine delivers and replies. The difference between the
 // two modes is what the single writer costs in Go by itself.
 //
-//	smss-bench floor --listen 127.0.0.1:7000 [--writer] &
+// --leader writes the same groups without a writer goroutine: the
+// connection goroutines take turns as the writer (floor_leader.go). --epoll
+// (Linux) serves every connection from one locked thread running an epoll
+// loop, Redis's shape (floor_epoll_linux.go).
+//
+//	smss-bench floor --listen 127.0.0.1:7000 [--writer|--leader|--epoll] &
 //	smss-bench e2e --addr 127.0.0.1:7000 --pid $!
 
 import (
@@ -41,10 +46,16 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	withWriter := fs.Bool("writer", false, "hand publishes to one writer goroutine that writes them to a temp file twice")
+	withLeader := fs.Bool("leader", false, "write publishes to a temp file twice in groups, the connection goroutines taking turns as the writer (leader/follower)")
+	withEpoll := fs.Bool("epoll", false, "serve every connection from one thread running an epoll loop that writes each turn's publishes to a temp file twice (Linux)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if n := btoi(*withWriter) + btoi(*withLeader) + btoi(*withEpoll); n > 1 {
+		fmt.Fprintln(stderr, "smss-bench floor: --writer, --leader and --epoll exclude each other")
 		return 2
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -53,7 +64,7 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	fl := newFloor(ln)
-	if *withWriter {
+	if *withWriter || *withLeader || *withEpoll {
 		f, err := os.CreateTemp("", "smss-bench-floor-*")
 		if err != nil {
 			ln.Close()
@@ -62,7 +73,18 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer os.Remove(f.Name())
 		defer f.Close()
-		fl.startWriter(f)
+		switch {
+		case *withWriter:
+			fl.startWriter(f)
+		case *withLeader:
+			fl.leader = &floorLeader{w: f, groups: &fl.groups}
+		case *withEpoll:
+			if err := fl.startEpoll(f); err != nil {
+				ln.Close()
+				fmt.Fprintln(stderr, "smss-bench floor:", err)
+				return 1
+			}
+		}
 	}
 	fmt.Fprintln(stdout, "floor server listening on", ln.Addr())
 	context.AfterFunc(ctx, func() { fl.close() })
@@ -76,6 +98,12 @@ type floorServer struct {
 	// submit reaches the writer goroutine (--writer); nil without it.
 	submit  chan floorPub
 	stopped chan struct{} // closed when the writer has returned
+	// leader takes turns writing (--leader); nil without it.
+	leader *floorLeader
+	// ep runs the epoll loop (--epoll); nil without it.
+	ep *floorEpoll
+	// groups counts the group writes of every mode that has a writer.
+	groups atomic.Int64
 
 	mu    sync.Mutex
 	subs  map[string]*floorSub // topic → its live subscriber
@@ -86,7 +114,14 @@ type floorServer struct {
 // floorSub is a live subscriber; mu serialises the frames written to it.
 type floorSub struct {
 	mu sync.Mutex
-	c  net.Conn
+	c  io.WriteCloser
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func newFloor(ln net.Listener) *floorServer {
@@ -96,6 +131,9 @@ func newFloor(ln net.Listener) *floorServer {
 // serve accepts until the listener closes, then waits for its connections.
 func (f *floorServer) serve() {
 	defer func() {
+		if f.ep != nil {
+			f.ep.stop()
+		}
 		f.wg.Wait()
 		if f.submit != nil {
 			close(f.submit)
@@ -106,6 +144,10 @@ func (f *floorServer) serve() {
 		c, err := f.ln.Accept()
 		if err != nil {
 			return
+		}
+		if f.ep != nil {
+			f.ep.add(c)
+			continue
 		}
 		f.mu.Lock()
 		f.conns[c] = struct{}{}
@@ -162,6 +204,7 @@ func (f *floorServer) startWriter(w io.Writer) {
 					break gather
 				}
 			}
+			f.groups.Add(1)
 			_, err := w.Write(buf) // the binlog's copy
 			if err == nil {
 				_, err = w.Write(buf) // the topic file's
@@ -202,11 +245,16 @@ func (f *floorServer) conn(c net.Conn) {
 			f.subscribe(c, string(req.Topic))
 			return
 		case protocol.CmdPub:
-			if f.submit != nil {
-				if err := f.write(req.Payload, done); err != nil {
-					out = protocol.AppendReplyError(out, "floor server: "+err.Error())
-					break
-				}
+			var err error
+			switch {
+			case f.submit != nil:
+				err = f.write(req.Payload, done)
+			case f.leader != nil:
+				err = f.leader.write(req.Payload, done)
+			}
+			if err != nil {
+				out = protocol.AppendReplyError(out, "floor server: "+err.Error())
+				break
 			}
 			f.deliver(string(req.Topic), req.Payload)
 			out = protocol.AppendReplyOK(out)
@@ -242,6 +290,11 @@ func (f *floorServer) deliver(topic string, payload []byte) {
 	f.mu.Lock()
 	s := f.subs[topic]
 	f.mu.Unlock()
+	f.deliverTo(s, payload)
+}
+
+// deliverTo writes the records of one publish to subscriber s (none if nil).
+func (f *floorServer) deliverTo(s *floorSub, payload []byte) {
 	if s == nil {
 		return
 	}

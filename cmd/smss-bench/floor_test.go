@@ -2,26 +2,52 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/smssmq/smss/protocol"
 )
 
-// startFloor serves a floor server on a free port for the test's duration;
-// with w, publishes go through its writer goroutine into w.
-func startFloor(t *testing.T, w io.Writer) string {
+// floorModes are the shapes of the floor server: the connection goroutine
+// replies itself, one writer goroutine, leader/follower writes, one epoll
+// thread (Linux only).
+func floorModes() []string {
+	modes := []string{"direct", "writer", "leader"}
+	if runtime.GOOS == "linux" {
+		modes = append(modes, "epoll")
+	}
+	return modes
+}
+
+// startFloor serves a floor server in mode on a free port for the test's
+// duration; every mode but direct writes its groups into w.
+func startFloor(t *testing.T, mode string, w io.Writer) (string, *floorServer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fl := newFloor(ln)
-	if w != nil {
+	switch mode {
+	case "direct":
+	case "writer":
 		fl.startWriter(w)
+	case "leader":
+		fl.leader = &floorLeader{w: w, groups: &fl.groups}
+	case "epoll":
+		if err := fl.startEpoll(w); err != nil {
+			ln.Close()
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("unknown floor mode %q", mode)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -32,29 +58,24 @@ func startFloor(t *testing.T, w io.Writer) string {
 		fl.close()
 		<-done
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), fl
 }
 
-// TestFloorE2E runs the e2e workload against the floor server, with and
-// without its writer: every message must arrive with its stamp, also when
-// one publish carries more records than one frame may hold (255), and the
-// writer must have written every publish twice.
+// TestFloorE2E runs the e2e workload and a 16-connection publish against
+// every mode of the floor server: every message must arrive with its stamp,
+// also when one publish carries more records than one frame may hold (255);
+// a mode with a writer must have written every publish twice, and the
+// grouping modes must have written some publishes of different connections
+// as one group.
 func TestFloorE2E(t *testing.T) {
 	pid := strconv.Itoa(os.Getpid())
-	for _, withWriter := range []bool{false, true} {
+	for _, mode := range floorModes() {
 		var file bytes.Buffer // read only after the server has stopped
-		var w io.Writer
-		if withWriter {
-			w = &file
-		}
-		name := "direct"
-		if withWriter {
-			name = "writer"
-		}
-		t.Run(name, func(t *testing.T) {
+		var groups, pubs int64
+		t.Run(mode, func(t *testing.T) {
 			var total int64
 			t.Run("servers", func(t *testing.T) {
-				addr := startFloor(t, w)
+				addr, fl := startFloor(t, mode, &file)
 				for _, tc := range []struct{ records, count int }{{1, 200}, {300, 1200}} {
 					var r Result
 					benchJSON(t, &r, "e2e", "--addr", addr, "--pid", pid, "--topic", "floor"+strconv.Itoa(tc.records),
@@ -63,37 +84,216 @@ func TestFloorE2E(t *testing.T) {
 						t.Fatalf("%d records per publish: %d messages, latency %+v; want %d", tc.records, r.Messages, r.Latency, tc.count)
 					}
 					total += r.Messages
+					pubs += int64(tc.count / tc.records)
 				}
+				const concurrent = 3000
+				var r Result
+				benchJSON(t, &r, "pub", "--addr", addr, "--pid", pid, "--topic", "floorconns",
+					"--conns", "16", "--count", strconv.Itoa(concurrent))
+				if r.Messages != concurrent {
+					t.Fatalf("16 connections: %d messages, want %d", r.Messages, concurrent)
+				}
+				total += r.Messages
+				pubs += concurrent
+				groups = fl.groups.Load()
 			})
 			// Each record is the 8-byte prefix and a 200-byte body.
-			if want := 2 * total * (protocol.RecordPrefixSize + 200); withWriter && int64(file.Len()) != want {
-				t.Fatalf("writer wrote %d bytes, want %d", file.Len(), want)
+			want := 2 * total * (protocol.RecordPrefixSize + 200)
+			if mode == "direct" {
+				want = 0
 			}
+			if int64(file.Len()) != want {
+				t.Fatalf("%s wrote %d bytes, want %d", mode, file.Len(), want)
+			}
+			// (--leader's grouping depends on timing here; TestFloorLeaderGroups
+			// forces it.)
+			if mode == "epoll" && (groups == 0 || groups >= pubs) {
+				t.Fatalf("%s: %d groups for %d publishes; want fewer groups than publishes", mode, groups, pubs)
+			}
+			t.Logf("%s: %d groups for %d publishes", mode, groups, pubs)
 		})
 	}
 }
 
 // TestFloorRefuses answers what the floor server does not implement with an
-// error reply, not silence or a dropped connection.
+// error reply, not silence or a dropped connection, in every mode.
 func TestFloorRefuses(t *testing.T) {
-	c, err := dialSmss(startFloor(t, nil))
+	for _, mode := range floorModes() {
+		t.Run(mode, func(t *testing.T) {
+			addr, _ := startFloor(t, mode, io.Discard)
+			c, err := dialSmss(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.close()
+			create, _ := protocol.AppendCreate(nil, []byte("t"), nil, 0)
+			del, _ := protocol.AppendDelete(nil, []byte("t"), nil)
+			for _, step := range []struct {
+				name    string
+				req     []byte
+				refused bool
+			}{
+				{"delete", del, true},
+				{"create", create, false}, // the connection is still usable
+				{"delete again", del, true},
+			} {
+				if err := c.roundTrip(step.req); (err != nil) != step.refused {
+					t.Fatalf("%s: %v", step.name, err)
+				}
+			}
+		})
+	}
+}
+
+// gateWriter holds its first write until release is closed.
+type gateWriter struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	buf     bytes.Buffer
+}
+
+func (g *gateWriter) Write(b []byte) (int, error) {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.release
+	})
+	return g.buf.Write(b)
+}
+
+// TestFloorLeaderGroups: while a leader writes, the publishes arriving
+// meanwhile queue; the leader hands over to the first of them, which writes
+// them all as one group and wakes the others, every one answered OK.
+func TestFloorLeaderGroups(t *testing.T) {
+	rec, err := protocol.AppendRecord(nil, protocol.Record{Body: make([]byte, 200)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	create, _ := protocol.AppendCreate(nil, []byte("t"), nil, 0)
-	del, _ := protocol.AppendDelete(nil, []byte("t"), nil)
-	for _, step := range []struct {
-		name    string
-		req     []byte
-		refused bool
-	}{
-		{"delete", del, true},
-		{"create", create, false}, // the connection is still usable
-		{"delete again", del, true},
+	pub, err := protocol.AppendPub(nil, []byte("t"), nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &gateWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	addr, fl := startFloor(t, "leader", gate)
+	const followers = 7
+	errs := make(chan error, followers+1)
+	publish := func() {
+		c, err := dialSmss(addr)
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer c.close()
+		errs <- c.roundTrip(pub)
+	}
+	go publish() // the first leader, held in its write
+	select {
+	case <-gate.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first publish never reached the writer")
+	}
+	for range followers {
+		go publish()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fl.leader.mu.Lock()
+		queued := len(fl.leader.queue)
+		fl.leader.mu.Unlock()
+		if queued == followers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d publishes queued behind the leader, want %d", queued, followers)
+		}
+		runtime.Gosched()
+	}
+	close(gate.release)
+	for range followers + 1 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a publisher was never answered")
+		}
+	}
+	if g := fl.groups.Load(); g != 2 {
+		t.Fatalf("%d groups, want 2: the leader's own publish, then the %d queued behind it as one", g, followers)
+	}
+	// The last leader took mu after its write: taking it orders the read.
+	fl.leader.mu.Lock()
+	written := gate.buf.Len()
+	fl.leader.mu.Unlock()
+	if want := 2 * (followers + 1) * len(rec); written != want {
+		t.Fatalf("wrote %d bytes, want %d", written, want)
+	}
+}
+
+// failWriter fails every write, as a full disk would.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// TestFloorWriteFails: when a group's write fails, no publisher of the
+// group, leader or follower, is told its publish succeeded.
+func TestFloorWriteFails(t *testing.T) {
+	rec, err := protocol.AppendRecord(nil, protocol.Record{Body: make([]byte, 200)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := protocol.AppendPub(nil, []byte("t"), nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"writer", "leader", "epoll"} {
+		if mode == "epoll" && runtime.GOOS != "linux" {
+			continue
+		}
+		t.Run(mode, func(t *testing.T) {
+			addr, _ := startFloor(t, mode, failWriter{})
+			const conns, each = 8, 20
+			var wg sync.WaitGroup
+			errs := make(chan error, conns*each)
+			for range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := dialSmss(addr)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.close()
+					for range each {
+						if err := c.roundTrip(pub); err == nil {
+							errs <- errors.New("a publish whose write failed was answered OK")
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestFloorFlagsExclusive: the modes are one at a time; asking for two is
+// a usage error, not one silently winning.
+func TestFloorFlagsExclusive(t *testing.T) {
+	for _, args := range [][]string{
+		{"--writer", "--leader"},
+		{"--leader", "--epoll"},
+		{"--writer", "--epoll"},
 	} {
-		if err := c.roundTrip(step.req); (err != nil) != step.refused {
-			t.Fatalf("%s: %v", step.name, err)
+		var stdout, stderr bytes.Buffer
+		if code := runFloor(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, args...), &stdout, &stderr); code != 2 {
+			t.Fatalf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
 	}
 }

@@ -64,7 +64,7 @@ type options struct {
 
 const usageText = `usage: smss-bench <pub|sub|e2e|repl> [flags]
        smss-bench compare --workload <pub|sub|e2e> [flags]
-       smss-bench floor [--listen host:port] [--writer]
+       smss-bench floor [--listen host:port] [--writer|--leader|--epoll]
 
 Starts the server itself (smss built with go build, or redis-server) on a
 free loopback port with its data in a temp directory, unless --addr names a
@@ -85,7 +85,10 @@ workloads:
   floor    serve a stand-in server with no storage and no hand-offs, for
            the other workloads' --addr: what Go and this machine cost by
            themselves (e2e latency, server CPU), smss's floor. --writer
-           adds smss's shape: publishes go through one writer goroutine.
+           adds smss's shape: publishes go through one writer goroutine;
+           --leader writes the same groups leader/follower style (the
+           connection goroutines take turns as the writer); --epoll
+           serves all connections from one thread's epoll loop (Linux).
 
 flags:
 `
