@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/smssmq/smss/protocol"
@@ -42,7 +41,7 @@ func (c *Client) Cursors(ctx context.Context, topic string) ([]Cursor, error) {
 	if err != nil {
 		return nil, c.encodeErr("cursor list", topic, err)
 	}
-	body, err := c.callCursor(ctx, "cursor list", topic, req, protocol.ReplyJSON)
+	body, err := c.callMaybeUnknown(ctx, "cursor list", topic, req, protocol.ReplyJSON, ErrNoCursors)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +62,7 @@ func (c *Client) SetCursor(ctx context.Context, topic, who string, eventID int64
 	if err != nil {
 		return c.encodeErr("cursor set", topic, err)
 	}
-	_, err = c.callCursor(ctx, "cursor set", topic, req, protocol.ReplyPlain)
+	_, err = c.callMaybeUnknown(ctx, "cursor set", topic, req, protocol.ReplyPlain, ErrNoCursors)
 	return err
 }
 
@@ -74,31 +73,6 @@ func (c *Client) ResetCursor(ctx context.Context, topic, who string) error {
 	if err != nil {
 		return c.encodeErr("cursor reset", topic, err)
 	}
-	_, err = c.callCursor(ctx, "cursor reset", topic, req, protocol.ReplyPlain)
+	_, err = c.callMaybeUnknown(ctx, "cursor reset", topic, req, protocol.ReplyPlain, ErrNoCursors)
 	return err
-}
-
-// callCursor is a call whose "don't support action" reply (an original
-// server) comes with a closed connection, which must not go back to the
-// pool.
-func (c *Client) callCursor(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-	}
-	cn, err := c.pool.get(ctx)
-	if err != nil {
-		return nil, c.wrap(op, topic, err)
-	}
-	body, err := cn.roundTrip(ctx, req, kind, c.opts.MaxReplyBytes, c.opts.RequestTimeout, topic)
-	unknown := errors.Is(err, ErrNotSupported)
-	c.pool.put(cn, err != nil && (!IsServerError(err) || unknown))
-	if unknown {
-		return nil, c.wrap(op, topic, ErrNoCursors)
-	}
-	if err != nil {
-		return nil, c.wrap(op, topic, err)
-	}
-	return body, nil
 }

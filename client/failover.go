@@ -21,7 +21,7 @@ func (c *Client) Promote(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, c.encodeErr("promote", "", err)
 	}
-	body, err := c.callMaybeUnknown(ctx, "promote", "", req, protocol.ReplyJSON)
+	body, err := c.callMaybeUnknown(ctx, "promote", "", req, protocol.ReplyJSON, ErrNoFailover)
 	if err != nil {
 		return 0, err
 	}
@@ -44,14 +44,15 @@ func (c *Client) Follow(ctx context.Context, addr string) error {
 	if err != nil {
 		return c.encodeErr("follow", addr, err)
 	}
-	_, err = c.callMaybeUnknown(ctx, "follow", addr, req, protocol.ReplyPlain)
+	_, err = c.callMaybeUnknown(ctx, "follow", addr, req, protocol.ReplyPlain, ErrNoFailover)
 	return err
 }
 
 // callMaybeUnknown is call for commands an original server does not know:
 // its "don't support action" comes with a closed connection, which is
-// dropped rather than pooled, and becomes ErrNoFailover.
-func (c *Client) callMaybeUnknown(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind) ([]byte, error) {
+// dropped rather than pooled, and becomes unsupported (ErrNoFailover,
+// ErrNoCursors: each matches ErrNotSupported).
+func (c *Client) callMaybeUnknown(ctx context.Context, op, topic string, req []byte, kind protocol.ReplyKind, unsupported error) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -65,7 +66,7 @@ func (c *Client) callMaybeUnknown(ctx context.Context, op, topic string, req []b
 	unknown := errors.Is(err, ErrNotSupported)
 	c.pool.put(cn, err != nil && (!IsServerError(err) || unknown))
 	if unknown {
-		return nil, c.wrap(op, topic, ErrNoFailover)
+		return nil, c.wrap(op, topic, unsupported)
 	}
 	if err != nil {
 		return nil, c.wrap(op, topic, err)
