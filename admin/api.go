@@ -7,15 +7,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
 )
 
 // TopicView is one entry of /api/topics: the meta entry (docs/protocol.md §2.2 field
 // names) plus its state name, on-disk figures, live subscriber count and
 // what this process recorded for it.
 type TopicView struct {
-	meta.Topic
+	protocol.TopicInfo
 	// Status is metrics.TopicStateNormal, TopicStateExpired or
 	// TopicStateDeleted.
 	Status      string                 `json:"status"`
@@ -116,7 +116,7 @@ func (s *Server) apiTopics(w http.ResponseWriter, _ *http.Request) {
 	now := time.Now().UnixMilli()
 	out := make([]TopicView, 0, len(topics))
 	for i := range topics {
-		v := TopicView{Topic: topics[i], Status: metrics.TopicState(&topics[i], now), Subscribers: subs[topics[i].Name]}
+		v := TopicView{TopicInfo: topics[i], Status: metrics.TopicState(&topics[i], now), Subscribers: subs[topics[i].Name]}
 		if v.Status != metrics.TopicStateDeleted {
 			if st, ok := src.TopicStats(v.Name); ok {
 				v.Stats = &st

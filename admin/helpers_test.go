@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
+	"github.com/smssmq/smss/protocol"
 )
 
 const testToken = "s3cret-admin-token-for-tests"
@@ -29,11 +29,11 @@ func fixture() metricstest.State {
 	d.Add(now, now+5*60_000)
 	d.Add(now, now+30*24*3600_000)
 	return metricstest.State{
-		Topics: []meta.Topic{
+		Topics: []protocol.TopicInfo{
 			{Name: "audit", CreateTime: now - 5000, CreateEventID: 2, TopicRoot: "3/7/audit"},
 			{Name: "orders", CreateTime: now - 9000, CreateEventID: 1, TopicRoot: "1/2/orders"},
 			{Name: "tmp", CreateTime: now - 1000, ExpireAt: now - 10, CreateEventID: 3},
-			{Name: "old", State: meta.StateDeleted, StateChangeTime: now - 100},
+			{Name: "old", State: protocol.TopicStateDeleted, StateChangeTime: now - 100},
 		},
 		Stats: map[string]metrics.TopicStats{
 			"orders": {Bytes: 10 << 20, Files: 2, Messages: 5000, FirstEventID: 10, LastEventID: 6000},

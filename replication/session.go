@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -138,7 +137,7 @@ func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) 
 		}
 		return fmt.Errorf("topic sync: %w", err)
 	}
-	var topics []meta.Topic
+	var topics []protocol.TopicInfo
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &topics); err != nil {
 			return stopped("the master's valid list is not a JSON topic array: %v", err)
