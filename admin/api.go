@@ -7,36 +7,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/metrics"
 )
 
-// TopicView is one entry of /api/topics: the meta entry (docs/protocol.md §2.2 field
-// names) plus its state name, on-disk figures, live subscriber count and
-// what this process recorded for it.
-type TopicView struct {
-	meta.Topic
-	// Status is metrics.TopicStateNormal, TopicStateExpired or
-	// TopicStateDeleted.
-	Status      string                 `json:"status"`
-	Stats       *metrics.TopicStats    `json:"stats,omitempty"`
-	Subscribers int                    `json:"subscribers"`
-	Counters    *metrics.TopicCounters `json:"counters,omitempty"`
-}
-
-// Info is /api/info.
-type Info struct {
-	metrics.ServerInfo
-	Now           int64   `json:"now"`
-	UptimeSeconds float64 `json:"uptimeSeconds"`
-	Ready         bool    `json:"ready"`
-	ReadyReason   string  `json:"readyReason,omitempty"`
-	AuthRequired  bool    `json:"authRequired"`
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-}
+// The JSON shapes live in adminapi so that the terminal client (adminclient)
+// shares them without linking this server.
+type (
+	TopicView = adminapi.TopicView
+	Info      = adminapi.Info
+	errorBody = adminapi.ErrorBody
+)
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -116,7 +97,7 @@ func (s *Server) apiTopics(w http.ResponseWriter, _ *http.Request) {
 	now := time.Now().UnixMilli()
 	out := make([]TopicView, 0, len(topics))
 	for i := range topics {
-		v := TopicView{Topic: topics[i], Status: metrics.TopicState(&topics[i], now), Subscribers: subs[topics[i].Name]}
+		v := TopicView{TopicInfo: topics[i], Status: metrics.TopicState(&topics[i], now), Subscribers: subs[topics[i].Name]}
 		if v.Status != metrics.TopicStateDeleted {
 			if st, ok := src.TopicStats(v.Name); ok {
 				v.Stats = &st

@@ -1,8 +1,10 @@
 // Package admin is smss's operator endpoint: a small HTTP server (config
 // admin.listen) that serves liveness and readiness probes, Prometheus
 // metrics, a read-only JSON API, a live dashboard embedded in the binary,
-// and net/http/pprof. It also holds the terminal views of the same API
-// (RunStats, RunTop) that smssctl exposes as subcommands.
+// and net/http/pprof. The API's JSON shapes are in package adminapi; the
+// terminal views of the same API that smssctl exposes as subcommands
+// (RunStats, RunTop) are in package adminclient, which does not link this
+// server.
 //
 // Endpoints:
 //

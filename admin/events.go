@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/metrics"
 )
 
@@ -20,39 +21,11 @@ const (
 	streamWriteTimeout     = 10 * time.Second
 )
 
-// Snapshot is what /api/events pushes and /api/snapshot returns: the
-// activity of the last sample interval plus the lag of consumers and slaves.
-type Snapshot struct {
-	Time        int64         `json:"time"` // ms
-	Rates       metrics.Rates `json:"rates"`
-	LastEventID int64         `json:"lastEventId"`
-	Ready       bool          `json:"ready"`
-	ReadyReason string        `json:"readyReason,omitempty"`
-	// Subscribers are the live subscriptions, largest lag first, at most
-	// 100 of SubscriberCount; MaxLag is the largest lag of all.
-	Subscribers     []metrics.SubscriberInfo `json:"subscribers"`
-	SubscriberCount int                      `json:"subscriberCount"`
-	MaxLag          int64                    `json:"maxLag"`
-	Replication     metrics.ReplicationInfo  `json:"replication"`
-	// Topics are the topics with traffic in the interval, busiest first,
-	// at most 50.
-	Topics []TopicRate `json:"topics"`
-}
-
-// TopicRate is one topic's traffic over a sample interval. Name is the
-// topic's label value (invalid UTF-8 replaced, or metrics.OtherTopicLabel).
-type TopicRate struct {
-	Name                string  `json:"name"`
-	MsgsPerSec          float64 `json:"msgsPerSec"`
-	BytesPerSec         float64 `json:"bytesPerSec"`
-	DeliveredMsgsPerSec float64 `json:"deliveredMsgsPerSec"`
-}
-
-// Point is one entry of the history event: the rates of one interval.
-type Point struct {
-	Time  int64         `json:"time"`
-	Rates metrics.Rates `json:"rates"`
-}
+type (
+	Snapshot  = adminapi.Snapshot
+	TopicRate = adminapi.TopicRate
+	Point     = adminapi.Point
+)
 
 // sampler takes a snapshot every interval, encodes it once and wakes every
 // stream.

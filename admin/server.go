@@ -16,13 +16,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/metrics"
 )
 
 // DefaultListen is the address the sample config suggests for admin.listen.
 // The listener itself is off unless configured (Options.Listen "").
-const DefaultListen = "127.0.0.1:12380"
+const DefaultListen = adminapi.DefaultListen
 
 // Defaults of Options.
 const (

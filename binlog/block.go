@@ -56,6 +56,13 @@ type Block struct {
 // torn write.
 var ErrIncomplete = errors.New("incomplete binlog block")
 
+// ErrBlockOrder is wrapped when a block does not follow the last eventId of
+// the log it is appended to (a slave's broker refuses such a replicated
+// block: applying it would reorder or duplicate history). It lives with the
+// block format so that replication can tell this refusal apart without
+// importing the broker.
+var ErrBlockOrder = errors.New("replicated block out of order")
+
 // CorruptError reports bytes that can never be (the start of) a valid block.
 type CorruptError struct {
 	Reason string

@@ -20,8 +20,9 @@ import (
 const cmdReplicated protocol.Command = 251
 
 // ErrReplicaOrder is wrapped when a replicated block does not follow the
-// slave's last eventId: applying it would reorder or duplicate history.
-var ErrReplicaOrder = errors.New("replicated block out of order")
+// slave's last eventId: applying it would reorder or duplicate history. It is
+// binlog.ErrBlockOrder, which replication matches without importing broker.
+var ErrReplicaOrder = binlog.ErrBlockOrder
 
 // ApplyReplicated appends one binlog block received from the master (a
 // slave only) through the writer, byte for byte, and applies it to topics

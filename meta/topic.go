@@ -3,33 +3,24 @@ package meta
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/smssmq/smss/protocol"
 )
 
 // Topic states (docs/protocol.md §5.8).
 const (
-	StateNormal  uint8 = 0
-	StateDeleted uint8 = 1
+	StateNormal  = protocol.TopicStateNormal
+	StateDeleted = protocol.TopicStateDeleted
 )
 
 // TopicValueSize is the length of a norm@ value.
 const TopicValueSize = 41
 
-// Topic is one topic's meta entry. The field order and JSON names are those
-// of the info/list replies (docs/protocol.md §2.2); TopicRoot is not stored, it is filled
-// in by whoever knows store.folderCount.
-type Topic struct {
-	Name               string `json:"name"`
-	CreateTime         int64  `json:"createTimeStamp"`
-	ExpireAt           int64  `json:"expireAt"`
-	CreateEventID      int64  `json:"createEventId"`
-	StateChangeTime    int64  `json:"stateChangeTime"`
-	StateChangeEventID int64  `json:"stateChangeEventId"`
-	State              uint8  `json:"state"`
-	TopicRoot          string `json:"topicRoot"`
-}
-
-// Expired reports whether the topic's lifetime has ended at nowMs.
-func (t *Topic) Expired(nowMs int64) bool { return t.ExpireAt > 0 && nowMs >= t.ExpireAt }
+// Topic is one topic's meta entry. It is the wire type protocol.TopicInfo
+// (docs/protocol.md §2.2 field order and JSON names), aliased so the store and
+// the info/list replies share one definition without packages that only
+// describe topics importing meta (and so badger). TopicRoot is not stored.
+type Topic = protocol.TopicInfo
 
 // EncodeTopicValue returns the 41-byte norm@ value of t.
 func EncodeTopicValue(t *Topic) []byte {

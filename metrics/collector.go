@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
 )
 
 // Topic states as exported in smss_topics{state}.
@@ -16,9 +16,9 @@ const (
 )
 
 // TopicState names t's state at nowMs.
-func TopicState(t *meta.Topic, nowMs int64) string {
+func TopicState(t *protocol.TopicInfo, nowMs int64) string {
 	switch {
-	case t.State == meta.StateDeleted:
+	case t.State == protocol.TopicStateDeleted:
 		return TopicStateDeleted
 	case t.Expired(nowMs):
 		return TopicStateExpired
@@ -147,7 +147,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *sourceCollector) collectTopics(e *emitter, src Source, topics []meta.Topic) {
+func (c *sourceCollector) collectTopics(e *emitter, src Source, topics []protocol.TopicInfo) {
 	now := time.Now().UnixMilli()
 	byState := map[string]int{TopicStateNormal: 0, TopicStateExpired: 0, TopicStateDeleted: 0}
 	seen := make(map[string]bool, len(topics))

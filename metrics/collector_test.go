@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
 	"github.com/smssmq/smss/protocol"
@@ -19,10 +18,10 @@ func fakeState() metricstest.State {
 		delays.Add(now, due)
 	}
 	return metricstest.State{
-		Topics: []meta.Topic{
+		Topics: []protocol.TopicInfo{
 			{Name: "orders", CreateTime: now - 1000},
 			{Name: "tmp", ExpireAt: 1}, // expired long ago, not reaped
-			{Name: "old", State: meta.StateDeleted},
+			{Name: "old", State: protocol.TopicStateDeleted},
 			{Name: "x\xff"},
 			{Name: "x\xfe"}, // same label as x\xff: only the first is exported
 		},

@@ -3,7 +3,7 @@ package metrics
 import (
 	"time"
 
-	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
 )
 
 // Source is the server-side state that is read when someone asks for it
@@ -14,7 +14,7 @@ import (
 type Source interface {
 	// Topics returns every topic meta entry, deleted-but-not-reaped and
 	// expired ones included (*broker.Broker already has it).
-	Topics() ([]meta.Topic, error)
+	Topics() ([]protocol.TopicInfo, error)
 	// TopicStats returns the on-disk figures of one topic; false when the
 	// topic is unknown.
 	TopicStats(name string) (TopicStats, bool)

@@ -162,7 +162,7 @@ func (m *testMaster) serveConn(c net.Conn) {
 		case protocol.CmdAlive:
 			out = protocol.AppendReplyAlive(nil)
 		case protocol.CmdReplica:
-			reuse, err := ServeMaster(m.ctx, c, br, BrokerSource(m.b), req.EventID, m.opts)
+			reuse, err := ServeMaster(m.ctx, c, br, SourceOf(m.b.ReplicaStream), req.EventID, m.opts)
 			m.mu.Lock()
 			m.results = append(m.results, err)
 			m.mu.Unlock()

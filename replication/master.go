@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -35,14 +34,19 @@ type Source interface {
 	ReplicaStream(after int64) (Stream, error)
 }
 
-// BrokerSource adapts a master's broker to Source.
-func BrokerSource(b *broker.Broker) Source { return brokerSource{b} }
+// SourceOf adapts a master's replica-stream opener (the method value
+// (*broker.Broker).ReplicaStream, which returns its concrete stream type) to
+// Source. Taking the method rather than the broker keeps this package, and so
+// server, which serves the master's side of a replica stream, from linking
+// the broker and its storage.
+func SourceOf[S Stream](open func(after int64) (S, error)) Source { return opener[S](open) }
 
-type brokerSource struct{ b *broker.Broker }
+type opener[S Stream] func(after int64) (S, error)
 
-func (s brokerSource) ReplicaStream(after int64) (Stream, error) {
-	st, err := s.b.ReplicaStream(after)
+func (o opener[S]) ReplicaStream(after int64) (Stream, error) {
+	st, err := o(after)
 	if err != nil {
+		// Not st: a nil *T in a Stream would not be a nil Stream.
 		return nil, err
 	}
 	return st, nil

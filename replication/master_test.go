@@ -211,7 +211,7 @@ func TestMasterRefusedStartKeepsConnection(t *testing.T) {
 	} {
 		srv, cli := tcpPair(t)
 		br := bufio.NewReader(srv)
-		reuse, err := ServeMaster(ctx, srv, br, BrokerSource(m), tc.after, MasterOptions{Logger: quiet})
+		reuse, err := ServeMaster(ctx, srv, br, SourceOf(m.ReplicaStream), tc.after, MasterOptions{Logger: quiet})
 		if !reuse || err == nil {
 			t.Fatalf("after %d: reuse %v err %v", tc.after, reuse, err)
 		}
@@ -246,7 +246,7 @@ func TestMasterDiscardsSlaveInput(t *testing.T) {
 	}
 	srv, cli := tcpPair(t)
 	br := bufio.NewReader(srv)
-	res := goServe(ctx, srv, br, BrokerSource(m), 0, MasterOptions{AliveInterval: time.Second, Logger: quiet})
+	res := goServe(ctx, srv, br, SourceOf(m.ReplicaStream), 0, MasterOptions{AliveInterval: time.Second, Logger: quiet})
 	junkDone := make(chan error, 1)
 	go func() {
 		junk := make([]byte, 64<<10)
@@ -296,7 +296,7 @@ func TestStuckSlaveDoesNotBlockWriter(t *testing.T) {
 	ctx := context.Background()
 	m.CreateTopic(ctx, []byte("t"), 0)
 	srv, _ := tcpPair(t) // the client end never reads
-	res := goServe(ctx, srv, nil, BrokerSource(m), 0, MasterOptions{WriteTimeout: 300 * time.Millisecond, Logger: quiet})
+	res := goServe(ctx, srv, nil, SourceOf(m.ReplicaStream), 0, MasterOptions{WriteTimeout: 300 * time.Millisecond, Logger: quiet})
 	big := bytes.Repeat([]byte("x"), 64<<10)
 	start := time.Now()
 	for i := 0; i < 200; i++ { // 12.8 MiB: far beyond what the sockets buffer
@@ -332,7 +332,7 @@ func TestMasterSendsAliveWhenIdle(t *testing.T) {
 	srv, cli := tcpPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	goServe(ctx, srv, nil, BrokerSource(m), 0, MasterOptions{AliveInterval: 50 * time.Millisecond, Logger: quiet})
+	goServe(ctx, srv, nil, SourceOf(m.ReplicaStream), 0, MasterOptions{AliveInterval: 50 * time.Millisecond, Logger: quiet})
 	start := time.Now()
 	for i := 0; i < 3; i++ {
 		cli.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -417,7 +417,7 @@ func TestBlockFirstID(t *testing.T) {
 	}
 }
 
-var _ Source = BrokerSource((*broker.Broker)(nil))
+var _ Source = SourceOf((*broker.Broker)(nil).ReplicaStream)
 
 // TestSlowSlaveDoesNotSlowPublishers compares the publish rate of two
 // masters, one with no replica and one with a replica that reads 1 KiB

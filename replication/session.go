@@ -12,8 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/smssmq/smss/broker"
-	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -138,7 +137,7 @@ func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) 
 		}
 		return fmt.Errorf("topic sync: %w", err)
 	}
-	var topics []meta.Topic
+	var topics []protocol.TopicInfo
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &topics); err != nil {
 			return stopped("the master's valid list is not a JSON topic array: %v", err)
@@ -285,7 +284,7 @@ func (s *Slave) apply(ctx context.Context, b *batch) error {
 		return ctx.Err()
 	}
 	raw := s.raws[min(applied, len(s.raws)-1)]
-	if errors.Is(err, broker.ErrReplicaOrder) {
+	if errors.Is(err, binlog.ErrBlockOrder) {
 		return stopped("block with eventId %d does not follow the slave's last eventId %d: %v", blockFirstID(raw), s.pos, err)
 	}
 	return stopped("apply the block with eventId %d (after %d): %v", blockFirstID(raw), s.pos, err)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/smssmq/smss/meta"
+	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -21,7 +21,7 @@ type Target interface {
 	ApplyReplicated(ctx context.Context, raw []byte) (int64, error)
 	// SyncTopic inserts a topic listed by the master's valid list unless
 	// one of that name exists.
-	SyncTopic(ctx context.Context, m meta.Topic) (bool, error)
+	SyncTopic(ctx context.Context, m protocol.TopicInfo) (bool, error)
 	// Binlog is the slave's own binlog: its last block is the position.
 	Binlog() *segment.Log
 	// LastEventID is the broker's last assigned eventId.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -324,12 +323,12 @@ func (c *conn) refuse(be *protocol.BizError, closeAfter bool, start time.Time) b
 
 // visibleTopics filters a list (100) reply to the topics the user holds a
 // grant on; without authentication, or for an admin, it is the whole list.
-func (c *conn) visibleTopics(topics []meta.Topic, err error) ([]meta.Topic, error) {
+func (c *conn) visibleTopics(topics []protocol.TopicInfo, err error) ([]protocol.TopicInfo, error) {
 	p := c.auth.principal
 	if err != nil || c.s.opts.Security.Auth == nil || p == nil || p.Admin {
 		return topics, err
 	}
-	out := make([]meta.Topic, 0, len(topics))
+	out := make([]protocol.TopicInfo, 0, len(topics))
 	for _, t := range topics {
 		if p.Allowed(auth.PermDescribe, t.Name) {
 			out = append(out, t)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -65,7 +64,7 @@ func (c *conn) cursorCommand() error {
 
 // hideSystemTopics leaves the cursor topic out of a list (100) reply; valid
 // list (99) keeps it, since slaves need it.
-func hideSystemTopics(topics []meta.Topic, err error) ([]meta.Topic, error) {
+func hideSystemTopics(topics []protocol.TopicInfo, err error) ([]protocol.TopicInfo, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -19,7 +18,7 @@ const fakeNow = 1795950274737
 // fail or panic.
 type fakeBackend struct {
 	mu       sync.Mutex
-	topics   map[string]meta.Topic
+	topics   map[string]protocol.TopicInfo
 	records  map[string][]byte
 	counts   map[string]int
 	msgs     map[string][]fakeMsg     // per topic, for subscribers
@@ -52,7 +51,7 @@ type fakeDelay struct {
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{topics: map[string]meta.Topic{}, records: map[string][]byte{}, counts: map[string]int{},
+	return &fakeBackend{topics: map[string]protocol.TopicInfo{}, records: map[string][]byte{}, counts: map[string]int{},
 		msgs: map[string][]fakeMsg{}, deleted: map[string]chan struct{}{}, changed: make(chan struct{}),
 		subs: map[[2]string]*fakeSub{}, nextID: 1}
 }
@@ -97,7 +96,7 @@ func (b *fakeBackend) CreateTopic(_ context.Context, topic []byte, expireAt int6
 	}
 	id := b.nextID
 	b.nextID++
-	b.topics[name] = meta.Topic{Name: name, CreateTime: fakeNow, ExpireAt: expireAt, CreateEventID: id,
+	b.topics[name] = protocol.TopicInfo{Name: name, CreateTime: fakeNow, ExpireAt: expireAt, CreateEventID: id,
 		StateChangeTime: fakeNow, StateChangeEventID: id, TopicRoot: "/3/3/" + name}
 	b.deleted[name] = make(chan struct{})
 	delete(b.msgs, name)
@@ -118,20 +117,20 @@ func (b *fakeBackend) DeleteTopic(_ context.Context, topic []byte) (int64, error
 	return id, nil
 }
 
-func (b *fakeBackend) Topic(name []byte) (meta.Topic, error) {
+func (b *fakeBackend) Topic(name []byte) (protocol.TopicInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.topics[string(name)]
 	if !ok {
-		return meta.Topic{}, protocol.ErrTopicNotExist
+		return protocol.TopicInfo{}, protocol.ErrTopicNotExist
 	}
 	return t, nil
 }
 
-func (b *fakeBackend) Topics() ([]meta.Topic, error) {
+func (b *fakeBackend) Topics() ([]protocol.TopicInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]meta.Topic, 0, len(b.topics))
+	out := make([]protocol.TopicInfo, 0, len(b.topics))
 	for _, t := range b.topics {
 		out = append(out, t)
 	}
@@ -139,9 +138,9 @@ func (b *fakeBackend) Topics() ([]meta.Topic, error) {
 	return out, nil
 }
 
-func (b *fakeBackend) ValidTopics(eventID int64) ([]meta.Topic, error) {
+func (b *fakeBackend) ValidTopics(eventID int64) ([]protocol.TopicInfo, error) {
 	all, _ := b.Topics()
-	var out []meta.Topic
+	var out []protocol.TopicInfo
 	for _, t := range all {
 		if eventID == 0 || t.CreateEventID <= eventID {
 			out = append(out, t)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -223,7 +222,7 @@ func (c *conn) info() error {
 	return c.appendJSON(body)
 }
 
-func (c *conn) list(topics []meta.Topic, err error) error {
+func (c *conn) list(topics []protocol.TopicInfo, err error) error {
 	if err != nil {
 		return err
 	}

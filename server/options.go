@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
@@ -24,11 +23,11 @@ type Backend interface {
 	DeleteTopic(ctx context.Context, topic []byte) (eventID int64, err error)
 	// Topic returns one meta entry with TopicRoot filled, or
 	// protocol.ErrTopicNotExist.
-	Topic(name []byte) (meta.Topic, error)
+	Topic(name []byte) (protocol.TopicInfo, error)
 	// Topics returns every meta entry sorted by name (list, §1.5.10).
-	Topics() ([]meta.Topic, error)
+	Topics() ([]protocol.TopicInfo, error)
 	// ValidTopics answers a valid list (§1.5.9, expired topics excluded §11).
-	ValidTopics(eventID int64) ([]meta.Topic, error)
+	ValidTopics(eventID int64) ([]protocol.TopicInfo, error)
 	IsSlave() bool
 	// Subscribe registers who on topic and positions it after eventId
 	// `after` (docs/protocol.md §3, §11). The (topic, who) slot is held until the

@@ -39,7 +39,7 @@ func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Replication: replication.BrokerSource(b),
+	s, err := New(Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Replication: replication.SourceOf(b.ReplicaStream),
 		Sync: tr, AliveInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
 
@@ -254,7 +254,7 @@ func (s *adminSource) ready() (bool, string) {
 }
 
 // Topics implements metrics.Source.
-func (s *adminSource) Topics() ([]meta.Topic, error) {
+func (s *adminSource) Topics() ([]protocol.TopicInfo, error) {
 	b := s.b.Load()
 	if b == nil {
 		return nil, errRecovering

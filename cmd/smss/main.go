@@ -218,7 +218,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		DefaultAckTimeout: cfg.DefaultAckTimeout(),
 		MaxAckTimeout:     cfg.MaxAckTimeout(),
 		MaxDelay:          cfg.MaxDelay(),
-		Replication:       replication.BrokerSource(b),
+		Replication:       replication.SourceOf(b.ReplicaStream),
 		ReplicaLinger:     cfg.ReplicaLinger(),
 		Sync:              syncTracker,
 		Metrics:           adm.metrics(),

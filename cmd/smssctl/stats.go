@@ -10,7 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/admin/adminapi"
+	"github.com/smssmq/smss/admin/adminclient"
 )
 
 const statsUsage = `usage: smssctl stats [--admin HOST:PORT] [--token-file F]
@@ -59,10 +60,10 @@ type adminFlags struct {
 func (a *adminFlags) bind(fs *flag.FlagSet, g *globals) {
 	a.addr = g.e.getenv("SMSS_ADMIN_ADDR")
 	if a.addr == "" {
-		a.addr = admin.DefaultListen
+		a.addr = adminapi.DefaultListen
 	}
 	a.token = g.e.getenv("SMSS_ADMIN_TOKEN")
-	fs.StringVar(&a.addr, "admin", a.addr, "admin endpoint `host:port` or URL (default $SMSS_ADMIN_ADDR, else "+admin.DefaultListen+")")
+	fs.StringVar(&a.addr, "admin", a.addr, "admin endpoint `host:port` or URL (default $SMSS_ADMIN_ADDR, else "+adminapi.DefaultListen+")")
 	fs.StringVar(&a.token, "token", a.token, "admin token (default $SMSS_ADMIN_TOKEN; visible to other users in the process list: prefer --token-file)")
 	a.tokenFile = g.e.getenv("SMSS_ADMIN_TOKEN_FILE")
 	fs.StringVar(&a.tokenFile, "token-file", a.tokenFile, "file holding the admin token (default $SMSS_ADMIN_TOKEN_FILE)")
@@ -109,7 +110,7 @@ func runStats(ctx context.Context, g *globals, args []string) int {
 	}
 	rctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	if err := admin.RunStats(rctx, g.e.stdout, af.addr, af.token, g.json); err != nil {
+	if err := adminclient.RunStats(rctx, g.e.stdout, af.addr, af.token, g.json); err != nil {
 		return fail(g, err)
 	}
 	return exitOK
@@ -150,7 +151,7 @@ func runTop(ctx context.Context, g *globals, args []string) int {
 		defer restore()
 	}
 	go quitOnQ(g.e.stdin, quit)
-	if err := admin.RunTop(ctx, g.e.stdout, af.addr, af.token, interval.d); err != nil {
+	if err := adminclient.RunTop(ctx, g.e.stdout, af.addr, af.token, interval.d); err != nil {
 		return fail(g, err)
 	}
 	return exitOK

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/admin/adminclient"
 )
 
 const statsToken = "ctl-test-token-0123456789"
@@ -89,7 +89,7 @@ func TestStatsAgainstServer(t *testing.T) {
 	r = ctl(t, addr, "", "stats")
 	r.expect(t, 0, "smss master", "TOPICS  1 live", "orders", "SUBSCRIBERS  1", "billing", "REPLICATION  master, 0 slave(s)", "DELAYED  0 pending")
 
-	var st admin.Stats
+	var st adminclient.Stats
 	r = ctl(t, addr, "", "--json", "stats", "--admin", "http://"+adm)
 	r.expect(t, 0)
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
 )
 
 // ErrTopics is what Topics returns while Fake.FailTopics is set.
@@ -22,7 +22,7 @@ type Fake struct {
 
 // State is everything a Fake answers.
 type State struct {
-	Topics      []meta.Topic
+	Topics      []protocol.TopicInfo
 	Stats       map[string]metrics.TopicStats
 	Subscribers []metrics.SubscriberInfo
 	Replication metrics.ReplicationInfo
@@ -44,13 +44,13 @@ func (f *Fake) Update(fn func(*State)) {
 }
 
 // Topics implements metrics.Source.
-func (f *Fake) Topics() ([]meta.Topic, error) {
+func (f *Fake) Topics() ([]protocol.TopicInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state.FailTopics {
 		return nil, ErrTopics
 	}
-	return append([]meta.Topic(nil), f.state.Topics...), nil
+	return append([]protocol.TopicInfo(nil), f.state.Topics...), nil
 }
 
 // TopicStats implements metrics.Source.

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
 	"github.com/smssmq/smss/protocol"
@@ -53,9 +52,9 @@ func New(role string) *Sim {
 		acked:   map[string]int64{},
 	}
 	now := time.Now()
-	var topics []meta.Topic
+	var topics []protocol.TopicInfo
 	for i, l := range loads {
-		t := meta.Topic{Name: l.name, CreateTime: now.Add(-time.Duration(48-i*7) * time.Hour).UnixMilli(), CreateEventID: int64(1000 * (i + 1))}
+		t := protocol.TopicInfo{Name: l.name, CreateTime: now.Add(-time.Duration(48-i*7) * time.Hour).UnixMilli(), CreateEventID: int64(1000 * (i + 1))}
 		if l.expireIn > 0 {
 			t.ExpireAt = now.Add(l.expireIn).UnixMilli()
 		}
@@ -63,9 +62,9 @@ func New(role string) *Sim {
 		s.stats[l.name] = metrics.TopicStats{Bytes: int64(50_000 * l.rate * float64(l.size) / 10), Files: 1 + i%3,
 			Messages: int64(50_000 * l.rate / 10), FirstEventID: int64(1000*(i+1) + 1), LastEventID: s.lastID - int64(i)}
 	}
-	topics = append(topics, meta.Topic{Name: "legacy.import", CreateTime: now.Add(-400 * time.Hour).UnixMilli(),
-		State: meta.StateDeleted, StateChangeTime: now.Add(-2 * time.Minute).UnixMilli()})
-	topics = append(topics, meta.Topic{Name: "tmp.job.991", CreateTime: now.Add(-time.Hour).UnixMilli(), ExpireAt: now.Add(-2 * time.Second).UnixMilli()})
+	topics = append(topics, protocol.TopicInfo{Name: "legacy.import", CreateTime: now.Add(-400 * time.Hour).UnixMilli(),
+		State: protocol.TopicStateDeleted, StateChangeTime: now.Add(-2 * time.Minute).UnixMilli()})
+	topics = append(topics, protocol.TopicInfo{Name: "tmp.job.991", CreateTime: now.Add(-time.Hour).UnixMilli(), ExpireAt: now.Add(-2 * time.Second).UnixMilli()})
 	s.stats["tmp.job.991"] = metrics.TopicStats{Bytes: 8192, Files: 1, Messages: 31, FirstEventID: 1_100_000, LastEventID: 1_100_400}
 	repl := metrics.ReplicationInfo{Role: role, LastEventID: s.lastID, Slaves: []metrics.SlaveInfo{}}
 	if role == metrics.RoleSlave {

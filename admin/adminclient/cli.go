@@ -1,4 +1,4 @@
-package admin
+package adminclient
 
 import (
 	"bytes"
@@ -12,14 +12,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/metrics"
 )
 
 // Stats is everything RunStats prints, as its JSON output has it.
 type Stats struct {
-	Info        Info                     `json:"info"`
-	Snapshot    *Snapshot                `json:"snapshot,omitempty"`
-	Topics      []TopicView              `json:"topics"`
+	Info        adminapi.Info            `json:"info"`
+	Snapshot    *adminapi.Snapshot       `json:"snapshot,omitempty"`
+	Topics      []adminapi.TopicView     `json:"topics"`
 	Subscribers []metrics.SubscriberInfo `json:"subscribers"`
 	Replication metrics.ReplicationInfo  `json:"replication"`
 	Delays      metrics.DelayStats       `json:"delays"`
@@ -43,7 +44,7 @@ func (c *Client) FetchStats(ctx context.Context) (*Stats, error) {
 		}
 	}
 	// Rates exist only once the sampler has run; stats works without them.
-	var snap Snapshot
+	var snap adminapi.Snapshot
 	if err := c.Get(ctx, "/api/snapshot", &snap); err == nil {
 		st.Snapshot = &snap
 	} else if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil {
@@ -87,7 +88,7 @@ func renderStats(b *bytes.Buffer, st *Stats, now time.Time) {
 	renderDelays(b, st.Delays, now)
 }
 
-func renderHeader(b *bytes.Buffer, in Info, snap *Snapshot) {
+func renderHeader(b *bytes.Buffer, in adminapi.Info, snap *adminapi.Snapshot) {
 	ready := "ready"
 	if !in.Ready {
 		ready = "NOT READY: " + in.ReadyReason
@@ -116,7 +117,7 @@ func renderHeader(b *bytes.Buffer, in Info, snap *Snapshot) {
 
 // renderTopicTable prints topics; with rates (top) it adds in/out columns
 // and sorts the busiest first, else it sorts by name. limit 0 = all.
-func renderTopicTable(b *bytes.Buffer, topics []TopicView, rates map[string]TopicRate, limit int, now time.Time) {
+func renderTopicTable(b *bytes.Buffer, topics []adminapi.TopicView, rates map[string]adminapi.TopicRate, limit int, now time.Time) {
 	counts := map[string]int{}
 	var disk int64
 	for _, t := range topics {
@@ -130,7 +131,7 @@ func renderTopicTable(b *bytes.Buffer, topics []TopicView, rates map[string]Topi
 	if len(topics) == 0 {
 		return
 	}
-	list := append([]TopicView(nil), topics...)
+	list := append([]adminapi.TopicView(nil), topics...)
 	if rates != nil {
 		sort.SliceStable(list, func(i, j int) bool {
 			ri, rj := rates[list[i].Name], rates[list[j].Name]
@@ -171,7 +172,7 @@ func renderTopicTable(b *bytes.Buffer, topics []TopicView, rates map[string]Topi
 	_ = tw.Flush()
 }
 
-func statBytes(t TopicView) int64 {
+func statBytes(t adminapi.TopicView) int64 {
 	if t.Stats == nil {
 		return -1
 	}
@@ -325,7 +326,7 @@ func RunTop(ctx context.Context, w io.Writer, baseURL, token string, interval ti
 func renderTop(b *bytes.Buffer, st *Stats, now time.Time) {
 	renderHeader(b, st.Info, st.Snapshot)
 	fmt.Fprintf(b, "%s\n\n", now.Format("15:04:05"))
-	rates := map[string]TopicRate{}
+	rates := map[string]adminapi.TopicRate{}
 	if st.Snapshot != nil {
 		for _, r := range st.Snapshot.Topics {
 			rates[r.Name] = r

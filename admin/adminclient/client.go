@@ -1,4 +1,4 @@
-package admin
+package adminclient
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/smssmq/smss/admin/adminapi"
 )
 
 // ErrUnauthorized is returned by Client when the server wants a (different)
@@ -69,7 +71,7 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 		return ErrUnauthorized
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e errorBody
+		var e adminapi.ErrorBody
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return fmt.Errorf("admin API %s: %s: %s", path, resp.Status, e.Error)
 		}

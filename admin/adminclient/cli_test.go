@@ -1,4 +1,4 @@
-package admin
+package adminclient
 
 import (
 	"bytes"
@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/metrics/metricstest"
 )
 
 func TestRunStats(t *testing.T) {
-	e := newEnv(t, testToken, true, nil)
+	e := newEnv(t, testToken)
 	ctx := context.Background()
 	var out bytes.Buffer
 	if err := RunStats(ctx, &out, strings.TrimPrefix(e.base, "http://"), testToken, false); err != nil {
@@ -63,7 +64,7 @@ func TestRunStats(t *testing.T) {
 }
 
 func TestRunStatsSlaveAndHostileNames(t *testing.T) {
-	e := newEnv(t, "", true, nil)
+	e := newEnv(t, "")
 	e.fake.Update(func(s *metricstest.State) {
 		s.Replication = metrics.ReplicationInfo{Role: metrics.RoleSlave, Master: &metrics.MasterLink{
 			Addr: "10.0.0.1:12301", State: metrics.LinkStreaming, Position: 77, LagEvents: -1, LagSeconds: 2.5}}
@@ -106,7 +107,7 @@ func (s *syncBuffer) String() string {
 }
 
 func TestRunTop(t *testing.T) {
-	e := newEnv(t, testToken, true, nil)
+	e := newEnv(t, testToken)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := &syncBuffer{frames: make(chan struct{}, 16)}
@@ -178,16 +179,16 @@ func TestHumanFormats(t *testing.T) {
 }
 
 func TestTablesAreCapped(t *testing.T) {
-	var topics []TopicView
+	var topics []adminapi.TopicView
 	var subs []metrics.SubscriberInfo
 	for i := range 20 {
 		name := "t" + strings.Repeat("x", i)
-		topics = append(topics, TopicView{Status: metrics.TopicStateNormal})
+		topics = append(topics, adminapi.TopicView{Status: metrics.TopicStateNormal})
 		topics[i].Name = name
 		subs = append(subs, metrics.SubscriberInfo{Topic: name, Who: "w"})
 	}
 	var b bytes.Buffer
-	renderTopicTable(&b, topics, map[string]TopicRate{"txxx": {MsgsPerSec: 5}}, 15, time.Now())
+	renderTopicTable(&b, topics, map[string]adminapi.TopicRate{"txxx": {MsgsPerSec: 5}}, 15, time.Now())
 	renderSubscriberTable(&b, subs, len(subs), 10)
 	text := b.String()
 	if !strings.Contains(text, "… 5 more") || !strings.Contains(text, "… 10 more") {
