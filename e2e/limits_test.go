@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -374,22 +376,7 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 func TestManyTopicsFewDescriptors(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, "")
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n 128 && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"))
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
-	if !waitUntil(30*time.Second, func() bool { return listenRe.MatchString(p.out.String()) }) {
-		t.Fatalf("no listening line:\n%s", p.out.String())
-	}
-	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	p := startLimited(t, dir, 128)
 	c := dial(t, p.addr)
 	const topics = 400
 	for i := range topics {
@@ -416,18 +403,42 @@ func TestManyTopicsFewDescriptors(t *testing.T) {
 		}
 	}
 	p.stop()
+
+	// Recovery replays every topic (the checkpoint put back to the start,
+	// as after a crash long after it): it used to hold a reader per topic
+	// and failed with "too many open files"; it keeps to
+	// store.maxOpenTopics too.
+	ms, err := meta.Open(meta.Options{Dir: filepath.Join(dir, "data", "meta"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := ms.NewBatch()
+	mb.SetCheckpoint(meta.Checkpoint{NextEventID: 1})
+	if err := ms.Commit(mb); err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = startLimited(t, dir, 128)
+	if !strings.Contains(p.out.String(), "binlog replayed") {
+		t.Fatalf("no replay at the restart:\n%s", p.out.String())
+	}
+	for _, i := range []int{0, 199, 399} {
+		name := fmt.Sprintf("many-%03d", i)
+		if got := readAll(t, p.addr, name, 2); len(got) != 2 || got[0] != name || got[1] != "again" {
+			t.Fatalf("topic %s after the replay: %q", name, got)
+		}
+	}
+	p.stop()
 }
 
-// TestDescriptorLimitAnswers: a server at its descriptor limit must go on
-// answering the connections it has, refuse only what needs a new file (with
-// the error naming why), not leave new clients hanging in the listen
-// backlog, and recover when descriptors are freed. Idle connections under
-// ulimit -n 64 take every descriptor.
-func TestDescriptorLimitAnswers(t *testing.T) {
-	dir := t.TempDir()
-	writeConfig(t, dir, "")
+// startLimited starts the server on dir's config under ulimit -n nofile
+// and waits until it listens.
+func startLimited(t *testing.T, dir string, nofile int) *proc {
+	t.Helper()
 	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n 64 && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"))
+	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n "$2" && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"), fmt.Sprint(nofile))
 	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -438,10 +449,29 @@ func TestDescriptorLimitAnswers(t *testing.T) {
 		close(p.exited)
 	}()
 	t.Cleanup(p.kill)
-	if !waitUntil(30*time.Second, func() bool { return listenRe.MatchString(p.out.String()) }) {
-		t.Fatalf("no listening line:\n%s", p.out.String())
+	if !waitUntil(30*time.Second, func() bool {
+		select {
+		case <-p.exited:
+			return true
+		default:
+		}
+		return listenRe.MatchString(p.out.String())
+	}) || !listenRe.MatchString(p.out.String()) {
+		t.Fatalf("no listening line (exit %v):\n%s", p.err, p.out.String())
 	}
 	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	return p
+}
+
+// TestDescriptorLimitAnswers: a server at its descriptor limit must go on
+// answering the connections it has, refuse only what needs a new file (with
+// the error naming why), not leave new clients hanging in the listen
+// backlog, and recover when descriptors are freed. Idle connections under
+// ulimit -n 64 take every descriptor.
+func TestDescriptorLimitAnswers(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := startLimited(t, dir, 64)
 	c := dial(t, p.addr)
 	for i := range 3 {
 		name := fmt.Sprintf("fd-%d", i)
