@@ -254,6 +254,12 @@ func Open(opts Options) (*Broker, error) {
 			b.disk.close()
 		}
 	}()
+	// check (in newDiskGuard) gave the reserve file back if the disk is
+	// that full; without one, a start on a full disk is refused here
+	// rather than die in badger.
+	if err := b.disk.startRoom(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
