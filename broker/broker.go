@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/smssmq/smss/internal/fsmode"
@@ -253,6 +254,12 @@ func Open(opts Options) (*Broker, error) {
 			b.disk.close()
 		}
 	}()
+	// check (in newDiskGuard) gave the reserve file back if the disk is
+	// that full; without one, a start on a full disk is refused here
+	// rather than die in badger.
+	if err := b.disk.startRoom(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
@@ -592,6 +599,12 @@ func (b *Broker) ValidTopics(eventID int64) ([]meta.Topic, error) {
 }
 
 // topicLog opens (once) the log of t. Called by the writer and by recovery.
+// ErrDescriptorLimit refuses a write whose topic files cannot be opened
+// because the process is out of descriptors (EMFILE/ENFILE). It is a
+// business error: the connection stays usable, and the write succeeds
+// again once descriptors are freed.
+var ErrDescriptorLimit = protocol.NewBizError("too many open files: the server is at its descriptor limit, retry later (raise ulimit -n or lower store.maxOpenTopics)")
+
 func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 	if t.log != nil {
 		return t.log, nil
@@ -603,6 +616,16 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,
 		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile})
 	if err != nil {
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			// The client gets a refusal that says why (not the server's
+			// paths); the log keeps the detail, sampled since every
+			// write to a closed topic fails the same way until
+			// descriptors are freed.
+			if b.sample() {
+				b.log.Warn("cannot open a topic's files: descriptor limit reached", "topic", t.meta.Name, "err", err)
+			}
+			return nil, ErrDescriptorLimit
+		}
 		return nil, err
 	}
 	b.mu.Lock()

@@ -244,6 +244,32 @@ func (b *Broker) noteNoSpace(err error) {
 	}
 }
 
+// minStartFree is the free space below which Open refuses to open the meta
+// store (after giving back the reserve file, if there is one). Badger
+// writes its lock file, memtable and start-up entries through memory maps:
+// on a disk with one or two free pages it died with SIGBUS at start or on
+// its first flush, where a refusal says what is wrong. 1 MiB is over a
+// hundred times what that start needs.
+const minStartFree = 1 << 20
+
+// ErrDiskFull refuses to open a store whose disk has less than
+// minStartFree free.
+var ErrDiskFull = errors.New("disk full")
+
+// startRoom is checked before the meta store opens: nil when the guard is
+// off, the free space cannot be read, or there is room to start.
+func (g *diskGuard) startRoom() error {
+	if g.min == 0 {
+		return nil
+	}
+	free, err := g.statfs(g.dir)
+	if err != nil || free >= minStartFree {
+		return nil
+	}
+	return fmt.Errorf("%w: %d KiB free on the filesystem of %s (after giving back %s, if there was one); the meta store writes through memory maps and needs %d KiB to open without risking SIGBUS: free some space (store.minFreeMB %d)",
+		ErrDiskFull, free>>10, g.dir, ReserveFile, minStartFree>>10, g.min>>20)
+}
+
 // adjustReserve deletes the reserve file when free is below its size (the
 // disk is about full: give the space to badger) and creates it when there
 // is room for it above the watermark. It returns the free space after.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -165,5 +167,46 @@ func TestSlaveReplicationPausesOnFullDisk(t *testing.T) {
 	cancel()
 	if _, err := s.ApplyReplicated(cctx, blocks[0]); !errors.Is(err, context.Canceled) {
 		t.Fatalf("apply with a cancelled session: %v", err)
+	}
+}
+
+// TestDiskFullStartRefused: with less than minStartFree free (and no reserve
+// file to give back) Open refuses before badger writes anything, naming
+// the free space; at minStartFree and with the guard off it opens.
+func TestDiskFullStartRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		free    uint64
+		min     int64
+		refused bool
+	}{
+		{"full", 64 << 10, 100 << 20, true},
+		{"empty", 0, 100 << 20, true},
+		{"room", minStartFree, 100 << 20, false},
+		{"guardOff", 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk := &fakeDisk{}
+			disk.free.Store(tc.free)
+			dir := t.TempDir()
+			b, err := Open(Options{Dir: dir, FlushLevel: 1, Logger: quietLog, MinFreeBytes: tc.min, Statfs: disk.statfs, DiskCheckInterval: time.Hour})
+			if !tc.refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Close()
+				return
+			}
+			if err == nil {
+				b.Close()
+				t.Fatal("opened on a full disk")
+			}
+			if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), fmt.Sprintf("%d KiB free", tc.free>>10)) {
+				t.Fatalf("error %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "meta")); !os.IsNotExist(err) {
+				t.Fatalf("meta store touched before the refusal: %v", err)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -274,6 +275,7 @@ type cursor struct {
 	pos       segment.Position
 	appending bool
 	rd        *segment.Reader
+	lru       *list.Element // in replayer.open while it holds descriptors
 }
 
 func (c *cursor) close() {
@@ -284,8 +286,13 @@ func (c *cursor) close() {
 }
 
 type replayer struct {
-	b         *Broker
-	cursors   map[*topic]*cursor
+	b       *Broker
+	cursors map[*topic]*cursor
+	// open orders the topics whose reader or current file the replay
+	// holds, most recent first; beyond store.maxOpenTopics the oldest are
+	// closed (their cursor keeps its position), so a replay over more
+	// topics than descriptors does not run out of them.
+	open      list.List
 	maxID     int64
 	blocks    int
 	appended  int
@@ -384,6 +391,9 @@ func (r *replayer) apply(pos segment.Position, first, last int64, raw []byte) er
 			}
 			if cur := r.cursors[t]; cur != nil {
 				cur.close()
+				if cur.lru != nil {
+					r.open.Remove(cur.lru)
+				}
 				delete(r.cursors, t)
 			}
 			b.removeTopic(t, blk.EventID)
@@ -411,6 +421,9 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 		}
 		cur = &cursor{pos: loc.Pos}
 		r.cursors[t] = cur
+	}
+	if err := r.touch(t, cur); err != nil {
+		return err
 	}
 	r.buf, r.marks = r.buf[:0], r.marks[:0]
 	tb := topicstore.Block{Ts: blk.WriteTime, SaveTime: blk.WriteTime, SrcFileID: src.FileID, SrcPos: src.Offset}
@@ -442,6 +455,30 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 		}
 		l.Commit()
 		t.dirty = true
+	}
+	return nil
+}
+
+// touch puts t first among the topics holding descriptors and closes the
+// files of the least recent beyond Options.MaxOpenTopics: the reader (the
+// cursor's pos is where it stood, and matchAt reopens it there) and the
+// current file, fsynced by CloseIdle and reopened by the next append.
+func (r *replayer) touch(t *topic, cur *cursor) error {
+	if cur.lru != nil {
+		r.open.MoveToFront(cur.lru)
+	} else {
+		cur.lru = r.open.PushFront(t)
+	}
+	for r.open.Len() > r.b.opts.MaxOpenTopics {
+		old := r.open.Back().Value.(*topic)
+		oc := r.cursors[old]
+		r.open.Remove(oc.lru)
+		oc.lru = nil
+		oc.close()
+		if err := old.log.CloseIdle(); err != nil {
+			return fmt.Errorf("close the file of topic %s (store.maxOpenTopics): %w", old.meta.Name, err)
+		}
+		old.dirty = false
 	}
 	return nil
 }
@@ -507,6 +544,12 @@ func (r *replayer) finish() error {
 					r.truncated++
 				}
 			}
+		}
+		// The writer starts with no topic file open (its LRU is empty):
+		// CloseIdle fsyncs what the replay wrote and closes it; the
+		// topic's next append reopens it.
+		if err := l.CloseIdle(); err != nil {
+			return err
 		}
 		if t.dirty {
 			if err := l.Sync(); err != nil {

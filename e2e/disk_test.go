@@ -240,3 +240,66 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	s.stop()
 	m.stop()
 }
+
+// TestDiskFullStartWithoutReserve: a data directory that has no reserve
+// file (the original server's, or one run with store.minFreeMB 0) on a disk
+// filled to its last pages used to die at start with SIGBUS in badger's
+// memory-mapped memtable. It is refused with an error naming the free
+// space, and starts and serves reads once space is freed.
+func TestDiskFullStartWithoutReserve(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	mountTmpfs(t, data, 32)
+	writeConfig(t, dir, "  minFreeMB: 0\n")
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	if err := c.create("keep", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pub("keep", record(nil, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	p.stop()
+	if _, err := os.Stat(filepath.Join(data, "smss.reserve")); !os.IsNotExist(err) {
+		t.Fatalf("a reserve file with the guard off: %v", err)
+	}
+
+	// Leave one page: badger's start needs more.
+	filler := fillTo(t, data, 0)
+	st, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, st.Size()-4096); err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, dir, "  minFreeMB: 16\n")
+	cmd := exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
+	cmd.Dir = dir
+	done := make(chan struct{})
+	var out []byte
+	go func() {
+		out, err = cmd.CombinedOutput()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("a start on a full disk neither served nor ended within 30 s:\n%s", out)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "disk full: ") || !strings.Contains(string(out), "KiB free") {
+		t.Fatalf("start on a full disk: %v, want exit 1 naming the free space:\n%s", err, out)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	p = start(t, dir)
+	if got := readAll(t, p.addr, "keep", 1); len(got) != 1 || got[0] != "kept" {
+		t.Fatalf("after space returned: %q", got)
+	}
+	p.stop()
+}

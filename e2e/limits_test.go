@@ -4,8 +4,11 @@ package e2e
 // real smss process.
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -372,22 +376,7 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 func TestManyTopicsFewDescriptors(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, "")
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n 128 && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"))
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
-	if !waitUntil(30*time.Second, func() bool { return listenRe.MatchString(p.out.String()) }) {
-		t.Fatalf("no listening line:\n%s", p.out.String())
-	}
-	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	p := startLimited(t, dir, 128)
 	c := dial(t, p.addr)
 	const topics = 400
 	for i := range topics {
@@ -412,6 +401,187 @@ func TestManyTopicsFewDescriptors(t *testing.T) {
 		if err := c.pub(name, record(nil, "again")); err != nil {
 			t.Fatalf("publish again to %s: %v", name, err)
 		}
+	}
+	p.stop()
+
+	// Recovery replays every topic (the checkpoint put back to the start,
+	// as after a crash long after it): it used to hold a reader per topic
+	// and failed with "too many open files"; it keeps to
+	// store.maxOpenTopics too.
+	ms, err := meta.Open(meta.Options{Dir: filepath.Join(dir, "data", "meta"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := ms.NewBatch()
+	mb.SetCheckpoint(meta.Checkpoint{NextEventID: 1})
+	if err := ms.Commit(mb); err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = startLimited(t, dir, 128)
+	if !strings.Contains(p.out.String(), "binlog replayed") {
+		t.Fatalf("no replay at the restart:\n%s", p.out.String())
+	}
+	for _, i := range []int{0, 199, 399} {
+		name := fmt.Sprintf("many-%03d", i)
+		if got := readAll(t, p.addr, name, 2); len(got) != 2 || got[0] != name || got[1] != "again" {
+			t.Fatalf("topic %s after the replay: %q", name, got)
+		}
+	}
+	p.stop()
+}
+
+// startLimited starts the server on dir's config under ulimit -n nofile
+// and waits until it listens.
+func startLimited(t *testing.T, dir string, nofile int) *proc {
+	t.Helper()
+	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
+	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n "$2" && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"), fmt.Sprint(nofile))
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	if !waitUntil(30*time.Second, func() bool {
+		select {
+		case <-p.exited:
+			return true
+		default:
+		}
+		return listenRe.MatchString(p.out.String())
+	}) || !listenRe.MatchString(p.out.String()) {
+		t.Fatalf("no listening line (exit %v):\n%s", p.err, p.out.String())
+	}
+	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
+	return p
+}
+
+// TestDescriptorLimitAnswers: a server at its descriptor limit must go on
+// answering the connections it has, refuse only what needs a new file (with
+// the error naming why), not leave new clients hanging in the listen
+// backlog, and recover when descriptors are freed. Idle connections under
+// ulimit -n 64 take every descriptor.
+func TestDescriptorLimitAnswers(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "")
+	p := startLimited(t, dir, 64)
+	c := dial(t, p.addr)
+	for i := range 3 {
+		name := fmt.Sprintf("fd-%d", i)
+		if err := c.create(name, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.pub(name, record(nil, "before")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alive := must(protocol.AppendAlive(nil, []byte("trace")))
+	info := must(protocol.AppendTopicInfo(nil, []byte("fd-0"), []byte("trace")))
+
+	// Open idle connections until the server has accepted all it can: more
+	// than the limit, so the rest wait in the listen backlog.
+	var idle []net.Conn
+	defer func() {
+		for _, ic := range idle {
+			ic.Close()
+		}
+	}()
+	for range 80 {
+		ic, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, ic)
+	}
+	fdCount := func() int {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fds)
+	}
+	if !waitUntil(20*time.Second, func() bool { return strings.Contains(p.out.String(), "too many open files") }) {
+		t.Fatalf("server never reached its descriptor limit (%d open):\n%s", fdCount(), p.out.String())
+	}
+	t.Logf("%d descriptors open at the limit", fdCount())
+
+	// The connection it has is answered: alive, info, a write to a topic
+	// whose files are open; a write that needs a new file is refused with
+	// the reason, and the connection stays usable.
+	if _, err := c.roundTrip(alive, protocol.ReplyPlain); err != nil {
+		t.Fatalf("alive at the limit: %v", err)
+	}
+	if _, err := c.roundTrip(info, protocol.ReplyJSON); err != nil {
+		t.Fatalf("info at the limit: %v", err)
+	}
+	if err := c.pub("fd-1", record(nil, "at limit")); err != nil {
+		t.Fatalf("publish to an open topic at the limit: %v", err)
+	}
+	err := c.create("fd-new", 0)
+	if err != nil && !strings.Contains(err.Error(), "too many open files") {
+		t.Fatalf("create at the limit: %v, want success or \"too many open files\"", err)
+	}
+	t.Logf("create at the limit: %v", err)
+	err = c.pub("fd-new", record(nil, "new"))
+	if err != nil && (!strings.Contains(err.Error(), "too many open files: the server is at its descriptor limit") || strings.Contains(err.Error(), dir)) {
+		t.Fatalf("publish needing a new file at the limit: %v, want success or a refusal naming the descriptor limit (and no server path)", err)
+	}
+	t.Logf("publish needing a new file at the limit: %v", err)
+	if _, err := c.roundTrip(alive, protocol.ReplyPlain); err != nil {
+		t.Fatalf("alive after a refused write: %v", err)
+	}
+
+	// A new client is answered or closed at once, never left hanging in
+	// the backlog.
+	nc, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := nc.Write(alive); err == nil {
+		_, err = protocol.ReadReply(bufio.NewReader(nc), protocol.ReplyPlain, 1<<20)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("a new connection at the descriptor limit hangs: %v", err)
+		}
+		t.Logf("new connection at the limit: %v", err)
+	}
+	nc.Close()
+
+	// Descriptors freed: everything works again, new connections included.
+	for _, ic := range idle {
+		ic.Close()
+	}
+	idle = nil
+	var c2 *client
+	if !waitUntil(20*time.Second, func() bool {
+		nc, err := net.DialTimeout("tcp", p.addr, time.Second)
+		if err != nil {
+			return false
+		}
+		cc := &client{c: nc, r: bufio.NewReader(nc)}
+		if _, err := cc.roundTrip(alive, protocol.ReplyPlain); err != nil {
+			nc.Close()
+			return false
+		}
+		c2 = cc
+		return true
+	}) {
+		t.Fatalf("no new connection answered after the idle ones closed:\n%s", p.out.String())
+	}
+	defer c2.c.Close()
+	if err := c2.pub("fd-new", record(nil, "after")); err != nil {
+		t.Fatalf("publish to a new topic after recovery: %v", err)
+	}
+	if err := c.pub("fd-2", record(nil, "after")); err != nil {
+		t.Fatalf("publish on the old connection after recovery: %v", err)
 	}
 	p.stop()
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/smssmq/smss/auth"
@@ -123,6 +125,16 @@ func (s *Server) Serve() error {
 // a listener failure.
 func (s *Server) acceptLoop(ln net.Listener) error {
 	var backoff time.Duration
+	// spare holds one descriptor back so that, at the process's
+	// descriptor limit, a waiting connection can still be accepted and
+	// closed instead of hanging in the listen backlog until its client
+	// times out (the "idle descriptor" trick of libev and nginx).
+	spare := openSpare()
+	defer func() {
+		if spare != nil {
+			spare.Close()
+		}
+	}()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -131,6 +143,19 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("accept: %w", err)
+			}
+			if isFDLimit(err) && spare != nil {
+				spare.Close()
+				spare = nil
+				if s.shedOne(ln) {
+					spare = openSpare()
+					backoff = 0
+					continue
+				}
+				spare = openSpare()
+			}
+			if spare == nil {
+				spare = openSpare()
 			}
 			// Transient failures (EMFILE, ECONNABORTED, ...): back off so
 			// a resource shortage does not become a busy loop.
@@ -148,6 +173,51 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 		backoff = 0
 		s.startConn(nc)
 	}
+}
+
+// openSpare opens the descriptor acceptLoop keeps in reserve; nil when
+// none is free (acceptLoop tries again after its next failure).
+func openSpare() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+// isFDLimit reports whether an accept failed for want of a descriptor.
+func isFDLimit(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// shedOne runs with acceptLoop's spare descriptor released: it accepts the
+// connection waiting in the backlog with it. If a descriptor is still free
+// afterwards the shortage has passed and the connection is served;
+// otherwise it is closed at once, so its client sees the connection end
+// (and the log says why) rather than waiting in the backlog. It returns
+// false when nothing could be accepted (the caller backs off).
+func (s *Server) shedOne(ln net.Listener) bool {
+	// Accept must not block: the backlog may be empty when the limit was
+	// hit by another goroutine's open.
+	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+		d.SetDeadline(time.Now().Add(10 * time.Millisecond))
+		defer d.SetDeadline(time.Time{})
+	}
+	nc, err := ln.Accept()
+	if err != nil {
+		return false
+	}
+	if f := openSpare(); f != nil {
+		f.Close()
+		s.startConn(nc)
+		return true
+	}
+	s.opts.Metrics.Error(metrics.KindRefused)
+	if s.sampler.sample() {
+		s.log.Warn("connection refused: descriptor limit reached (too many open files)", "remote", nc.RemoteAddr().String())
+	}
+	nc.Close()
+	return true
 }
 
 func (s *Server) startConn(nc net.Conn) {
