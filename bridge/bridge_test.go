@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -441,9 +442,24 @@ func TestMetricsEndpoint(t *testing.T) {
 // replication (a slave); the bridge moves on to the third.
 func TestSeveralMasters(t *testing.T) {
 	h := mixedHistory(1)
-	dead := startFakeMaster(t, nil)
-	deadAddr := dead.addr()
-	dead.close()
+	// A master that is gone: it holds its port (a closed port could be
+	// taken by any server another test starts meanwhile, which may never
+	// answer a replica request) and closes every connection at once.
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gone.Close() })
+	go func() {
+		for {
+			c, err := gone.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	deadAddr := gone.Addr().String()
 	slave := startFakeMaster(t, nil)
 	slave.refuse = "don't support action"
 	m := startFakeMaster(t, h.blocks)
