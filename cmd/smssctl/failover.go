@@ -40,20 +40,30 @@ func noFailover(g *globals, err error) error {
 	return err
 }
 
-func runStatus(ctx context.Context, g *globals, args []string) int {
-	if _, err := failoverArgs(g, "status", statusUsage, args, 0); err != nil {
-		return failOrDone(g, err)
-	}
+// call runs one status, promote or follow request on a connection of its
+// own, bounded by the request timeout; an original server's refusal is
+// explained.
+func call(ctx context.Context, g *globals, fn func(context.Context, *client.Client) error) error {
 	c, err := g.dial(ctx)
 	if err != nil {
-		return fail(g, err)
+		return err
 	}
 	defer c.Close()
 	rctx, cancel := g.ctx(ctx)
 	defer cancel()
-	st, err := c.Status(rctx)
-	if err != nil {
-		return fail(g, noFailover(g, err))
+	return noFailover(g, fn(rctx, c))
+}
+
+func runStatus(ctx context.Context, g *globals, args []string) int {
+	if _, err := failoverArgs(g, "status", statusUsage, args, 0); err != nil {
+		return failOrDone(g, err)
+	}
+	var st *client.NodeStatus
+	if err := call(ctx, g, func(ctx context.Context, c *client.Client) (err error) {
+		st, err = c.Status(ctx)
+		return err
+	}); err != nil {
+		return fail(g, err)
 	}
 	if g.json {
 		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": st.Role, "epoch": st.Epoch,
@@ -72,16 +82,12 @@ func runPromote(ctx context.Context, g *globals, args []string) int {
 	if _, err := failoverArgs(g, "promote", promoteUsage, args, 0); err != nil {
 		return failOrDone(g, err)
 	}
-	c, err := g.dial(ctx)
-	if err != nil {
+	var epoch uint64
+	if err := call(ctx, g, func(ctx context.Context, c *client.Client) (err error) {
+		epoch, err = c.Promote(ctx)
+		return err
+	}); err != nil {
 		return fail(g, err)
-	}
-	defer c.Close()
-	rctx, cancel := g.ctx(ctx)
-	defer cancel()
-	epoch, err := c.Promote(rctx)
-	if err != nil {
-		return fail(g, noFailover(g, err))
 	}
 	if g.json {
 		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": client.RoleMaster, "epoch": epoch})
@@ -107,15 +113,8 @@ func runFollow(ctx context.Context, g *globals, args []string) int {
 	if err != nil {
 		return fail(g, usagef("follow: %q is not HOST:PORT: %v", master, err))
 	}
-	c, err := g.dial(ctx)
-	if err != nil {
+	if err := call(ctx, g, func(ctx context.Context, c *client.Client) error { return c.Follow(ctx, master) }); err != nil {
 		return fail(g, err)
-	}
-	defer c.Close()
-	rctx, cancel := g.ctx(ctx)
-	defer cancel()
-	if err := c.Follow(rctx, master); err != nil {
-		return fail(g, noFailover(g, err))
 	}
 	if g.json {
 		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "following": master})
