@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,33 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-var (
-	natsBinOnce sync.Once
-	natsBin     string
-	natsBinErr  error
-)
-
-// buildNATS builds the nats-server of the module's go.mod once per test
+// natsServer is the nats-server of the module's go.mod, built once per test
 // binary, so that the target can be killed like a real deployment's.
-func buildNATS(t *testing.T) string {
-	t.Helper()
-	natsBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "smss-nats-bin")
-		if err != nil {
-			natsBinErr = err
-			return
-		}
-		natsBin = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsBinErr = fmt.Errorf("build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsBinErr != nil {
-		t.Fatal(natsBinErr)
-	}
-	return natsBin
-}
+var natsServer = builtBinary{pkg: "github.com/nats-io/nats-server/v2", name: "nats-server"}
+
+func buildNATS(t *testing.T) string { return natsServer.path(t) }
 
 // natsProc is a nats-server process with JetStream on a fixed port and
 // store dir, so that a restart finds the stream where the kill left it.

@@ -30,31 +30,38 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-var (
-	bridgeBinOnce sync.Once
-	bridgeBin     string
-	bridgeBinErr  error
-)
+var bridgeBinary = builtBinary{pkg: "../cmd/smss-bridge", name: "smss-bridge"}
 
 // buildBridge builds cmd/smss-bridge once per test binary.
-func buildBridge(t *testing.T) string {
+func buildBridge(t *testing.T) string { return bridgeBinary.path(t) }
+
+// builtBinary is a Go package built once per test binary into a temporary
+// directory.
+type builtBinary struct {
+	pkg, name string
+
+	once sync.Once
+	bin  string
+	err  error
+}
+
+func (b *builtBinary) path(t *testing.T) string {
 	t.Helper()
-	bridgeBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "smss-bridge-bin")
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "smss-e2e-"+b.name)
 		if err != nil {
-			bridgeBinErr = err
+			b.err = err
 			return
 		}
-		bridgeBin = filepath.Join(dir, "smss-bridge")
-		out, err := exec.Command("go", "build", "-o", bridgeBin, "../cmd/smss-bridge").CombinedOutput()
-		if err != nil {
-			bridgeBinErr = fmt.Errorf("build smss-bridge: %v\n%s", err, out)
+		b.bin = filepath.Join(dir, b.name)
+		if out, err := exec.Command("go", "build", "-o", b.bin, b.pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
 		}
 	})
-	if bridgeBinErr != nil {
-		t.Fatal(bridgeBinErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return bridgeBin
+	return b.bin
 }
 
 // bridgeProc is a running smss-bridge process.
