@@ -19,7 +19,7 @@ import (
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // Options configure a Broker. Zero values take the documented defaults.
@@ -551,7 +551,7 @@ func (b *Broker) checkExistingName(name []byte) error {
 
 func (b *Broker) view(t *topic) meta.Topic {
 	m := t.meta
-	m.TopicRoot = topicstore.RelRoot([]byte(m.Name), b.opts.FolderCount)
+	m.TopicRoot = topicblock.RelRoot([]byte(m.Name), b.opts.FolderCount)
 	return m
 }
 
@@ -635,7 +635,7 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 }
 
 func (b *Broker) topicDir(name string) string {
-	return topicstore.Dir(b.topicRoot, []byte(name), b.opts.FolderCount)
+	return topicblock.Dir(b.topicRoot, []byte(name), b.opts.FolderCount)
 }
 
 // topicsByName is a snapshot of the live topics in name order.

@@ -11,7 +11,7 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 func rec(body string) []byte {
@@ -38,14 +38,14 @@ func openTest(t *testing.T, dir string, mod func(*Options)) *Broker {
 // readTopic returns eventIds and records stored in a topic's files.
 func readTopic(t *testing.T, dir, name string) ([]int64, [][]byte) {
 	t.Helper()
-	l, err := segment.Open(segment.Options{Dir: topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10), Decode: decodeTopic})
+	l, err := segment.Open(segment.Options{Dir: topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10), Decode: decodeTopic})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64
 	var recs [][]byte
 	_, err = l.Scan(segment.Position{}, func(_ segment.Position, first, _ int64, raw []byte) error {
-		blk, _, err := topicstore.DecodeBlock(raw)
+		blk, _, err := topicblock.DecodeBlock(raw)
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // cmdOpenLog asks the writer to open a topic's log for a reader; it writes
@@ -117,18 +117,18 @@ func decodeBinlog(buf []byte) (int64, int64, int, error) {
 // Incomplete blocks are routine for a reader at the end of its buffer (it
 // then reads more), so their errors are built once, not per call.
 var (
-	errTopicIncomplete  = fmt.Errorf("%w: %w", segment.ErrIncomplete, topicstore.ErrIncomplete)
+	errTopicIncomplete  = fmt.Errorf("%w: %w", segment.ErrIncomplete, topicblock.ErrIncomplete)
 	errBinlogIncomplete = fmt.Errorf("%w: %w", segment.ErrIncomplete, binlog.ErrIncomplete)
 )
 
-// decodeTopic adapts topicstore.DecodeBlock to the segment layer.
+// decodeTopic adapts topicblock.DecodeBlock to the segment layer.
 func decodeTopic(buf []byte) (int64, int64, int, error) {
-	b, n, err := topicstore.DecodeBlock(buf)
+	b, n, err := topicblock.DecodeBlock(buf)
 	if err != nil {
-		if err == topicstore.ErrIncomplete {
+		if err == topicblock.ErrIncomplete {
 			return 0, 0, 0, errTopicIncomplete
 		}
-		if errors.Is(err, topicstore.ErrIncomplete) {
+		if errors.Is(err, topicblock.ErrIncomplete) {
 			return 0, 0, 0, fmt.Errorf("%w: %w", segment.ErrIncomplete, err)
 		}
 		return 0, 0, 0, err

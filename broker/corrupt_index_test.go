@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // served is what a store serves: for each start eventId, the messages a
@@ -102,7 +102,7 @@ func TestIndexDamageServesTheSame(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"a", "b"} {
-				more, _ := filepath.Glob(filepath.Join(topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10), "*.idx"))
+				more, _ := filepath.Glob(filepath.Join(topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10), "*.idx"))
 				idx = append(idx, more...)
 			}
 			if len(idx) < 6 {

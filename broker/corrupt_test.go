@@ -20,7 +20,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -37,7 +37,7 @@ type corruptBase struct {
 
 	blocks [][]byte // the binlog's blocks, raw
 	lastID int64
-	topics map[string][]topicstore.Block
+	topics map[string][]topicblock.Block
 }
 
 func newCorruptBase(t *testing.T) *corruptBase {
@@ -67,7 +67,7 @@ func newCorruptBase(t *testing.T) *corruptBase {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cb := &corruptBase{dir: dir, lastID: last, topics: map[string][]topicstore.Block{}}
+	cb := &corruptBase{dir: dir, lastID: last, topics: map[string][]topicblock.Block{}}
 	t.Cleanup(func() {
 		if cb.oldDir != "" {
 			os.RemoveAll(cb.oldDir)
@@ -82,22 +82,22 @@ func newCorruptBase(t *testing.T) *corruptBase {
 	if n := len(logPaths(t, filepath.Join(dir, "binlog"))); n < 3 {
 		t.Fatalf("only %d binlog files", n)
 	}
-	if n := len(logPaths(t, topicstore.Dir(filepath.Join(dir, "topic"), []byte("a"), 10))); n < 3 {
+	if n := len(logPaths(t, topicblock.Dir(filepath.Join(dir, "topic"), []byte("a"), 10))); n < 3 {
 		t.Fatalf("only %d topic files", n)
 	}
 	return cb
 }
 
-func topicBlocks(t *testing.T, dir, name string) []topicstore.Block {
+func topicBlocks(t *testing.T, dir, name string) []topicblock.Block {
 	t.Helper()
-	var out []topicstore.Block
-	for _, p := range logPaths(t, topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10)) {
+	var out []topicblock.Block
+	for _, p := range logPaths(t, topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10)) {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for off := 0; off < len(data); {
-			blk, n, err := topicstore.DecodeBlock(data[off:])
+			blk, n, err := topicblock.DecodeBlock(data[off:])
 			if err != nil {
 				t.Fatalf("%s at %d: %v", p, off, err)
 			}
@@ -212,7 +212,7 @@ func (cb *corruptBase) outcome(t *testing.T, dir, damaged string, intactBlocks i
 	blocks := readBinlog(t, dir)
 	blocks = blocks[:len(blocks)-1] // the publish above
 	last := int64(0)
-	want := map[string][]topicstore.Block{}
+	want := map[string][]topicblock.Block{}
 	created := map[string]int64{}
 	for i, blk := range blocks {
 		if blk.EventID <= last {
@@ -238,7 +238,7 @@ func (cb *corruptBase) outcome(t *testing.T, dir, damaged string, intactBlocks i
 			for j := 0; len(recs) > 0; j++ {
 				var r []byte
 				r, recs = protocol.NextRecord(recs)
-				want[name] = append(want[name], topicstore.Block{EventID: blk.EventID + int64(j), Record: r})
+				want[name] = append(want[name], topicblock.Block{EventID: blk.EventID + int64(j), Record: r})
 			}
 		}
 	}
@@ -314,7 +314,7 @@ func flipBit(t *testing.T, path string, at int, bit uint) {
 func TestCorruptFiles(t *testing.T) {
 	cb := newCorruptBase(t)
 	binPaths := logPaths(t, filepath.Join(cb.dir, "binlog"))
-	topicDir := topicstore.Dir(filepath.Join(cb.dir, "topic"), []byte("a"), 10)
+	topicDir := topicblock.Dir(filepath.Join(cb.dir, "topic"), []byte("a"), 10)
 	topicPaths := logPaths(t, topicDir)
 	rel := func(p string) string { r, _ := filepath.Rel(cb.dir, p); return r }
 	newestBin, olderBin := binPaths[len(binPaths)-1], binPaths[1]
@@ -493,7 +493,7 @@ func TestCorruptBitFlips(t *testing.T) {
 	long := os.Getenv("SMSS_LONG") != ""
 	cb := newCorruptBase(t)
 	binPaths := logPaths(t, filepath.Join(cb.dir, "binlog"))
-	topicPaths := logPaths(t, topicstore.Dir(filepath.Join(cb.dir, "topic"), []byte("a"), 10))
+	topicPaths := logPaths(t, topicblock.Dir(filepath.Join(cb.dir, "topic"), []byte("a"), 10))
 	for _, target := range []struct {
 		name   string
 		path   string

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // countWait bounds every wait for a background count.
@@ -53,7 +53,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func topicDirOf(dir, name string) string {
-	return topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10)
+	return topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10)
 }
 
 // diskMessages counts the blocks of a topic's files straight from disk

@@ -74,7 +74,7 @@ import (
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // cmdCursorSnapshot asks the writer for a snapshot of the cursor table.
@@ -164,7 +164,7 @@ func (b *Broker) loadCursors() error {
 	n := 0
 	for {
 		got, _, err := r.Next(1024, func(_, _ int64, raw []byte, _ segment.Position) error {
-			_, rec, ok := topicstore.Delivery(raw)
+			_, rec, ok := topicblock.Delivery(raw)
 			if !ok {
 				return fmt.Errorf("block without a record in %s", CursorTopic)
 			}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/smssmq/smss/meta"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // ErrFolderCount is wrapped by the error Open returns when store.folderCount
@@ -70,7 +70,7 @@ func (b *Broker) checkLayout(ms *meta.Store, want int) error {
 	var wrong []misplaced
 	for _, t := range topics {
 		name := []byte(t.Name)
-		if _, err := os.Stat(topicstore.Dir(b.topicRoot, name, want)); err == nil {
+		if _, err := os.Stat(topicblock.Dir(b.topicRoot, name, want)); err == nil {
 			continue
 		}
 		found, _ := filepath.Glob(filepath.Join(b.topicRoot, "*", "*", globQuote(t.Name)))
@@ -88,13 +88,13 @@ func (b *Broker) checkLayout(ms *meta.Store, want int) error {
 		return nil
 	}
 	w := wrong[0]
-	p1, p2 := topicstore.Buckets([]byte(w.name), want)
+	p1, p2 := topicblock.Buckets([]byte(w.name), want)
 	msg := fmt.Sprintf("topic %q is in topic/%d/%d/, where store.folderCount %d would look for it in topic/%d/%d/ (%d topic(s) misplaced)",
 		w.name, w.p1, w.p2, want, p1, p2, len(wrong))
 	for n := 1; n <= maxFolderCount; n++ {
 		fits := true
 		for _, m := range wrong {
-			if q1, q2 := topicstore.Buckets([]byte(m.name), n); q1 != m.p1 || q2 != m.p2 {
+			if q1, q2 := topicblock.Buckets([]byte(m.name), n); q1 != m.p1 || q2 != m.p2 {
 				fits = false
 				break
 			}

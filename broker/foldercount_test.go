@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 func TestFolderCountRecordedAndChecked(t *testing.T) {
@@ -49,7 +49,7 @@ func TestFolderCountRecordedAndChecked(t *testing.T) {
 		t.Errorf("buckets of a refused folderCount were created: %v", err)
 	}
 	// The topic directory is where 3 puts it.
-	if _, err := os.Stat(topicstore.Dir(filepath.Join(dir, "topic"), []byte("t"), 3)); err != nil {
+	if _, err := os.Stat(topicblock.Dir(filepath.Join(dir, "topic"), []byte("t"), 3)); err != nil {
 		t.Fatal(err)
 	}
 }

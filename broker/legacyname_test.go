@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // legacySubmit writes a command the way an original server would have
@@ -29,10 +29,10 @@ func legacySubmit(t *testing.T, b *Broker, cmd protocol.Command, name string, re
 
 // bucketMate returns a valid topic name hashed into the same bucket as name.
 func bucketMate(t *testing.T, name string) string {
-	p1, p2 := topicstore.Buckets([]byte(name), 10)
+	p1, p2 := topicblock.Buckets([]byte(name), 10)
 	for i := range 100000 {
 		n := fmt.Sprintf("mate%d", i)
-		if q1, q2 := topicstore.Buckets([]byte(n), 10); q1 == p1 && q2 == p2 {
+		if q1, q2 := topicblock.Buckets([]byte(n), 10); q1 == p1 && q2 == p2 {
 			return n
 		}
 	}
@@ -88,7 +88,7 @@ func TestLegacyTopicNames(t *testing.T) {
 			if err != nil {
 				t.Fatalf("info: %v", err)
 			}
-			if want := topicstore.RelRoot([]byte(n), 10); m.TopicRoot != want {
+			if want := topicblock.RelRoot([]byte(n), 10); m.TopicRoot != want {
 				t.Errorf("topicRoot %q, want the original's %q", m.TopicRoot, want)
 			}
 			s, err := b.Subscribe([]byte(n), []byte("w"), 0)
@@ -112,7 +112,7 @@ func TestLegacyTopicNames(t *testing.T) {
 			if _, err := b.Topic([]byte(n)); !errors.Is(err, protocol.ErrTopicNotExist) {
 				t.Errorf("info after delete: %v", err)
 			}
-			logs, _ := filepath.Glob(filepath.Join(topicstore.Dir(filepath.Join(dir, "topic"), []byte(n), 10), "*.log"))
+			logs, _ := filepath.Glob(filepath.Join(topicblock.Dir(filepath.Join(dir, "topic"), []byte(n), 10), "*.log"))
 			if len(logs) != 0 {
 				t.Errorf("files left after delete: %v", logs)
 			}
@@ -132,7 +132,7 @@ func TestLegacyTopicNames(t *testing.T) {
 	}
 	// The bucket mates kept their directories and messages.
 	for n, m := range mates {
-		if _, err := os.Stat(topicstore.Dir(filepath.Join(dir, "topic"), []byte(m), 10)); err != nil {
+		if _, err := os.Stat(topicblock.Dir(filepath.Join(dir, "topic"), []byte(m), 10)); err != nil {
 			t.Errorf("deleting %q removed %q's directory: %v", n, m, err)
 			continue
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // openTopicFiles counts this process's descriptors on files under root
@@ -69,7 +69,7 @@ func TestRecoveryRespectsMaxOpenTopics(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	root := filepath.Join(dir, "topic")
 	for i := 1; i < topics; i += 2 {
-		d := topicstore.Dir(root, []byte(name(i)), 10)
+		d := topicblock.Dir(root, []byte(name(i)), 10)
 		files, err := filepath.Glob(filepath.Join(d, "*"))
 		if err != nil {
 			t.Fatal(err)

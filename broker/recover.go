@@ -15,7 +15,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // maxDropBytes bounds what recovery cuts off a file without asking: a crash
@@ -227,7 +227,7 @@ func (b *Broker) checkTopicTail(t *topic, binLast int64) (int64, *segment.Positi
 	var last int64
 	var src *segment.Position
 	end, err := l.ScanTail(func(_ segment.Position, first, _ int64, blk []byte) error {
-		tb, _, derr := topicstore.DecodeBlock(blk)
+		tb, _, derr := topicblock.DecodeBlock(blk)
 		if derr != nil {
 			return derr
 		}
@@ -426,7 +426,7 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 		return err
 	}
 	r.buf, r.marks = r.buf[:0], r.marks[:0]
-	tb := topicstore.Block{Ts: blk.WriteTime, SaveTime: blk.WriteTime, SrcFileID: src.FileID, SrcPos: src.Offset}
+	tb := topicblock.Block{Ts: blk.WriteTime, SaveTime: blk.WriteTime, SrcFileID: src.FileID, SrcPos: src.Offset}
 	for i := 0; len(records) > 0; i++ {
 		tb.Record, records = protocol.NextRecord(records)
 		tb.EventID, tb.Index = blk.EventID+int64(i), i
@@ -446,7 +446,7 @@ func (r *replayer) ensureBlocks(t *topic, blk *binlog.Block, src segment.Positio
 			cur.appending = true
 		}
 		r.marks = append(r.marks, segment.Mark{EventID: tb.EventID, Off: int64(len(r.buf))})
-		r.buf = topicstore.AppendBlock(r.buf, &tb)
+		r.buf = topicblock.AppendBlock(r.buf, &tb)
 		r.appended++
 	}
 	if len(r.buf) > 0 {
@@ -487,16 +487,16 @@ func (r *replayer) touch(t *topic, cur *cursor) error {
 // source and record bytes) and advances past it if so. The record is
 // compared too: a damaged byte in it decodes fine, and the binlog is what
 // slaves serve.
-func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicstore.Block) (bool, error) {
+func (r *replayer) matchAt(l *segment.Log, cur *cursor, want *topicblock.Block) (bool, error) {
 	if cur.rd == nil {
 		cur.rd = l.NewReader(cur.pos)
 	}
-	var got topicstore.Block
+	var got topicblock.Block
 	var at segment.Position
 	found, sameRecord := false, false
 	for !found {
 		n, _, err := cur.rd.Next(1, func(_, _ int64, raw []byte, next segment.Position) error {
-			tb, _, derr := topicstore.DecodeBlock(raw)
+			tb, _, derr := topicblock.DecodeBlock(raw)
 			if derr != nil {
 				return derr
 			}

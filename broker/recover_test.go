@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // fillStore creates topics a and b and publishes singles and batches, the
@@ -141,7 +141,7 @@ func TestTornTails(t *testing.T) {
 	fillStore(t, base)
 	want := binlogPubIDs(t, base)
 	binFile := lastFile(t, filepath.Join(base, "binlog"))
-	topicFile := lastFile(t, topicstore.Dir(filepath.Join(base, "topic"), []byte("a"), 10))
+	topicFile := lastFile(t, topicblock.Dir(filepath.Join(base, "topic"), []byte("a"), 10))
 	type cut struct {
 		name    string
 		file    string

@@ -15,7 +15,7 @@ import (
 
 	"github.com/smssmq/smss/internal/rchar"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // Regression (found by cmd/smss-torture): a master killed right after a
@@ -56,7 +56,7 @@ func TestReplayedDeleteWithLeftoverTrash(t *testing.T) {
 	logs := &syncBuf{}
 	b = openTest(t, dir, func(o *Options) { o.Logger = logs.logger() })
 	defer b.Close()
-	topicDir := topicstore.Dir(filepath.Join(dir, "topic"), []byte("gone"), 10)
+	topicDir := topicblock.Dir(filepath.Join(dir, "topic"), []byte("gone"), 10)
 	if _, err := os.Stat(topicDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the deleted topic's directory is still there after recovery (%v); log:\n%s", err, logs.String())
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // DivergedDir is the directory under store.path that keeps moved tails.
@@ -586,12 +586,12 @@ func (r *rewinder) restoreTopic(name string) (*MovedTopic, error) {
 			return nil
 		}
 		buf, marks = buf[:0], marks[:0]
-		tb := topicstore.Block{Ts: blk.WriteTime, SaveTime: blk.WriteTime, SrcFileID: pos.FileID, SrcPos: pos.Offset}
+		tb := topicblock.Block{Ts: blk.WriteTime, SaveTime: blk.WriteTime, SrcFileID: pos.FileID, SrcPos: pos.Offset}
 		for i := 0; len(records) > 0; i++ {
 			tb.Record, records = protocol.NextRecord(records)
 			tb.EventID, tb.Index = blk.EventID+int64(i), i
 			marks = append(marks, segment.Mark{EventID: tb.EventID, Off: int64(len(buf))})
-			buf = topicstore.AppendBlock(buf, &tb)
+			buf = topicblock.AppendBlock(buf, &tb)
 			msgs++
 		}
 		if _, err := l.Append(buf, marks); err != nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // copyTree copies a closed data directory.
@@ -345,7 +345,7 @@ func messagesIn(t *testing.T, dir string) []string {
 	}
 	var out []string
 	if _, err := l.Scan(segment.Position{}, func(_ segment.Position, first, _ int64, raw []byte) error {
-		blk, _, err := topicstore.DecodeBlock(raw)
+		blk, _, err := topicblock.DecodeBlock(raw)
 		out = append(out, itoa(first)+":"+string(blk.Record))
 		return err
 	}); err != nil {

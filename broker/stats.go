@@ -10,7 +10,7 @@ import (
 
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // The operator views of this file (metrics.Source, apart from what only the
@@ -251,7 +251,7 @@ func logFigures(l *segment.Log, sizes *fileSizes) metrics.TopicStats {
 		if raw == nil {
 			continue
 		}
-		blk, _, err := topicstore.DecodeBlock(raw)
+		blk, _, err := topicblock.DecodeBlock(raw)
 		if err != nil {
 			st.LastEventID, st.LastWriteTime = -1, -1
 			break

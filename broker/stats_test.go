@@ -16,7 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/smssmq/smss/metrics"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // metricValue returns the value (histograms: the sample count) of the series
@@ -164,7 +164,7 @@ func TestStatsTopicFigures(t *testing.T) {
 		}
 		last = id
 	}
-	topicDir := topicstore.Dir(filepath.Join(dir, "topic"), []byte("t"), 10)
+	topicDir := topicblock.Dir(filepath.Join(dir, "topic"), []byte("t"), 10)
 	check := func(when string, b *Broker) {
 		t.Helper()
 		st, ok := b.TopicStats("t")

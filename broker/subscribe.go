@@ -9,7 +9,7 @@ import (
 
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // Subscription reads one topic for one subscriber (who). It holds the
@@ -183,7 +183,7 @@ func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 	room := s.b.opts.MaxFrameBytes
 	n, endOfFile, err := s.reader.Next(max, func(eventID, _ int64, raw []byte, next segment.Position) error {
 		// The reader's decoder has validated the block already.
-		ts, record, ok := topicstore.Delivery(raw)
+		ts, record, ok := topicblock.Delivery(raw)
 		if !ok {
 			return fmt.Errorf("BUG: validated topic block has no record at %s", next)
 		}

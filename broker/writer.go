@@ -12,7 +12,7 @@ import (
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // idleFDAfter is how long a topic's file may stay open without appends.
@@ -36,7 +36,7 @@ type writer struct {
 	post     []func()
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
-	topicEnc topicstore.RunEncoder
+	topicEnc topicblock.RunEncoder
 	dd       dedupeState // the message id window (dedupe.go)
 
 	// flushLevel 2 group wait (Options.GroupWait): commands expected for

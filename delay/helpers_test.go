@@ -16,7 +16,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // clock is a test clock: the wall clock plus an offset the test moves, or
@@ -98,8 +98,8 @@ func pending(t testing.TB, b *broker.Broker) int {
 }
 
 func decodeTopic(buf []byte) (int64, int64, int, error) {
-	b, n, err := topicstore.DecodeBlock(buf)
-	if errors.Is(err, topicstore.ErrIncomplete) {
+	b, n, err := topicblock.DecodeBlock(buf)
+	if errors.Is(err, topicblock.ErrIncomplete) {
 		return 0, 0, 0, segment.ErrIncomplete
 	}
 	return b.EventID, b.EventID, n, err
@@ -124,13 +124,13 @@ type message struct {
 // open: only committed whole blocks are read).
 func readTopic(t testing.TB, dir, name string) []message {
 	t.Helper()
-	l, err := segment.Open(segment.Options{Dir: topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10), Decode: decodeTopic})
+	l, err := segment.Open(segment.Options{Dir: topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10), Decode: decodeTopic})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []message
 	_, err = l.Scan(segment.Position{}, func(_ segment.Position, _, _ int64, raw []byte) error {
-		blk, _, err := topicstore.DecodeBlock(raw)
+		blk, _, err := topicblock.DecodeBlock(raw)
 		if err != nil {
 			return err
 		}

@@ -10,13 +10,13 @@ import (
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/metrics"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // topicDiskBytes sums a topic's *.log files as stored.
 func topicDiskBytes(t *testing.T, dataDir, topic string) int64 {
 	t.Helper()
-	dir := topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(topic), 10)
+	dir := topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(topic), 10)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

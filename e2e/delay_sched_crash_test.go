@@ -17,7 +17,7 @@ import (
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // TestDelayKill9ExactlyOnce stores delayed messages due one every 5 ms,
@@ -56,7 +56,7 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 	}
 	store(c, cycles*perCycle)
 	data := dir + "/data"
-	topicPath := topicstore.Dir(filepath.Join(data, "topic"), []byte("dk"), 10)
+	topicPath := topicblock.Dir(filepath.Join(data, "topic"), []byte("dk"), 10)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	fired, firing, repaired, caught := 0, 0, 0, 0
 	for cycle := 0; cycle < cycles; cycle++ {

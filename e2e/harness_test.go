@@ -18,7 +18,7 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 var smssBin string
@@ -205,7 +205,7 @@ func (c *client) del(topic string) error {
 // stored is what a data directory holds, read straight from the files.
 type stored struct {
 	binlog []binlog.Block
-	topics map[string][]topicstore.Block
+	topics map[string][]topicblock.Block
 }
 
 func binlogDecode(buf []byte) (int64, int64, int, error) {
@@ -217,8 +217,8 @@ func binlogDecode(buf []byte) (int64, int64, int, error) {
 }
 
 func topicDecode(buf []byte) (int64, int64, int, error) {
-	b, n, err := topicstore.DecodeBlock(buf)
-	if errors.Is(err, topicstore.ErrIncomplete) {
+	b, n, err := topicblock.DecodeBlock(buf)
+	if errors.Is(err, topicblock.ErrIncomplete) {
 		return 0, 0, 0, segment.ErrIncomplete
 	}
 	return b.EventID, b.EventID, n, err
@@ -242,15 +242,15 @@ func scanLog(t *testing.T, dir string, decode segment.Decoder, fn func(raw []byt
 
 func readStore(t *testing.T, dataDir string, topics []string) stored {
 	t.Helper()
-	s := stored{topics: map[string][]topicstore.Block{}}
+	s := stored{topics: map[string][]topicblock.Block{}}
 	scanLog(t, filepath.Join(dataDir, "binlog"), binlogDecode, func(raw []byte) error {
 		b, _, err := binlog.DecodeBlock(raw)
 		s.binlog = append(s.binlog, b)
 		return err
 	})
 	for _, name := range topics {
-		scanLog(t, topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10), topicDecode, func(raw []byte) error {
-			b, _, err := topicstore.DecodeBlock(raw)
+		scanLog(t, topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10), topicDecode, func(raw []byte) error {
+			b, _, err := topicblock.DecodeBlock(raw)
 			s.topics[name] = append(s.topics[name], b)
 			return err
 		})

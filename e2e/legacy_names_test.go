@@ -12,7 +12,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // craftOriginalDir writes the binlog an original smss leaves after
@@ -49,10 +49,10 @@ func craftOriginalDir(t *testing.T, dataDir string, topics []string) {
 // their messages and deletes them, leaving the bucket mate intact; a new
 // topic with such a name is still refused.
 func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
-	p1, p2 := topicstore.Buckets(nil, 10)
+	p1, p2 := topicblock.Buckets(nil, 10)
 	mate := ""
 	for i := 0; mate == ""; i++ {
-		if q1, q2 := topicstore.Buckets([]byte(fmt.Sprint("mate", i)), 10); q1 == p1 && q2 == p2 {
+		if q1, q2 := topicblock.Buckets([]byte(fmt.Sprint("mate", i)), 10); q1 == p1 && q2 == p2 {
 			mate = fmt.Sprint("mate", i)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // TestRetentionOfAgedData: a data directory whose first messages were
@@ -56,7 +56,7 @@ func TestRetentionOfAgedData(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	topicDir := topicstore.Dir(filepath.Join(data, "topic"), []byte("r"), 10)
+	topicDir := topicblock.Dir(filepath.Join(data, "topic"), []byte("r"), 10)
 	before := logFileIDs(t, topicDir)
 	binBefore := logFileIDs(t, filepath.Join(data, "binlog"))
 	if len(before) < 4 || len(binBefore) < 4 {
@@ -176,7 +176,7 @@ func scanLogFiles(t *testing.T, dir string, fn func(file, ts int64)) {
 			t.Fatal(err)
 		}
 		for len(buf) > 0 {
-			blk, n, err := topicstore.DecodeBlock(buf)
+			blk, n, err := topicblock.DecodeBlock(buf)
 			if err != nil {
 				t.Fatalf("file %d: %v", id, err)
 			}
@@ -189,7 +189,7 @@ func scanLogFiles(t *testing.T, dir string, fn func(file, ts int64)) {
 func scanLogEvents(t *testing.T, dir string, fn func(id int64)) {
 	t.Helper()
 	scanLog(t, dir, topicDecode, func(raw []byte) error {
-		blk, _, err := topicstore.DecodeBlock(raw)
+		blk, _, err := topicblock.DecodeBlock(raw)
 		fn(blk.EventID)
 		return err
 	})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // TestSubUnreadableData: a subscriber that reaches a topic file removed
@@ -55,7 +55,7 @@ func TestSubUnreadableData(t *testing.T) {
 			if u, err := c.next(unitWait); err != nil || len(u.msgs) != 1 || u.msgs[0].EventID != first {
 				t.Fatalf("first frame: %v %v", u, err)
 			}
-			path := filepath.Join(topicstore.Dir(filepath.Join(dir, "data", "topic"), []byte("f"), 10), "1.log")
+			path := filepath.Join(topicblock.Dir(filepath.Join(dir, "data", "topic"), []byte("f"), 10), "1.log")
 			if err := tc.damage(path); err != nil {
 				t.Fatal(err)
 			}

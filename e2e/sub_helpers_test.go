@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // streamConfig is the config tail of the subscription tests: small topic
@@ -187,7 +187,7 @@ func testRecord(i, size int) []byte {
 
 // placed is a stored topic block and where it lies.
 type placed struct {
-	blk        topicstore.Block
+	blk        topicblock.Block
 	fileID     int64
 	off, end   int64
 	atFileEnd  bool // the block ends its file
@@ -198,7 +198,7 @@ type placed struct {
 // server may be running) and returns its blocks by eventId.
 func topicLayout(t testing.TB, dataDir, topic string) map[int64]placed {
 	t.Helper()
-	dir := topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(topic), 10)
+	dir := topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(topic), 10)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func topicLayout(t testing.TB, dataDir, topic string) map[int64]placed {
 			t.Fatal(err)
 		}
 		for off := 0; off < len(data); {
-			b, n, err := topicstore.DecodeBlock(data[off:])
+			b, n, err := topicblock.DecodeBlock(data[off:])
 			if err != nil {
 				t.Fatalf("topic %s file %d offset %d: %v", topic, id, off, err)
 			}

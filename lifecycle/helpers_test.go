@@ -15,7 +15,7 @@ import (
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 var ctx = context.Background()
@@ -97,8 +97,8 @@ func decodeBinlog(buf []byte) (int64, int64, int, error) {
 }
 
 func decodeTopic(buf []byte) (int64, int64, int, error) {
-	blk, n, err := topicstore.DecodeBlock(buf)
-	if errors.Is(err, topicstore.ErrIncomplete) {
+	blk, n, err := topicblock.DecodeBlock(buf)
+	if errors.Is(err, topicblock.ErrIncomplete) {
 		return 0, 0, 0, segment.ErrIncomplete
 	}
 	return blk.EventID, blk.EventID, n, err
@@ -123,7 +123,7 @@ func binlogBlocks(t testing.TB, dir string) []binlog.Block {
 }
 
 func topicDir(dir, name string) string {
-	return topicstore.Dir(filepath.Join(dir, "topic"), []byte(name), 10)
+	return topicblock.Dir(filepath.Join(dir, "topic"), []byte(name), 10)
 }
 
 // fileTimes reads every file of a log directory on its own (not through
@@ -148,7 +148,7 @@ func fileTimes(t testing.TB, logDir string, isBinlog bool) map[int64]int64 {
 			}
 			ts = blk.WriteTime
 		} else {
-			blk, _, err := topicstore.DecodeBlock(raw)
+			blk, _, err := topicblock.DecodeBlock(raw)
 			if err != nil {
 				return err
 			}

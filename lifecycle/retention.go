@@ -13,7 +13,7 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // Retention defaults.
@@ -276,7 +276,7 @@ func binlogTime(b []byte) (int64, error) {
 }
 
 func topicTime(b []byte) (int64, error) {
-	blk, _, err := topicstore.DecodeBlock(b)
+	blk, _, err := topicblock.DecodeBlock(b)
 	return blk.Ts, err
 }
 

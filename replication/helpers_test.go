@@ -23,7 +23,7 @@ import (
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // quiet keeps test output readable; failures print their own context.
@@ -290,8 +290,8 @@ func binlogBytes(t testing.TB, dataDir string) []byte {
 }
 
 func decodeTopic(buf []byte) (int64, int64, int, error) {
-	b, n, err := topicstore.DecodeBlock(buf)
-	if errors.Is(err, topicstore.ErrIncomplete) {
+	b, n, err := topicblock.DecodeBlock(buf)
+	if errors.Is(err, topicblock.ErrIncomplete) {
 		return 0, 0, 0, segment.ErrIncomplete
 	}
 	return b.EventID, b.EventID, n, err
@@ -301,7 +301,7 @@ func decodeTopic(buf []byte) (int64, int64, int, error) {
 // read straight from its files.
 func topicMessages(t testing.TB, dataDir, name string) []string {
 	t.Helper()
-	dir := topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
+	dir := topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -311,7 +311,7 @@ func topicMessages(t testing.TB, dataDir, name string) []string {
 	}
 	var out []string
 	if _, err := l.Scan(segment.Position{}, func(_ segment.Position, _, _ int64, raw []byte) error {
-		b, _, err := topicstore.DecodeBlock(raw)
+		b, _, err := topicblock.DecodeBlock(raw)
 		out = append(out, fmt.Sprintf("%d:%x", b.EventID, b.Record))
 		return err
 	}); err != nil {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/meta"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // permanent reports whether the workload never deletes the topic.
@@ -173,7 +173,7 @@ func checkFiles(addr, dataDir string, st *binState, slave bool) error {
 		if st.live[name] != nil {
 			continue
 		}
-		dir := topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
+		dir := topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("deleted topic %s still has its directory %s (%v)", name, dir, err)
 		}

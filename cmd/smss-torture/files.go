@@ -12,7 +12,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/topicstore"
+	"github.com/smssmq/smss/topicblock"
 )
 
 // errTorn means a file ends inside a block: a server is writing it, or a
@@ -91,7 +91,7 @@ type topicMsg struct {
 // directory. Every block must decode and eventIds must increase; a partial
 // block at the very end is errTorn.
 func readTopic(dataDir, name string) (msgs []topicMsg, exists bool, err error) {
-	dir := topicstore.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
+	dir := topicblock.Dir(filepath.Join(dataDir, "topic"), []byte(name), 10)
 	ids, err := logFiles(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
@@ -107,8 +107,8 @@ func readTopic(dataDir, name string) (msgs []topicMsg, exists bool, err error) {
 			return nil, true, err
 		}
 		for off := 0; off < len(data); {
-			b, n, err := topicstore.DecodeBlock(data[off:])
-			if errors.Is(err, topicstore.ErrIncomplete) && i == len(ids)-1 {
+			b, n, err := topicblock.DecodeBlock(data[off:])
+			if errors.Is(err, topicblock.ErrIncomplete) && i == len(ids)-1 {
 				return nil, true, fmt.Errorf("%s at %d: %w", path, off, errTorn)
 			}
 			if err != nil {

@@ -1,4 +1,4 @@
-package topicstore
+package topicblock
 
 import (
 	"path/filepath"
@@ -33,7 +33,7 @@ func fnv1a(name []byte, salt string) uint64 {
 // must be at least 1; the configuration layer rejects anything smaller.
 func Buckets(name []byte, folderCount int) (p1, p2 int) {
 	if folderCount < 1 {
-		panic("topicstore: folderCount must be at least 1, got " + strconv.Itoa(folderCount))
+		panic("topicblock: folderCount must be at least 1, got " + strconv.Itoa(folderCount))
 	}
 	m := uint64(folderCount)
 	return int(fnv1a(name, salt1) % m), int(fnv1a(name, salt2) % m)

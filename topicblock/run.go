@@ -1,4 +1,4 @@
-package topicstore
+package topicblock
 
 import (
 	"encoding/binary"

@@ -1,5 +1,5 @@
 /*
-Package topicstore encodes and decodes topic file blocks (docs/protocol.md §5.6) and
+Package topicblock encodes and decodes topic file blocks (docs/protocol.md §5.6) and
 maps topic names to their hashed directories (docs/protocol.md §5.5). It is pure: the
 file layer that stores blocks lives elsewhere.
 
@@ -65,4 +65,4 @@ and the formula are fixed by the original server: changing them, or
 store.folderCount, orphans every existing topic. With folderCount 10,
 "order" maps to 3/3; the info JSON shows it as topicRoot "/3/3/order".
 */
-package topicstore
+package topicblock

@@ -1,4 +1,4 @@
-package topicstore
+package topicblock
 
 // This file freezes DecodeBlock, splitLine and parseField as they were
 // before the fast path and internal/textline, verbatim but for the ref
