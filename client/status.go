@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -11,23 +10,16 @@ import (
 
 // Roles a NodeStatus reports.
 const (
-	RoleMaster = "master"
-	RoleSlave  = "slave"
+	RoleMaster = protocol.RoleMaster
+	RoleSlave  = protocol.RoleSlave
 )
 
 // NodeStatus is a server's answer to the status command (34): its role,
 // promotion epoch (which grows with every promotion, so of two masters the
 // one with the higher epoch is the newer), last eventId and, on a slave,
-// the master it follows ("host:port").
-type NodeStatus struct {
-	Role        string `json:"role"`
-	Epoch       uint64 `json:"epoch"`
-	LastEventID int64  `json:"lastEventId"`
-	Master      string `json:"master,omitempty"`
-}
-
-// IsMaster reports whether the node said it is a master.
-func (s *NodeStatus) IsMaster() bool { return s.Role == RoleMaster }
+// the master it follows ("host:port"). It is protocol's type, the one the
+// server encodes.
+type NodeStatus = protocol.NodeStatus
 
 // ErrNoStatus is returned by Status when the server does not know the
 // status command (an original smss answers "don't support action" and
@@ -37,14 +29,11 @@ var ErrNoStatus = fmt.Errorf("smss client: server has no status command: %w", Er
 // ParseNodeStatus decodes the body of a status reply. It requires a role
 // of "master" or "slave".
 func ParseNodeStatus(body []byte) (*NodeStatus, error) {
-	var st NodeStatus
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("%w: decode status: %w", ErrProtocol, err)
+	st, err := protocol.DecodeNodeStatus(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
-	if st.Role != RoleMaster && st.Role != RoleSlave {
-		return nil, fmt.Errorf("%w: status with role %q", ErrProtocol, st.Role)
-	}
-	return &st, nil
+	return st, nil
 }
 
 // Status asks the server for its role, promotion epoch, last eventId and

@@ -12,20 +12,13 @@ import (
 
 // Roles as the status command reports them.
 const (
-	RoleMaster = "master"
-	RoleSlave  = "slave"
+	RoleMaster = protocol.RoleMaster
+	RoleSlave  = protocol.RoleSlave
 )
 
-// NodeStatus is the body of a status (34) reply (README, "Protocol
-// extension: status, promote and follow").
-type NodeStatus struct {
-	Role        string `json:"role"`
-	Epoch       uint64 `json:"epoch"`
-	LastEventID int64  `json:"lastEventId"`
-	// Master is the address a slave follows; empty (and left out) on a
-	// master.
-	Master string `json:"master,omitempty"`
-}
+// NodeStatus is the body of a status (34) reply; the type lives in protocol
+// so the client decodes exactly what the server encodes.
+type NodeStatus = protocol.NodeStatus
 
 // Control reports the node's replication state for the status command.
 type Control interface {
