@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/smssmq/smss/protocol"
@@ -44,10 +43,7 @@ func (c *Client) Status(ctx context.Context) (*NodeStatus, error) {
 	if err != nil {
 		return nil, c.encodeErr("status", "", err)
 	}
-	body, err := c.callClosing(ctx, "status", req)
-	if errors.Is(err, ErrNotSupported) {
-		return nil, c.wrap("status", "", ErrNoStatus)
-	}
+	body, err := c.callMaybeUnknown(ctx, "status", "", req, protocol.ReplyJSON, ErrNoStatus)
 	if err != nil {
 		return nil, err
 	}
@@ -56,25 +52,4 @@ func (c *Client) Status(ctx context.Context) (*NodeStatus, error) {
 		return nil, c.wrap("status", "", err)
 	}
 	return st, nil
-}
-
-// callClosing is call for the commands an original server does not know:
-// its "don't support action" reply comes with a closed connection, which
-// must not go back to the pool.
-func (c *Client) callClosing(ctx context.Context, op string, req []byte) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-	}
-	cn, err := c.pool.get(ctx)
-	if err != nil {
-		return nil, c.wrap(op, "", err)
-	}
-	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, c.opts.MaxReplyBytes, c.opts.RequestTimeout, "")
-	c.pool.put(cn, err != nil && (!IsServerError(err) || errors.Is(err, ErrNotSupported)))
-	if err != nil {
-		return nil, c.wrap(op, "", err)
-	}
-	return body, nil
 }
