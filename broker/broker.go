@@ -629,7 +629,7 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 		size = b.opts.CursorSegmentBytes // compaction works per file (cursor.go)
 	}
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,
-		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile, ReadOnly: b.disk.ro != nil})
+		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile, ReadOnly: b.ReadOnly() != nil})
 	if err != nil {
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 			// The client gets a refusal that says why (not the server's

@@ -263,8 +263,9 @@ func (b *Broker) noteNoSpace(err error) {
 	}
 }
 
-// minStartFree is the free space below which Open refuses to open the meta
-// store (after giving back the reserve file, if there is one). Badger
+// minStartFree is the free space below which Open does not open the meta
+// store for writing (after giving back the reserve file, if there is one;
+// it starts read-only instead, readonly.go). Badger
 // writes its lock file, memtable and start-up entries through memory maps:
 // on a disk with one or two free pages it died with SIGBUS at start or on
 // its first flush, where a refusal says what is wrong. 1 MiB is over a
@@ -272,7 +273,7 @@ func (b *Broker) noteNoSpace(err error) {
 const minStartFree = 1 << 20
 
 // ErrDiskFull refuses to open a store whose disk has less than
-// minStartFree free.
+// minStartFree free and that cannot start read-only (readonly.go).
 var ErrDiskFull = errors.New("disk full")
 
 // startRoom is checked before the meta store opens: nil when the guard is

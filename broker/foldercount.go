@@ -47,7 +47,7 @@ func (b *Broker) checkFolderCount(ms *meta.Store) error {
 	if err := b.checkLayout(ms, want); err != nil {
 		return err
 	}
-	if b.disk.ro != nil {
+	if b.ReadOnly() != nil {
 		return nil // a read-only start records nothing (readonly.go)
 	}
 	fb := ms.NewBatch()

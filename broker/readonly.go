@@ -52,7 +52,12 @@ func newReadOnlyError(free uint64) error {
 // ReadOnly returns the refusal every write gets when the broker started
 // read-only on a full disk, nil when it accepts writes. It never changes
 // while the broker is open: only a restart leaves read-only mode.
-func (b *Broker) ReadOnly() error { return b.disk.ro }
+func (b *Broker) ReadOnly() error {
+	if b.disk == nil {
+		return nil // a Broker of Rewind, which has no guard
+	}
+	return b.disk.ro
+}
 
 // ErrNotClean is wrapped by the error of a read-only start that finds
 // recovery work to do: a read-only broker cannot do it.
@@ -131,7 +136,7 @@ func (b *Broker) recoverReadOnly() (int64, error) {
 // opens a topic's log for a reader) with the read-only refusal. It reports
 // whether it did, i.e. whether the broker is read-only.
 func (w *writer) refuseReadOnly(group []*command) bool {
-	ro := w.b.disk.ro
+	ro := w.b.ReadOnly()
 	if ro == nil {
 		return false
 	}

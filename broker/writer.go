@@ -597,7 +597,7 @@ func (w *writer) shutdown() error {
 	if w.syncing {
 		w.syncFinished(<-w.syncDone)
 	}
-	if w.stopped == nil && w.b.disk.ro == nil { // read-only: nothing to sync, no checkpoint to write
+	if w.stopped == nil && w.b.ReadOnly() == nil { // read-only: nothing to sync, no checkpoint to write
 		if err := w.syncAll(); err != nil {
 			first = err
 		} else {

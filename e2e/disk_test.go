@@ -445,3 +445,65 @@ func TestDiskFullStartAfterCrashRefused(t *testing.T) {
 	}
 	p.stop()
 }
+
+// TestSlaveDiskFullStartReadOnly: a slave stopped cleanly and restarted on
+// a disk filled to its last page (no reserve file) starts read-only: it
+// serves what it replicated, does not replicate (it cannot write a block)
+// and says so, and changes no data file.
+func TestSlaveDiskFullStartReadOnly(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	sdata := filepath.Join(sdir, "data")
+	mountTmpfs(t, sdata, 32)
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	replConfig(t, sdir, 0, "")
+	cfgPath := filepath.Join(sdir, "config.yaml")
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = []byte(strings.Replace(string(cfg), "  flushLevel: 1\n", "  flushLevel: 1\n  minFreeMB: 16\n", 1))
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startArgs(t, mdir)
+	c := dial(t, m.addr)
+	if err := c.create("r", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startReplSlave(t, sdir, mport, 0)
+	waitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
+	s.stop()
+	if err := os.Remove(filepath.Join(sdata, "smss.reserve")); err != nil {
+		t.Fatalf("the reserve file: %v", err)
+	}
+	fillToLastPage(t, sdata)
+	before := dataState(t, sdata)
+	for i := 10; i < 15; i++ {
+		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s = startReplSlave(t, sdir, mport, 0)
+	if !strings.Contains(s.out.String(), "REPLICATION PAUSED: this slave started read-only") {
+		t.Fatalf("no pause line:\n%s", tail(s.out.String(), 4000))
+	}
+	if got := readAll(t, s.addr, "r", 10); len(got) != 10 || got[9] != "r09" {
+		t.Fatalf("the read-only slave delivered %q", got)
+	}
+	if strings.Contains(s.out.String(), "REPLICATION STOPPED") {
+		t.Fatalf("replication ran:\n%s", tail(s.out.String(), 4000))
+	}
+	s.stop()
+	after := dataState(t, sdata)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("the read-only slave changed its data directory")
+	}
+	m.stop()
+}
