@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 
@@ -109,6 +111,14 @@ func (b *Broker) recoverReadOnly() (int64, error) {
 	next := max(ckpt.NextEventID, binLast+1, 1)
 	for _, name := range names {
 		t := b.topics[name]
+		if !b.IsSlave() {
+			next = max(next, t.meta.CreateEventID+1) // as recover: a master never reuses an id
+		}
+		if _, err := os.Stat(t.dir); errors.Is(err, fs.ErrNotExist) {
+			// Created by the original server and never written: no
+			// messages to check (recover would create the directory).
+			continue
+		}
 		l, err := b.topicLog(t)
 		if err != nil {
 			return 0, fmt.Errorf("topic %s: %w", name, err)
@@ -125,9 +135,6 @@ func (b *Broker) recoverReadOnly() (int64, error) {
 			return 0, fmt.Errorf("%w: topic %s holds eventId %d, after the binlog's last %d: recovery must cut it", ErrNotClean, name, last, binLast)
 		}
 		next = max(next, last+1)
-		if !b.IsSlave() {
-			next = max(next, t.meta.CreateEventID+1) // as recover: a master never reuses an id
-		}
 	}
 	return next, nil
 }

@@ -279,7 +279,9 @@ func appendJunk(t *testing.T, path string) {
 
 // TestReadOnlyStartRefused: when a read-only start would have to write
 // (a crashed run's badger memtable log, recovery cutting a torn tail), the
-// start is refused as before, saying why, and nothing is changed.
+// start is refused as before, saying why, and nothing is changed. A topic
+// without a directory (the original server creates none until the first
+// write) needs no writing: that start serves.
 func TestReadOnlyStartRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -297,6 +299,18 @@ func TestReadOnlyStartRefused(t *testing.T) {
 			copyTree(t, src, dst)
 			appendJunk(t, newestLog(t, filepath.Join(dst, "binlog")))
 		}, []string{"binlog has a torn or damaged tail"}, nil},
+		{"topic without a directory", func(t *testing.T, b *Broker, src, dst string) {
+			if _, err := b.CreateTopic(context.Background(), []byte("never"), 0); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			copyTree(t, src, dst)
+			// As the original server leaves a topic created and never
+			// written: a read-only start serves the others.
+			if err := os.Remove(topicblock.Dir(filepath.Join(dst, "topic"), []byte("never"), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, nil},
 		{"torn topic tail", func(t *testing.T, b *Broker, src, dst string) {
 			b.Close()
 			copyTree(t, src, dst)
@@ -324,6 +338,20 @@ func TestReadOnlyStartRefused(t *testing.T) {
 			o := Options{Dir: dst, FlushLevel: 1}
 			readOnlyOpts(disk, false)(&o)
 			rb, err := Open(o)
+			if tc.want == nil {
+				// Not a refusal: the start is read-only and serves.
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := subscribeN(t, rb, "t", 5); len(got) != 5 || rb.ReadOnly() == nil {
+					t.Fatalf("read %d of 5, read-only %v", len(got), rb.ReadOnly())
+				}
+				rb.Close()
+				if d := diffState(before, dirState(t, dst)); len(d) > 0 {
+					t.Fatalf("a read-only start changed the data directory:\n%s", strings.Join(d, "\n"))
+				}
+				return
+			}
 			if err == nil {
 				rb.Close()
 				t.Fatal("opened")
