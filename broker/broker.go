@@ -247,6 +247,16 @@ func Open(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}
 	b.disk = newDiskGuard(opts.Dir, uint64(max(opts.MinFreeBytes, 0)), b.log, opts.Statfs)
+	// check (in newDiskGuard) gave the reserve file back if the disk is
+	// that full; without one, a start on a full disk opens read-only
+	// (readonly.go) rather than die in badger.
+	noRoom := b.disk.startRoom()
+	if noRoom != nil {
+		if _, err := os.Stat(filepath.Join(opts.Dir, "meta", "MANIFEST")); err != nil {
+			return nil, fmt.Errorf("broker: %w (there is no meta store to serve read-only: a first start needs the space)", noRoom)
+		}
+		b.disk.startReadOnly()
+	}
 	go b.disk.run(opts.DiskCheckInterval)
 	opened := false
 	defer func() {
@@ -254,13 +264,10 @@ func Open(opts Options) (*Broker, error) {
 			b.disk.close()
 		}
 	}()
-	// check (in newDiskGuard) gave the reserve file back if the disk is
-	// that full; without one, a start on a full disk is refused here
-	// rather than die in badger.
-	if err := b.disk.startRoom(); err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
+	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger, ReadOnly: noRoom != nil})
+	if err != nil && noRoom != nil {
+		return nil, fmt.Errorf("broker: %w; a read-only start failed too: it needs a clean shutdown of the previous run (a crashed run leaves a memtable log that only a writable open replays): open meta read-only: %v", noRoom, err)
 	}
-	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("broker: open meta: %w", err)
 	}
@@ -270,6 +277,14 @@ func Open(opts Options) (*Broker, error) {
 	if err := b.checkFolderCount(ms); err != nil {
 		ms.Close()
 		return nil, err
+	}
+	if noRoom != nil {
+		if err := b.openReadOnly(noRoom); err != nil {
+			ms.Close()
+			return nil, err
+		}
+		opened = true
+		return b, nil
 	}
 	if err := b.prepareDirs(); err != nil {
 		ms.Close()
@@ -614,7 +629,7 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 		size = b.opts.CursorSegmentBytes // compaction works per file (cursor.go)
 	}
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,
-		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile})
+		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile, ReadOnly: b.ReadOnly() != nil})
 	if err != nil {
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 			// The client gets a refusal that says why (not the server's

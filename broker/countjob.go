@@ -398,7 +398,9 @@ func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func
 		fc, why := cs.checkSidecar(root, r, id, exists[id])
 		if why != "" {
 			cs.b.log.Debug("ignoring a topic count sidecar", "topic", t.meta.Name, "file", name, "reason", why)
-			root.Remove(name)
+			if cs.b.ReadOnly() == nil { // a read-only start writes no file
+				root.Remove(name)
+			}
 			continue
 		}
 		found[id] = fc
@@ -446,6 +448,9 @@ func (cs *countState) checkSidecar(root *os.Root, r *segment.Log, id int64, exis
 // removes those of files that are gone. A failure only costs a recount at
 // the next start.
 func (cs *countState) persist(t *topic, tc *topicCount) {
+	if cs.b.ReadOnly() != nil {
+		return // a read-only start writes no file (readonly.go)
+	}
 	type item struct {
 		id int64
 		fc fileCount

@@ -463,8 +463,8 @@ func (b *Broker) haltCursors() {
 func (b *Broker) FlushCursors(ctx context.Context) error { return b.flushCursors(ctx) }
 
 func (b *Broker) flushCursors(ctx context.Context) error {
-	if b.IsSlave() || !b.cursorsOn() {
-		return nil
+	if b.IsSlave() || !b.cursorsOn() || b.ReadOnly() != nil {
+		return nil // a read-only start keeps positions in memory only
 	}
 	cs := &b.cursors
 	cs.wmu.Lock()

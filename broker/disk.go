@@ -59,10 +59,15 @@ type diskGuard struct {
 	stop chan struct{}
 	done chan struct{}
 
+	startFree uint64     // the reading of a startRoom that found no room
 	checkMu   sync.Mutex // serializes check
 	noReserve bool       // fallocate failed once; under checkMu
 	mu        sync.Mutex
 	resumed   chan struct{} // closed when the disk leaves the low state
+
+	// ro is the refusal of every write after a read-only start
+	// (readonly.go); set by startReadOnly before run, nil otherwise.
+	ro error
 }
 
 // errNoStatfs: this platform cannot read the free space (not Linux).
@@ -144,11 +149,16 @@ func (g *diskGuard) check() {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if low {
+	switch {
+	case low:
 		g.resumed = make(chan struct{})
 		g.log.Error("disk almost full: refusing pub, delay and create (reads, subscriptions, deletes and replication to slaves go on) until space returns",
 			"freeMiB", free>>20, "key", "store.minFreeMB", "minFreeMiB", g.min>>20, "dir", g.dir)
-	} else {
+	case g.ro != nil:
+		close(g.resumed)
+		g.log.Warn("disk space is back above store.minFreeMB, but this server started read-only: restart it to resume writes",
+			"freeMiB", free>>20, "minFreeMiB", g.min>>20)
+	default:
 		close(g.resumed)
 		g.log.Info("disk space is back above store.minFreeMB: writes resume",
 			"freeMiB", free>>20, "minFreeMiB", g.min>>20)
@@ -178,6 +188,9 @@ func (g *diskGuard) estimate() uint64 {
 // refusal returns the error of a write refused for lack of space, nil when
 // there is enough.
 func (g *diskGuard) refusal() error {
+	if g.ro != nil {
+		return g.ro
+	}
 	if g.min == 0 {
 		return nil
 	}
@@ -193,6 +206,9 @@ func (g *diskGuard) refusal() error {
 
 // wait blocks until the disk is above the watermark or ctx ends.
 func (g *diskGuard) wait(ctx context.Context) error {
+	if g.ro != nil {
+		return g.ro // space that returns does not make a read-only start writable
+	}
 	for g.min > 0 && g.low.Load() {
 		g.mu.Lock()
 		ch := g.resumed
@@ -218,12 +234,15 @@ type DiskState struct {
 	MinFreeBytes uint64
 	// Low is true while writes are refused for lack of space.
 	Low bool
+	// ReadOnly is true after a read-only start on a full disk: writes are
+	// refused until a restart, whatever the space (readonly.go).
+	ReadOnly bool
 }
 
 // Disk returns the last reading of the free space of the data directory's
 // filesystem (cheap: no syscall).
 func (b *Broker) Disk() DiskState {
-	return DiskState{FreeBytes: b.disk.free.Load(), MinFreeBytes: b.disk.min, Low: b.disk.low.Load()}
+	return DiskState{FreeBytes: b.disk.free.Load(), MinFreeBytes: b.disk.min, Low: b.disk.low.Load(), ReadOnly: b.disk.ro != nil}
 }
 
 // diskRefusal is the error of a client write of n record bytes refused for
@@ -244,8 +263,9 @@ func (b *Broker) noteNoSpace(err error) {
 	}
 }
 
-// minStartFree is the free space below which Open refuses to open the meta
-// store (after giving back the reserve file, if there is one). Badger
+// minStartFree is the free space below which Open does not open the meta
+// store for writing (after giving back the reserve file, if there is one;
+// it starts read-only instead, readonly.go). Badger
 // writes its lock file, memtable and start-up entries through memory maps:
 // on a disk with one or two free pages it died with SIGBUS at start or on
 // its first flush, where a refusal says what is wrong. 1 MiB is over a
@@ -253,11 +273,13 @@ func (b *Broker) noteNoSpace(err error) {
 const minStartFree = 1 << 20
 
 // ErrDiskFull refuses to open a store whose disk has less than
-// minStartFree free.
+// minStartFree free and that cannot start read-only (readonly.go).
 var ErrDiskFull = errors.New("disk full")
 
 // startRoom is checked before the meta store opens: nil when the guard is
-// off, the free space cannot be read, or there is room to start.
+// off, the free space cannot be read, or there is room to start. Otherwise
+// the broker tries a read-only start (readonly.go); the error is the cause
+// it gives when that is not possible either.
 func (g *diskGuard) startRoom() error {
 	if g.min == 0 {
 		return nil
@@ -266,6 +288,7 @@ func (g *diskGuard) startRoom() error {
 	if err != nil || free >= minStartFree {
 		return nil
 	}
+	g.startFree = free
 	return fmt.Errorf("%w: %d KiB free on the filesystem of %s (after giving back %s, if there was one); the meta store writes through memory maps and needs %d KiB to open without risking SIGBUS: free some space (store.minFreeMB %d)",
 		ErrDiskFull, free>>10, g.dir, ReserveFile, minStartFree>>10, g.min>>20)
 }
@@ -301,4 +324,11 @@ func (g *diskGuard) adjustReserve(free uint64) uint64 {
 		return free - g.reserve
 	}
 	return free
+}
+
+// startReadOnly switches the guard to a read-only start, before run: writes
+// get the refusal, and no reserve file is created (nothing is written).
+func (g *diskGuard) startReadOnly() {
+	g.ro = newReadOnlyError(g.startFree)
+	g.reserve = 0
 }

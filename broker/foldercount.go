@@ -47,6 +47,9 @@ func (b *Broker) checkFolderCount(ms *meta.Store) error {
 	if err := b.checkLayout(ms, want); err != nil {
 		return err
 	}
+	if b.ReadOnly() != nil {
+		return nil // a read-only start records nothing (readonly.go)
+	}
 	fb := ms.NewBatch()
 	fb.SetFolderCount(want)
 	if err := ms.Commit(fb); err != nil {

@@ -153,6 +153,9 @@ func (w *writer) process(group []*command) {
 		}
 		return
 	}
+	if w.refuseReadOnly(group) {
+		return
+	}
 	binStart := w.b.binlog.Position()
 	nextBefore := w.next
 	w.dd.from = w.next
@@ -594,7 +597,7 @@ func (w *writer) shutdown() error {
 	if w.syncing {
 		w.syncFinished(<-w.syncDone)
 	}
-	if w.stopped == nil {
+	if w.stopped == nil && w.b.ReadOnly() == nil { // read-only: nothing to sync, no checkpoint to write
 		if err := w.syncAll(); err != nil {
 			first = err
 		} else {

@@ -4,6 +4,7 @@ package e2e
 // run smss on a small tmpfs (mounting needs root; they skip otherwise).
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -241,12 +242,154 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	m.stop()
 }
 
-// TestDiskFullStartWithoutReserve: a data directory that has no reserve
-// file (the original server's, or one run with store.minFreeMB 0) on a disk
-// filled to its last pages used to die at start with SIGBUS in badger's
-// memory-mapped memtable. It is refused with an error naming the free
-// space, and starts and serves reads once space is freed.
-func TestDiskFullStartWithoutReserve(t *testing.T) {
+// fillToLastPage fills dir's filesystem and gives one page back: less than
+// badger needs to open for writing. It returns the filler's path.
+func fillToLastPage(t *testing.T, dir string) string {
+	t.Helper()
+	filler := fillTo(t, dir, 0)
+	st, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, st.Size()-4096); err != nil {
+		t.Fatal(err)
+	}
+	return filler
+}
+
+// dataState hashes every file under dir but the filler.
+func dataState(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	out := map[string][32]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "filler" {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[p] = sha256.Sum256(data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDiskFullStartReadOnly: a server stopped cleanly, whose disk is then
+// filled to its last page with no reserve file left, used to be refused at
+// start (and before that died with SIGBUS in badger). It starts read-only:
+// every stored message is delivered, every write gets the read-only 400,
+// /readyz and smss_read_only say a restart is needed, no file of the data
+// directory changes, and a restart once space is freed accepts writes.
+func TestDiskFullStartReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	mountTmpfs(t, data, 32)
+	writeConfig(t, dir, "  minFreeMB: 16\n"+adminConfig(""))
+	p := start(t, dir)
+	c := dial(t, p.addr)
+	for _, topic := range []string{"keep", "other"} {
+		if err := c.create(topic, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for i := range 50 {
+		want = append(want, fmt.Sprintf("m%02d", i))
+		if err := c.pub("keep", record(nil, want[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.stop()
+	if err := os.Remove(filepath.Join(data, "smss.reserve")); err != nil {
+		t.Fatalf("the reserve file: %v", err)
+	}
+	filler := fillToLastPage(t, data)
+	before := dataState(t, data)
+
+	p = start(t, dir)
+	admin := adminAddr(t, p)
+	if !strings.Contains(p.out.String(), "STARTED READ-ONLY") {
+		t.Errorf("no read-only start line:\n%s", p.out.String())
+	}
+	if got := readAll(t, p.addr, "keep", len(want)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read-only start delivered %q, want %q", got, want)
+	}
+	c = dial(t, p.addr)
+	for _, w := range []struct {
+		name string
+		call func() error
+	}{
+		{"pub", func() error { return c.pub("keep", record(nil, "refused")) }},
+		{"delay", func() error { return c.delay("keep", 5000, record(nil, "refused")) }},
+		{"create", func() error { return c.create("new", 0) }},
+		{"delete", func() error { return c.del("other") }},
+	} {
+		text := bizText(w.call())
+		if !strings.HasPrefix(text, "disk almost full: started read-only with ") || !strings.Contains(text, "restart the server to resume writes") {
+			t.Errorf("%s on a read-only start: %q, want the read-only 400", w.name, text)
+		}
+	}
+	if err := c.inSync(); err != nil {
+		t.Fatalf("connection after the refusals: %v", err)
+	}
+	if code, text := adminGet(t, admin, "", "/readyz"); code != 503 || !strings.Contains(text, "started read-only on a full disk, not ready for writes") || !strings.Contains(text, "restart") {
+		t.Errorf("/readyz on a read-only start: %d %q", code, text)
+	}
+	waitMetric(t, admin, "smss_read_only", 1)
+	waitMetric(t, admin, "smss_disk_writes_refused", 1)
+
+	// Space returning does not resume writes: the log and the metric say
+	// to restart.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(20*time.Second, func() bool { return strings.Contains(p.out.String(), "restart it to resume writes") }) {
+		t.Fatalf("no restart hint after space returned:\n%s", p.out.String())
+	}
+	if err := c.pub("keep", record(nil, "refused")); !strings.Contains(bizText(err), "started read-only") {
+		t.Errorf("pub after space returned, before the restart: %s", bizText(err))
+	}
+	waitMetric(t, admin, "smss_read_only", 1)
+	select {
+	case <-p.exited:
+		t.Fatalf("the read-only server exited: %v\n%s", p.err, p.out.String())
+	default:
+	}
+	p.stop()
+	after := dataState(t, data)
+	for path, sum := range before {
+		if after[path] != sum {
+			t.Errorf("the read-only run changed or removed %s", path)
+		}
+	}
+	for path := range after {
+		if _, ok := before[path]; !ok {
+			t.Errorf("the read-only run created %s", path)
+		}
+	}
+
+	p = start(t, dir)
+	c = dial(t, p.addr)
+	if err := c.pub("keep", record(nil, "after")); err != nil {
+		t.Fatalf("pub after a restart with space: %v", err)
+	}
+	if got := readAll(t, p.addr, "keep", len(want)+1); len(got) != len(want)+1 || got[len(want)] != "after" {
+		t.Fatalf("after the restart: %q", got)
+	}
+	p.stop()
+}
+
+// TestDiskFullStartAfterCrashRefused: a read-only start needs a clean
+// shutdown (badger replays a crashed run's memtable log only when it opens
+// for writing, and recovery may have to cut torn tails). A data directory
+// without a reserve file, left by a killed server on a disk filled to its
+// last pages, is refused with an error naming the free space and why, and
+// starts and serves once space is freed.
+func TestDiskFullStartAfterCrashRefused(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	mountTmpfs(t, data, 32)
@@ -259,25 +402,18 @@ func TestDiskFullStartWithoutReserve(t *testing.T) {
 	if err := c.pub("keep", record(nil, "kept")); err != nil {
 		t.Fatal(err)
 	}
-	p.stop()
+	p.kill()
 	if _, err := os.Stat(filepath.Join(data, "smss.reserve")); !os.IsNotExist(err) {
 		t.Fatalf("a reserve file with the guard off: %v", err)
 	}
 
-	// Leave one page: badger's start needs more.
-	filler := fillTo(t, data, 0)
-	st, err := os.Stat(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(filler, st.Size()-4096); err != nil {
-		t.Fatal(err)
-	}
+	filler := fillToLastPage(t, data)
 	writeConfig(t, dir, "  minFreeMB: 16\n")
 	cmd := exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
 	cmd.Dir = dir
 	done := make(chan struct{})
 	var out []byte
+	var err error
 	go func() {
 		out, err = cmd.CombinedOutput()
 		close(done)
@@ -290,8 +426,14 @@ func TestDiskFullStartWithoutReserve(t *testing.T) {
 		t.Fatalf("a start on a full disk neither served nor ended within 30 s:\n%s", out)
 	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "disk full: ") || !strings.Contains(string(out), "KiB free") {
-		t.Fatalf("start on a full disk: %v, want exit 1 naming the free space:\n%s", err, out)
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "disk full: ") || !strings.Contains(string(out), "KiB free") ||
+		!strings.Contains(string(out), "clean shutdown") {
+		t.Fatalf("start on a full disk after a crash: %v, want exit 1 naming the free space and the unclean shutdown:\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, why, ok := strings.Cut(line, "a read-only start"); ok {
+			t.Logf("refused: a read-only start%s", why)
+		}
 	}
 
 	if err := os.Remove(filler); err != nil {
@@ -302,4 +444,66 @@ func TestDiskFullStartWithoutReserve(t *testing.T) {
 		t.Fatalf("after space returned: %q", got)
 	}
 	p.stop()
+}
+
+// TestSlaveDiskFullStartReadOnly: a slave stopped cleanly and restarted on
+// a disk filled to its last page (no reserve file) starts read-only: it
+// serves what it replicated, does not replicate (it cannot write a block)
+// and says so, and changes no data file.
+func TestSlaveDiskFullStartReadOnly(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	sdata := filepath.Join(sdir, "data")
+	mountTmpfs(t, sdata, 32)
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	replConfig(t, sdir, 0, "")
+	cfgPath := filepath.Join(sdir, "config.yaml")
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = []byte(strings.Replace(string(cfg), "  flushLevel: 1\n", "  flushLevel: 1\n  minFreeMB: 16\n", 1))
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startArgs(t, mdir)
+	c := dial(t, m.addr)
+	if err := c.create("r", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startReplSlave(t, sdir, mport, 0)
+	waitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
+	s.stop()
+	if err := os.Remove(filepath.Join(sdata, "smss.reserve")); err != nil {
+		t.Fatalf("the reserve file: %v", err)
+	}
+	fillToLastPage(t, sdata)
+	before := dataState(t, sdata)
+	for i := 10; i < 15; i++ {
+		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s = startReplSlave(t, sdir, mport, 0)
+	if !strings.Contains(s.out.String(), "REPLICATION PAUSED: this slave started read-only") {
+		t.Fatalf("no pause line:\n%s", tail(s.out.String(), 4000))
+	}
+	if got := readAll(t, s.addr, "r", 10); len(got) != 10 || got[9] != "r09" {
+		t.Fatalf("the read-only slave delivered %q", got)
+	}
+	if strings.Contains(s.out.String(), "REPLICATION STOPPED") {
+		t.Fatalf("replication ran:\n%s", tail(s.out.String(), 4000))
+	}
+	s.stop()
+	after := dataState(t, sdata)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("the read-only slave changed its data directory")
+	}
+	m.stop()
 }

@@ -41,6 +41,11 @@ type Options struct {
 	Logger *slog.Logger
 	// InMemory keeps everything in RAM (tests only); Dir must be empty.
 	InMemory bool
+	// ReadOnly opens badger read-only (a start on a full disk): nothing
+	// is written, not even the lock's pid file, and every Commit fails.
+	// Badger then refuses a directory whose memtable log must be replayed
+	// and truncated, which only a clean Close avoids.
+	ReadOnly bool
 
 	// tune overrides the sizing constants in tests (zero = default), so
 	// that value-log behaviour can be exercised with small values.
@@ -112,7 +117,8 @@ func Open(opts Options) (*Store, error) {
 		// Transactions are blind writes from a single writer; there is
 		// nothing to detect and the bookkeeping costs memory.
 		WithDetectConflicts(false).
-		WithMetricsEnabled(false)
+		WithMetricsEnabled(false).
+		WithReadOnly(opts.ReadOnly)
 	db, err := badger.Open(bo)
 	if err != nil {
 		if opts.InMemory {

@@ -228,6 +228,10 @@ func (s *adminSource) ready() (bool, string) {
 	if err := b.FatalError(); err != nil {
 		return false, "writer stopped on a fatal storage error: " + err.Error()
 	}
+	if err := b.ReadOnly(); err != nil {
+		// The public /readyz shows the text before ": " only.
+		return false, "started read-only on a full disk, not ready for writes (free space, then restart): " + err.Error()
+	}
 	if d := b.Disk(); d.Low {
 		return false, fmt.Sprintf("disk almost full: %d MiB free, store.minFreeMB %d; pub, delay and create are refused",
 			d.FreeBytes>>20, d.MinFreeBytes>>20)
@@ -478,9 +482,17 @@ func registerDiskMetrics(reg *prometheus.Registry, src *adminSource) {
 			Help: "store.minFreeMB in bytes: below it pub, delay and create are refused; 0 when off."},
 			read(func(d broker.DiskState) float64 { return float64(d.MinFreeBytes) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_disk_writes_refused",
-			Help: "1 while pub, delay and create are refused because the disk is below store.minFreeMB."},
+			Help: "1 while pub, delay and create are refused because the disk is below store.minFreeMB, or every write after a read-only start."},
 			read(func(d broker.DiskState) float64 {
-				if d.Low {
+				if d.Low || d.ReadOnly {
+					return 1
+				}
+				return 0
+			})),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_read_only",
+			Help: "1 when the server started read-only on a full disk: every write is refused until a restart (free space, then restart to resume writes)."},
+			read(func(d broker.DiskState) float64 {
+				if d.ReadOnly {
 					return 1
 				}
 				return 0

@@ -43,6 +43,13 @@ const metaGCInterval = 10 * time.Minute
 // stop before closing the broker.
 func startBackground(cfg *config.Config, b *broker.Broker, logger *slog.Logger) (*background, error) {
 	bg := &background{log: logger, cfg: cfg, b: b}
+	if err := b.ReadOnly(); err != nil {
+		// Every job writes (applies delays, deletes expired topics, removes
+		// files, compacts badger): none runs until a restart.
+		logger.Warn("started read-only: the delay scheduler, topic expiry, retention and meta GC are off until a restart", "cause", err)
+		bg.stopped = true
+		return bg, nil
+	}
 	if !b.IsSlave() {
 		if err := bg.startMaster(); err != nil {
 			return nil, err
@@ -111,6 +118,9 @@ func (bg *background) stop() {
 	type job struct {
 		name string
 		stop func(context.Context) error
+	}
+	if bg.retention == nil {
+		return // read-only start: nothing runs
 	}
 	jobs := []job{{"retention", bg.retention.Stop}}
 	bg.mu.Lock()

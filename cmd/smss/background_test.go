@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,4 +65,57 @@ func TestBackgroundWiring(t *testing.T) {
 		t.Fatalf("slave background %+v", bg)
 	}
 	bg.stop()
+}
+
+// TestReadOnlyStartWiring: after a read-only start on a full disk no
+// background job runs (each writes), promote and follow are refused with
+// the read-only 400, and readiness names the read-only start.
+func TestReadOnlyStartWiring(t *testing.T) {
+	cfg := config.Default()
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	opts := broker.Options{Dir: dir, Logger: log, Slave: true, MinFreeBytes: 16 << 20, DiskCheckInterval: time.Hour,
+		Statfs: func(string) (uint64, error) { return free.Load(), nil }}
+	b, err := broker.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	free.Store(4 << 10)
+	b, err = broker.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.ReadOnly() == nil {
+		t.Fatal("not read-only")
+	}
+	bg, err := startBackground(cfg, b, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bg.delay != nil || bg.reaper != nil || bg.retention != nil || bg.gcStop != nil {
+		t.Fatalf("read-only background %+v", bg)
+	}
+	if err := bg.startMaster(); err == nil {
+		t.Fatal("the master's jobs started on a read-only broker")
+	}
+	bg.stop()
+
+	n := &node{cfg: cfg, b: b, bg: bg, log: log}
+	if _, err := n.Promote(context.Background()); !errors.Is(err, broker.ErrReadOnly) {
+		t.Errorf("promote: %v", err)
+	}
+	if err := n.Follow(context.Background(), "127.0.0.1:1"); !errors.Is(err, broker.ErrReadOnly) {
+		t.Errorf("follow: %v", err)
+	}
+	src := &adminSource{}
+	src.b.Store(b)
+	if ok, why := src.ready(); ok || !strings.HasPrefix(why, "started read-only on a full disk, not ready for writes") {
+		t.Errorf("ready %v %q", ok, why)
+	}
 }

@@ -117,6 +117,9 @@ func (n *node) Promote(ctx context.Context) (uint64, error) {
 	if !n.b.IsSlave() {
 		return 0, protocol.ErrAlreadyMaster
 	}
+	if err := n.b.ReadOnly(); err != nil {
+		return 0, err // promotion records the role and epoch in meta
+	}
 	start := time.Now()
 	r := n.runner.Load()
 	from := ""
@@ -174,6 +177,9 @@ func (n *node) Follow(ctx context.Context, addr string) error {
 	}
 	if !n.b.IsSlave() {
 		return errFollowOnMaster
+	}
+	if err := n.b.ReadOnly(); err != nil {
+		return err // it could not apply what the new master sends
 	}
 	// The link is built before the old runner stops, so that TLS material
 	// that does not load leaves the slave following its master.

@@ -139,7 +139,10 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
 		return exitFailure
 	}
-	if role == roleSlave {
+	if role == roleSlave && b.ReadOnly() != nil {
+		// The divergence check may move a tail aside (-rejoin): a write.
+		logger.Warn("started read-only: skipping the check against the master's binlog", "cause", b.ReadOnly())
+	} else if role == roleSlave {
 		if b, code = checkDivergence(cfg, fl, b, bopts, logger, sig); code >= 0 {
 			return code
 		}
@@ -245,7 +248,12 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	// Replication stops (after its in-flight block) when serve returns;
 	// promote and follow are refused from then on.
 	defer n.stop()
-	if role == roleSlave {
+	if role == roleSlave && b.ReadOnly() != nil {
+		// A slave that cannot write cannot apply a block: it would fail
+		// each one. It serves what it holds until a restart with space.
+		logger.Error("REPLICATION PAUSED: this slave started read-only on a full disk and cannot apply replicated blocks; free some space and restart it to resume replication",
+			"master", net.JoinHostPort(fl.masterHost, fmt.Sprint(fl.masterPort)), "cause", b.ReadOnly())
+	} else if role == roleSlave {
 		if err := n.startFollowing(fl.masterHost, fl.masterPort); err != nil {
 			logger.Error("cannot start replication", "err", err)
 			srv.Shutdown(context.Background())
