@@ -1,6 +1,6 @@
 package broker
 
-// Tests of the background count (countjob.go): files of earlier runs,
+// Tests of the background count (msgcount/job.go): files of earlier runs,
 // sidecars, Close during a count, progress and failures.
 
 import (

@@ -124,7 +124,7 @@ type topicFigures struct {
 // the bytes and count of its committed log files, the number of messages
 // in them, its first and last eventIds and the time of its newest message.
 // Messages is -1 until a background count of the files from before this
-// process (or written before the count existed) is done (count.go).
+// process (or written before the count existed) is done (package msgcount).
 func (b *Broker) TopicStats(name string) (metrics.TopicStats, bool) {
 	b.mu.RLock()
 	t := b.topics[name]
