@@ -191,7 +191,7 @@ func (b *Broker) openReadOnly(noRoom error) error {
 	if b.cursorsOn() {
 		go b.runCursorFlusher() // writes nothing here (flushCursors); Close waits for it
 	}
-	b.stats.counts.start(b)
+	b.startCounts()
 	b.log.Error("STARTED READ-ONLY: the data directory's disk is almost full; subscriptions, topic list and info, status, metrics and replication to slaves are served, every write is refused; free some space and restart to resume writes",
 		"cause", noRoom, "nextEventId", next, "topics", len(b.topics))
 	return nil
