@@ -9,29 +9,24 @@ import (
 )
 
 // lastBlockIDs returns the first and last eventId of the last block in l,
-// (0, 0) for an empty binlog. It reads one block per file from the newest
-// file back, using the files' indexes, never whole files.
+// (0, 0) for an empty binlog (segment.Log.NewestBlock: no whole files
+// are read).
 func lastBlockIDs(l *segment.Log) (first, last int64, err error) {
-	files := l.Files()
-	for i := len(files) - 1; i >= 0; i-- {
-		raw, err := l.LastBlock(files[i])
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		if raw == nil {
-			continue
-		}
-		blk, _, err := binlog.DecodeBlock(raw)
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		last, err := blk.LastEventID()
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		return blk.EventID, last, nil
+	raw, id, err := l.NewestBlock()
+	if err != nil {
+		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
 	}
-	return 0, 0, nil
+	if raw == nil {
+		return 0, 0, nil
+	}
+	blk, _, err := binlog.DecodeBlock(raw)
+	if err != nil {
+		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
+	}
+	if last, err = blk.LastEventID(); err != nil {
+		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
+	}
+	return blk.EventID, last, nil
 }
 
 // blockFirstID returns field 3 (eventId) of a block's command line, or 0

@@ -2,9 +2,9 @@ package segment
 
 import "errors"
 
-// Reading the newest block of a file without reading the whole file:
-// retention learns a file's newest time from it, a slave its position,
-// and the operator views a log's last eventId.
+// Reading the newest block of a file, or of a whole log, without reading
+// whole files: retention learns a file's newest time from it, a slave its
+// position, the operator views a log's last eventId and its write time.
 
 // LastBlock returns a copy of the last whole block of file id (nil if it has
 // none), found from the file's last verifiable index entry rather than by
@@ -57,4 +57,23 @@ func (l *Log) lastBlockRebuilding(id, size int64) ([]byte, error) {
 		return last, nil
 	}
 	return last, err
+}
+
+// NewestBlock returns a copy of the newest whole committed block of the
+// log and the id of the file holding it; block is nil when the log holds
+// none. It reads one block per file from the newest file back (a file may
+// be empty), through the files' indexes, never whole files. On an error,
+// id is the file that could not be read.
+func (l *Log) NewestBlock() (block []byte, id int64, err error) {
+	files := l.Files()
+	for i := len(files) - 1; i >= 0; i-- {
+		raw, err := l.LastBlock(files[i])
+		if err != nil {
+			return nil, files[i], err
+		}
+		if raw != nil {
+			return raw, files[i], nil
+		}
+	}
+	return nil, 0, nil
 }
