@@ -418,9 +418,6 @@ func (b *Broker) IsSlave() bool { return b.slave.Load() }
 // LastEventID returns the last eventId assigned so far.
 func (b *Broker) LastEventID() int64 { return b.lastID.Load() }
 
-// Meta exposes the meta store to the background jobs of the same process.
-func (b *Broker) Meta() *meta.Store { return b.meta }
-
 func (b *Broker) sample() bool {
 	n := b.opts.LogSample
 	return n > 0 && b.sampled.Add(1)%uint64(n) == 1%uint64(n)
@@ -648,28 +645,4 @@ func (b *Broker) topicsByName() []*topic {
 	b.mu.RUnlock()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].meta.Name < ts[j].meta.Name })
 	return ts
-}
-
-// Binlog exposes the binlog for background jobs (retention) of this process.
-func (b *Broker) Binlog() *segment.Log { return b.binlog }
-
-// TopicLogs calls fn with every topic's log (opened through the writer when
-// needed), in name order. Used by retention.
-func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
-	for _, t := range b.topicsByName() {
-		if t.meta.Name == CursorTopic {
-			continue // compacted by snapshots, never aged out (cursor.go)
-		}
-		l, err := b.readLog(t)
-		if err != nil {
-			if errors.Is(err, protocol.ErrTopicNotExist) {
-				continue
-			}
-			return err
-		}
-		if err := fn(t.meta.Name, l); err != nil {
-			return err
-		}
-	}
-	return nil
 }

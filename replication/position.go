@@ -5,26 +5,17 @@ import (
 	"fmt"
 
 	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/segment"
 )
 
-// lastBlockIDs returns the first and last eventId of the last block in l,
-// (0, 0) for an empty binlog (segment.Log.NewestBlock: no whole files
-// are read).
-func lastBlockIDs(l *segment.Log) (first, last int64, err error) {
-	raw, id, err := l.NewestBlock()
-	if err != nil {
-		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
-	}
-	if raw == nil {
-		return 0, 0, nil
-	}
-	blk, _, err := binlog.DecodeBlock(raw)
-	if err != nil {
-		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
+// lastBlockIDs returns the first and last eventId of the last block of t's
+// binlog, (0, 0) for an empty binlog.
+func lastBlockIDs(t Target) (first, last int64, err error) {
+	blk, ok, err := t.NewestBinlogBlock()
+	if err != nil || !ok {
+		return 0, 0, err
 	}
 	if last, err = blk.LastEventID(); err != nil {
-		return 0, 0, fmt.Errorf("last block of binlog file %d: %w", id, err)
+		return 0, 0, fmt.Errorf("last binlog block (eventId %d): %w", blk.EventID, err)
 	}
 	return blk.EventID, last, nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/auth"
-	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/metrics"
@@ -432,12 +431,8 @@ func (r *replicaRunner) lagSeconds(b *broker.Broker, st replication.Status) floa
 // lastBinlogBlock returns the write time and last eventId of the newest
 // block in b's binlog.
 func lastBinlogBlock(b *broker.Broker) (writeTime, last int64, ok bool) {
-	raw, _, err := b.Binlog().NewestBlock()
-	if err != nil || raw == nil {
-		return 0, 0, false
-	}
-	blk, _, err := binlog.DecodeBlock(raw)
-	if err != nil {
+	blk, ok, err := b.NewestBinlogBlock()
+	if err != nil || !ok {
 		return 0, 0, false
 	}
 	if last, err = blk.LastEventID(); err != nil {
