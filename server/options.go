@@ -12,9 +12,12 @@ import (
 	"github.com/smssmq/smss/replication"
 )
 
-// Backend is what the server needs from the broker. Errors that are a
-// *protocol.BizError are sent to the client verbatim; any other error's text
-// is sent too, and the connection stays usable either way.
+// Backend is what the server needs from the broker. The Backend checks
+// topic names, the slave role and a create's lifetime, and refuses in the
+// order of docs/protocol.md §1.5; the server does not check them again.
+// Errors that are a *protocol.BizError are sent to the client verbatim; any
+// other error's text is sent too, and the connection stays usable either
+// way.
 type Backend interface {
 	// Publish appends count records (already validated) to topic and returns
 	// the eventId of the first one.

@@ -122,6 +122,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		MinFreeBytes:  cfg.Store.MinFreeMB << 20,
 		MaxOpenTopics: cfg.Store.MaxOpenTopics,
 		Slave:         role == roleSlave,
+		MinLifetime:   protocol.MinLifetimeMs * time.Millisecond,
 		Logger:        logger,
 		LogSample:     cfg.Log.Sample,
 		Metrics:       adm.metrics(),
