@@ -52,6 +52,9 @@ type Options struct {
 	GroupWait time.Duration
 	// Now is the clock in ms; tests replace it.
 	Now func() int64
+	// MaxDelay (delay.maxDelay) is the longest delay PublishDelay accepts,
+	// default DefaultMaxDelay; above protocol.MaxDelayMs it is that.
+	MaxDelay time.Duration
 	// MinLifetime is the shortest lifetime CreateTopic accepts: an
 	// expireAt sooner than this from Now is refused with
 	// protocol.ErrExpireTooSoon, like a negative one. cmd/smss passes
@@ -134,6 +137,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = time.Second
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.DedupeWindow == 0 {
 		o.DedupeWindow = DefaultDedupeWindow

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,9 @@ import (
 const fakeNow = 1795950274737
 
 // fakeBackend is an in-memory Backend. Hooks let tests make a publish block,
-// fail or panic. Like the broker it checks topic names, the role and a
-// create's lifetime, in the same order (the server does not).
+// fail or panic. Like the broker it checks topic names, the role, a
+// create's lifetime and delay.maxDelay, in the same order (the server does
+// not).
 type fakeBackend struct {
 	mu       sync.Mutex
 	topics   map[string]protocol.TopicInfo
@@ -37,6 +39,8 @@ type fakeBackend struct {
 	// nextErr, when set, is returned by a subscriber's Next once it has
 	// nothing more to deliver (mimics a removed file or corrupt data).
 	nextErr error
+	// maxDelay is the broker's delay.maxDelay; zero: 30 days.
+	maxDelay time.Duration
 }
 
 type fakeMsg struct {
@@ -199,6 +203,13 @@ func (b *fakeBackend) IsSlave() bool { return b.slave.Load() }
 func (b *fakeBackend) PublishDelay(_ context.Context, topic, records []byte, count int, delayMs int64) (int64, error) {
 	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
+	}
+	max := b.maxDelay
+	if max == 0 {
+		max = 30 * 24 * time.Hour
+	}
+	if delayMs > max.Milliseconds() {
+		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", delayMs, max.Milliseconds()))
 	}
 	if err := protocol.ValidateTopicName(topic); err != nil {
 		return 0, err

@@ -107,13 +107,12 @@ func (c *conn) dispatch(start time.Time) bool {
 	return true
 }
 
-// Topic names, the slave role and a create's lifetime are the broker's
-// rules (Backend): the handlers below pass requests on and send its
-// refusals verbatim, which come in the order of docs/protocol.md §1.5.
-// Only delay checks the role itself, before its delay.maxDelay check,
-// because §1.5.5 answers a slave's delay with the role's refusal whatever
-// else is wrong with it, also when the request reader refused its content
-// (serveRequest).
+// Topic names, the slave role, a create's lifetime and delay.maxDelay are
+// the broker's rules (Backend): the handlers below pass requests on and
+// send its refusals verbatim, which come in the order of docs/protocol.md
+// §1.5. The one role check here is serveRequest's: §1.5.5 answers a
+// slave's delay with the role's refusal also when the request reader
+// refused its content, which the broker never sees.
 
 func (c *conn) pub() (int64, error) {
 	req := &c.req
@@ -127,15 +126,10 @@ func (c *conn) pub() (int64, error) {
 
 // delay serves a delay pub (§1.5.5). The request reader already refused a
 // payload of 8 bytes or less, a delay under 1 s and invalid records, in that
-// order, after the role check (serveRequest). The broker checks the name.
+// order (on a slave serveRequest answers those with the role's refusal);
+// the broker checks the role, delay.maxDelay and the name, in that order.
 func (c *conn) delay() (int64, error) {
 	req := &c.req
-	if c.s.opts.Backend.IsSlave() {
-		return 0, protocol.ErrSlavePub
-	}
-	if max := c.s.opts.MaxDelay.Milliseconds(); req.DelayMs > max {
-		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", req.DelayMs, max))
-	}
 	id, err := c.s.opts.Backend.PublishDelay(c.s.ctx, req.Topic, req.Payload, req.RecordCount, req.DelayMs)
 	if err != nil {
 		return 0, err

@@ -25,7 +25,8 @@ func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Option
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dir := filepath.Join(t.TempDir(), "data")
-	bopts := broker.Options{Dir: dir, Logger: logger, MinLifetime: protocol.MinLifetimeMs * time.Millisecond} // as cmd/smss
+	bopts := broker.Options{Dir: dir, Logger: logger, MaxDelay: time.Hour,
+		MinLifetime: protocol.MinLifetimeMs * time.Millisecond} // as cmd/smss
 	if bo != nil {
 		bo(&bopts)
 	}
@@ -33,7 +34,7 @@ func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, MaxDelay: time.Hour}
+	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1}
 	if so != nil {
 		so(&opts, b)
 	}
