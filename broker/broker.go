@@ -53,6 +53,15 @@ type Options struct {
 	GroupWait time.Duration
 	// Now is the clock in ms; tests replace it.
 	Now func() int64
+	// MaxDelay (delay.maxDelay) is the longest delay PublishDelay accepts,
+	// default DefaultMaxDelay; above protocol.MaxDelayMs it is that.
+	MaxDelay time.Duration
+	// MinLifetime is the shortest lifetime CreateTopic accepts: an
+	// expireAt sooner than this from Now is refused with
+	// protocol.ErrExpireTooSoon, like a negative one. cmd/smss passes
+	// protocol.MinLifetimeMs (§1.5.3); zero (the default here) refuses only
+	// a negative expireAt, so that tests can create short-lived topics.
+	MinLifetime time.Duration
 	// OpenFile opens the binlog and topic files appends go to; tests
 	// inject disk faults through it. Default os.OpenFile.
 	OpenFile func(path string, flag int, perm os.FileMode) (segment.File, error)
@@ -133,6 +142,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = time.Second
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.DedupeWindow == 0 {
 		o.DedupeWindow = DefaultDedupeWindow
@@ -438,9 +450,6 @@ func (b *Broker) IsSlave() bool { return b.slave.Load() }
 // LastEventID returns the last eventId assigned so far.
 func (b *Broker) LastEventID() int64 { return b.lastID.Load() }
 
-// Meta exposes the meta store to the background jobs of the same process.
-func (b *Broker) Meta() *meta.Store { return b.meta }
-
 func (b *Broker) sample() bool {
 	n := b.opts.LogSample
 	return n > 0 && b.sampled.Add(1)%uint64(n) == 1%uint64(n)
@@ -469,11 +478,13 @@ func (b *Broker) submit(ctx context.Context, c *command) error {
 // Publish appends count records (already validated with
 // protocol.CountRecords) to topic and returns the first eventId.
 func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count int) (int64, error) {
-	if b.IsSlave() {
-		return 0, protocol.ErrSlavePub
-	}
+	// The name first, then the role: the order of the replies on the
+	// wire (docs/protocol.md §11), which the server does not check itself.
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
+	}
+	if b.IsSlave() {
+		return 0, protocol.ErrSlavePub
 	}
 	if string(topicName) == CursorTopic {
 		return 0, ErrReservedTopic
@@ -502,18 +513,20 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 }
 
 // CreateTopic creates a topic; expireAt is an absolute ms time, 0 = never.
+// It checks the name, the role and the lifetime in the order of
+// docs/protocol.md §1.5.3, which the server does not check itself.
 func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int64) (int64, error) {
-	if b.IsSlave() {
-		return 0, protocol.ErrSlaveManage
-	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
+	if b.IsSlave() {
+		return 0, protocol.ErrSlaveManage
+	}
+	if expireAt < 0 || (expireAt > 0 && expireAt-b.opts.Now() < b.opts.MinLifetime.Milliseconds()) {
+		return 0, protocol.ErrExpireTooSoon
+	}
 	if string(topicName) == CursorTopic {
 		return 0, ErrReservedTopic
-	}
-	if expireAt < 0 {
-		return 0, protocol.ErrExpireTooSoon
 	}
 	if err := b.diskRefusal(0); err != nil {
 		return 0, err
@@ -549,9 +562,10 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 }
 
 // checkExistingName applies the topic-name rule of commands that reach an
-// existing topic (sub, delete): a name the create rule refuses is accepted
-// only when a topic of that name exists, created by an original server,
-// and its directory stays inside its hashing bucket (docs/protocol.md §11).
+// existing topic (info, sub, delete): a name the create rule refuses is
+// accepted only when a topic of that name exists, created by an original
+// server, and its directory stays inside its hashing bucket
+// (docs/protocol.md §11).
 func (b *Broker) checkExistingName(name []byte) error {
 	strict := protocol.ValidateTopicName(name)
 	if strict == nil {
@@ -576,7 +590,12 @@ func (b *Broker) view(t *topic) meta.Topic {
 }
 
 // Topic returns the meta of one topic, expired-but-not-reaped included.
+// A name the topic-name rule refuses gets the rule's error unless it names
+// a topic an original server created (checkExistingName).
 func (b *Broker) Topic(name []byte) (meta.Topic, error) {
+	if err := b.checkExistingName(name); err != nil {
+		return meta.Topic{}, err
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	t := b.topics[string(name)]
@@ -668,28 +687,4 @@ func (b *Broker) topicsByName() []*topic {
 	b.mu.RUnlock()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].meta.Name < ts[j].meta.Name })
 	return ts
-}
-
-// Binlog exposes the binlog for background jobs (retention) of this process.
-func (b *Broker) Binlog() *segment.Log { return b.binlog }
-
-// TopicLogs calls fn with every topic's log (opened through the writer when
-// needed), in name order. Used by retention.
-func (b *Broker) TopicLogs(fn func(name string, l *segment.Log) error) error {
-	for _, t := range b.topicsByName() {
-		if t.meta.Name == CursorTopic {
-			continue // compacted by snapshots, never aged out (cursor.go)
-		}
-		l, err := b.readLog(t)
-		if err != nil {
-			if errors.Is(err, protocol.ErrTopicNotExist) {
-				continue
-			}
-			return err
-		}
-		if err := fn(t.meta.Name, l); err != nil {
-			return err
-		}
-	}
-	return nil
 }

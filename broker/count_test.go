@@ -202,13 +202,13 @@ func TestMessageCountRetention(t *testing.T) {
 		t.Fatalf("before retention %d messages, want %d", got, total)
 	}
 	for _, remove := range []int{1, 3, 4} {
-		var l *segment.Log
-		b.TopicLogs(func(name string, lg *segment.Log) error {
-			if name == "t" {
-				l = lg
-			}
-			return nil
-		})
+		b.mu.RLock()
+		tp := b.topics["t"]
+		b.mu.RUnlock()
+		l, err := b.readLog(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < remove; i++ {
 			id := l.Files()[0]
 			c, err := l.CountBlocks(id, 0, fileSize(t, l.Path(id)), nil)

@@ -381,6 +381,10 @@ func (b *Broker) storedPosition(t *topic, who string) (int64, bool) {
 // message is stored at once, so that a consumer that gets nothing before it
 // stops resumes there and not at a later end.
 func (b *Broker) SubscribeResume(topicName, who []byte, whenNone int64) (*Subscription, error) {
+	// The rule of every sub first (Subscribe), then what resuming needs.
+	if err := b.checkExistingName(topicName); err != nil {
+		return nil, err
+	}
 	if !b.cursorsOn() {
 		return nil, ErrCursorsDisabled
 	}

@@ -431,7 +431,7 @@ func TestDedupeRebuildAfterRestart(t *testing.T) {
 	}
 	// The delay apply block carries the delay's records, id included: it
 	// must not replace the delay's entry.
-	due, err := b.Meta().DueDelays(clk.now()+5000, 10)
+	due, err := b.meta.DueDelays(clk.now()+5000, 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due delays %v %v", due, err)
 	}
@@ -519,7 +519,7 @@ func TestDedupeWindowOnSlave(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig["delay"] = d
-	due, err := m.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	due, err := m.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due delays %v %v", due, err)
 	}

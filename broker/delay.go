@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/meta"
@@ -11,9 +12,12 @@ import (
 	"github.com/smssmq/smss/segment"
 )
 
-// maxDelayMs bounds delays so trigger times can never overflow; the server
-// applies the configured, much smaller, delay.maxDelay first.
+// maxDelayMs bounds delays so trigger times can never overflow; the
+// configured, much smaller, Options.MaxDelay applies first.
 const maxDelayMs = protocol.MaxDelayMs
+
+// DefaultMaxDelay is Options.MaxDelay's default (delay.maxDelay).
+const DefaultMaxDelay = 30 * 24 * time.Hour
 
 // Hooks are called by the writer after a group commits, so background
 // schedulers can arm their timers without polling. They must not block.
@@ -37,8 +41,14 @@ func (b *Broker) hook() *Hooks {
 // PublishDelay stores records to be published on topic after delayMs
 // (docs/protocol.md §1.5.5). The records were validated with protocol.CountRecords.
 func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, count int, delayMs int64) (int64, error) {
+	// The role, then delay.maxDelay, then the name: the order of the
+	// replies on the wire (docs/protocol.md §1.5.5, §11), which the server
+	// does not check itself.
 	if b.IsSlave() {
 		return 0, protocol.ErrSlavePub
+	}
+	if max := b.opts.MaxDelay.Milliseconds(); delayMs > max {
+		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", delayMs, max))
 	}
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err

@@ -34,6 +34,14 @@
 //     visible; everything else (the files of earlier runs) is counted by
 //     one background goroutine, never by a stats call, which reports -1
 //     until it is done (package msgcount).
+//   - No other package holds the binlog, a topic log or the meta store.
+//     They read through methods named for what they need (binlogread.go:
+//     the newest binlog block, a block by eventId; background.go: the
+//     delay queue, expired topics), and retention removes old files through
+//     OldBinlogFiles/RemoveOldBinlogFile and OldTopicFiles/RemoveOldTopicFile
+//     (retain.go), which remove only a log's oldest file, never the one
+//     being written, and never a file of a topic deleted or re-created
+//     since it was listed.
 //   - The dedupe window of message ids (dedupe.go) belongs to the writer:
 //     a pub or delay whose id was stored within the window is answered
 //     with the original's eventId and not staged. It is derived from the

@@ -14,7 +14,7 @@ import (
 func TestFolderCountRecordedAndChecked(t *testing.T) {
 	dir := t.TempDir()
 	b := openTest(t, dir, func(o *Options) { o.FolderCount = 3 })
-	if n, ok, err := b.Meta().FolderCount(); err != nil || !ok || n != 3 {
+	if n, ok, err := b.meta.FolderCount(); err != nil || !ok || n != 3 {
 		t.Fatalf("recorded folderCount %d %v %v, want 3", n, ok, err)
 	}
 	if _, err := b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {

@@ -111,7 +111,7 @@ func TestPromote(t *testing.T) {
 	if s.Epoch() != 5 {
 		t.Fatalf("epoch after reopen %d", s.Epoch())
 	}
-	if r, ok, err := s.Meta().Role(); err != nil || !ok || r != meta.RoleMaster {
+	if r, ok, err := s.meta.Role(); err != nil || !ok || r != meta.RoleMaster {
 		t.Fatalf("role after reopen %d %v %v", r, ok, err)
 	}
 	if id, err := s.Publish(ctx, []byte("order"), rec("d"), 1); err != nil || id != last+3 {

@@ -24,7 +24,7 @@ func TestReplicatedBinlogIsByteIdentical(t *testing.T) {
 	if _, err := m.PublishDelay(ctx, []byte("order"), rec("later"), 1, 1000); err != nil {
 		t.Fatal(err)
 	}
-	due, err := m.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	due, err := m.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due delays %v %v", due, err)
 	}
@@ -134,14 +134,14 @@ func TestDelayDoesNotLeakIntoRecreatedTopic(t *testing.T) {
 	}
 	b.DeleteTopic(ctx, []byte("a"))
 	b.CreateTopic(ctx, []byte("a"), 0)
-	due, _ := b.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	due, _ := b.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
 	if len(due) != 1 {
 		t.Fatalf("%d due", len(due))
 	}
 	if id, err := b.ApplyDelay(ctx, due[0].Topic, due[0].Value); err != nil || id != 0 {
 		t.Fatalf("apply into a recreated topic: id %d err %v", id, err)
 	}
-	if n, _ := b.Meta().PendingDelays(); n != 0 {
+	if n, _ := b.meta.PendingDelays(); n != 0 {
 		t.Fatalf("%d delays still pending", n)
 	}
 	s, err := b.Subscribe([]byte("a"), []byte("w"), 0)

@@ -89,7 +89,7 @@ func stateOf(t *testing.T, dir string) nodeState {
 			st.Messages[m.Name] = append(st.Messages[m.Name], itoa(ids[i])+":"+string(recs[i]))
 		}
 	}
-	ds, err := b.Meta().DueDelays(math.MaxInt64, 1000)
+	ds, err := b.meta.DueDelays(math.MaxInt64, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func stateOf(t *testing.T, dir string) nodeState {
 		st.Delays = append(st.Delays, string(d.Key)+"="+string(d.Value))
 	}
 	sort.Strings(st.Delays)
-	if st.Lifetime, err = b.Meta().ExpiredTopics(math.MaxInt64); err != nil {
+	if st.Lifetime, err = b.meta.ExpiredTopics(math.MaxInt64); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -185,7 +185,7 @@ func TestRewind(t *testing.T) {
 			must(t)(b.Publish(ctx, []byte("lifed"), rec("l1"), 1))
 			must(t)(b.PublishDelay(ctx, []byte("keep"), rec("d1"), 1, 3_600_000))
 			must(t)(b.Publish(ctx, []byte("keep"), rec("d"), 1))
-			ds, err := b.Meta().DueDelays(math.MaxInt64, 10)
+			ds, err := b.meta.DueDelays(math.MaxInt64, 10)
 			if err != nil || len(ds) != 1 {
 				t.Fatalf("delays %v %v", ds, err)
 			}

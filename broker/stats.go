@@ -239,27 +239,20 @@ func logFigures(l *segment.Log, sizes *fileSizes) metrics.TopicStats {
 	} else if ok {
 		st.FirstEventID = first
 	}
-	files, committed := l.Files(), l.Committed()
-	for i := len(files) - 1; i >= 0; i-- {
-		if files[i] > committed.FileID {
-			continue
-		}
-		raw, err := l.LastBlock(files[i])
-		if err != nil {
-			st.LastEventID, st.LastWriteTime = -1, -1
-			break
-		}
-		if raw == nil {
-			continue
-		}
-		blk, _, err := topicblock.DecodeBlock(raw)
-		if err != nil {
-			st.LastEventID, st.LastWriteTime = -1, -1
-			break
-		}
-		st.LastEventID, st.LastWriteTime = blk.EventID, blk.SaveTime
-		break
+	raw, _, err := l.NewestBlock()
+	if err != nil {
+		st.LastEventID, st.LastWriteTime = -1, -1
+		return st
 	}
+	if raw == nil {
+		return st
+	}
+	blk, _, err := topicblock.DecodeBlock(raw)
+	if err != nil {
+		st.LastEventID, st.LastWriteTime = -1, -1
+		return st
+	}
+	st.LastEventID, st.LastWriteTime = blk.EventID, blk.SaveTime
 	return st
 }
 

@@ -125,7 +125,7 @@ func TestStatsRecordsCommittedWrites(t *testing.T) {
 	if _, err := b.PublishDelay(ctx, []byte("t"), delayed, 1, 1000); err != nil {
 		t.Fatal(err)
 	}
-	due, err := b.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	due, err := b.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due %v %v", due, err)
 	}
@@ -382,7 +382,7 @@ func TestStatsStorageErrorsAndReadiness(t *testing.T) {
 	if _, err := b.PublishDelay(ctx, []byte("a"), rec("d"), 1, 1000); err != nil {
 		t.Fatal(err)
 	}
-	due, err := b.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	due, err := b.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due %v %v", due, err)
 	}

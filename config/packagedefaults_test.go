@@ -43,7 +43,7 @@ func TestPackageDefaultsMatchConfig(t *testing.T) {
 		{"limit.maxConns", server.DefaultMaxConns, c.Limit.MaxConns},
 		{"limit.maxConnsPerIP", server.DefaultMaxConnsPerIP, c.Limit.MaxConnsPerIP},
 		{"limit.maxFrameBytes", protocol.DefaultMaxFrameBytes, c.Limit.MaxFrameBytes},
-		{"delay.maxDelay", server.DefaultMaxDelay, ms(c.Delay.MaxDelay)},
+		{"delay.maxDelay", broker.DefaultMaxDelay, ms(c.Delay.MaxDelay)},
 		{"auth.loginTimeoutMs", server.DefaultLoginTimeout, ms(c.Auth.LoginTimeoutMs)},
 		{"admin.maxConns", admin.DefaultMaxConns, c.Admin.MaxConns},
 		{"admin.requestTimeoutMs", admin.DefaultRequestTimeout, ms(c.Admin.RequestTimeoutMs)},

@@ -18,7 +18,7 @@
 //     time, so messages of one topic are published in the order they were
 //     due; a scan reads at most Options.Batch entries.
 //   - A scan starts at the earliest trigger time not known to be fired
-//     (meta.ScanDelays), so the deletion markers fired delays leave in
+//     (Broker.ScanDelays), so the deletion markers fired delays leave in
 //     badger are not stepped over again by every scan; the hook lowers that
 //     start for a delay stored with an earlier trigger (a clock stepped
 //     back), and a full scan runs at least every Options.Rescan.

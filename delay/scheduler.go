@@ -32,7 +32,7 @@ type backend interface {
 type brokerBackend struct{ b *broker.Broker }
 
 func (bb brokerBackend) ScanDelays(from, now int64, limit int) (meta.DelayPage, error) {
-	return bb.b.Meta().ScanDelays(from, now, limit)
+	return bb.b.ScanDelays(from, now, limit)
 }
 
 func (bb brokerBackend) ApplyDelay(ctx context.Context, topic string, value []byte) (int64, error) {

@@ -17,7 +17,9 @@
 //     writeTime in the binlog, ts in a topic file), not its mtime.
 //   - Only the oldest files of a log are removed, oldest first, so the files
 //     that remain are always a contiguous suffix; the file being written is
-//     never removed.
+//     never removed. The broker lists and removes them (Broker.OldBinlogFiles,
+//     RemoveOldBinlogFile, OldTopicFiles, RemoveOldTopicFile) and enforces
+//     this; retention decides when, and how many a slave keeps.
 //   - A binlog file a connected slave still reads is kept, up to
 //     MaxSlaveKeepFiles such files; beyond that the oldest are removed with a
 //     warning naming the slave's position (the slave must then resync).

@@ -29,12 +29,12 @@ type reaperBackend interface {
 type brokerReaper struct{ b *broker.Broker }
 
 func (r brokerReaper) ExpiredTopics(now int64) ([]string, error) {
-	return r.b.Meta().ExpiredTopics(now)
+	return r.b.ExpiredTopics(now)
 }
 func (r brokerReaper) Topic(name string) (meta.Topic, bool, error) {
-	return r.b.Meta().Topic(name)
+	return r.b.StoredTopic(name)
 }
-func (r brokerReaper) NextExpiry() (int64, bool, error) { return r.b.Meta().NextExpiry() }
+func (r brokerReaper) NextExpiry() (int64, bool, error) { return r.b.NextExpiry() }
 func (r brokerReaper) ExpireTopic(ctx context.Context, name string, expireAt int64) (bool, error) {
 	return r.b.ExpireTopic(ctx, name, expireAt)
 }

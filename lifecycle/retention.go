@@ -10,10 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/segment"
-	"github.com/smssmq/smss/topicblock"
 )
 
 // Retention defaults.
@@ -153,19 +151,16 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionReport, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	err = r.b.TopicLogs(func(name string, l *segment.Log) error {
-		if err := ctx.Err(); err != nil {
-			return err
+	err = r.b.OldTopicFiles(ctx, cutoff, func(tf broker.TopicOldFiles, err error) error {
+		if err == nil {
+			var n int
+			var bytes int64
+			n, bytes, err = r.topic(ctx, tf)
+			rep.TopicFiles += n
+			rep.Bytes += bytes
 		}
-		m, err := r.b.Topic([]byte(name))
-		if err != nil {
-			return nil // deleted meanwhile
-		}
-		n, bytes, err := r.topic(ctx, name, l, m.CreateEventID, cutoff)
-		rep.TopicFiles += n
-		rep.Bytes += bytes
 		if err != nil && !errors.Is(err, os.ErrNotExist) { // a topic deleted meanwhile is no error
-			errs = append(errs, fmt.Errorf("topic %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("topic %s: %w", tf.Name, err))
 		}
 		return nil
 	})
@@ -186,15 +181,14 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionReport, error) {
 // binlog removes old binlog files, keeping those a connected slave reads
 // (up to MaxSlaveKeepFiles).
 func (r *Retention) binlog(ctx context.Context, cutoff int64) (removed, keptForSlave int, bytes int64, err error) {
-	l := r.b.Binlog()
-	cands, err := oldPrefix(l, cutoff, binlogTime)
+	cands, err := r.b.OldBinlogFiles(cutoff)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("binlog: %w", err)
 	}
 	if slaveFile, ok := r.b.OldestReplicaFile(); ok {
 		needed := 0
 		for _, c := range cands {
-			if c.id >= slaveFile {
+			if c.ID >= slaveFile {
 				needed++
 			}
 		}
@@ -209,103 +203,46 @@ func (r *Retention) binlog(ctx context.Context, cutoff int64) (removed, keptForS
 	if err := ctx.Err(); err != nil {
 		return 0, keptForSlave, 0, err
 	}
-	removed, bytes, err = r.remove(ctx, l, "binlog", cands, func() bool { return true })
+	removed, bytes, err = r.remove(ctx, "binlog", cands, r.b.RemoveOldBinlogFile)
 	if err != nil {
 		err = fmt.Errorf("binlog: %w", err)
 	}
 	return removed, keptForSlave, bytes, err
 }
 
-// topic removes the old files of one topic's log l, which belongs to the
-// incarnation created by createEventID. The log's file names are shared by
-// every incarnation of the name: if the topic is deleted and re-created
-// during the run, l must not remove the new topic's files, so the
-// incarnation is checked before each removal.
-func (r *Retention) topic(ctx context.Context, name string, l *segment.Log, createEventID, cutoff int64) (int, int64, error) {
-	same := func() bool {
-		m, err := r.b.Topic([]byte(name))
-		return err == nil && m.CreateEventID == createEventID
-	}
-	if !same() {
-		return 0, 0, nil
-	}
-	cands, err := oldPrefix(l, cutoff, topicTime)
-	if err != nil {
-		return 0, 0, err
-	}
-	return r.remove(ctx, l, "topic "+name, cands, same)
+// topic removes the old files of one topic incarnation. The file names are
+// shared by every incarnation of the name: the broker refuses a removal
+// (ErrTopicReplaced) once the topic was deleted or re-created during the
+// run, so that the new topic's files stay.
+func (r *Retention) topic(ctx context.Context, tf broker.TopicOldFiles) (int, int64, error) {
+	return r.remove(ctx, "topic "+tf.Name, tf.Files, func(id int64) (int64, error) {
+		return r.b.RemoveOldTopicFile(tf.Name, tf.CreateEventID, id)
+	})
 }
 
-// oldFile is a file chosen for removal.
-type oldFile struct {
-	id     int64
-	newest int64 // ms of its newest message, 0 when it holds none
-}
-
-// oldPrefix returns the oldest files of l whose newest message is before
-// cutoff, stopping at the first that is not (or at the file being written):
-// removing only a prefix keeps the remaining files contiguous.
-func oldPrefix(l *segment.Log, cutoff int64, newest func([]byte) (int64, error)) ([]oldFile, error) {
-	current := l.Committed().FileID
-	var out []oldFile
-	for _, id := range l.Files() {
-		if id >= current {
-			break
-		}
-		last, err := l.LastBlock(id)
-		if err != nil {
-			return out, fmt.Errorf("read the last block of %s: %w", l.Path(id), err)
-		}
-		var t int64
-		if last != nil {
-			if t, err = newest(last); err != nil {
-				return out, fmt.Errorf("decode the last block of %s: %w", l.Path(id), err)
-			}
-			if t >= cutoff {
-				break
-			}
-		}
-		out = append(out, oldFile{id: id, newest: t})
-	}
-	return out, nil
-}
-
-func binlogTime(b []byte) (int64, error) {
-	blk, _, err := binlog.DecodeBlock(b)
-	return blk.WriteTime, err
-}
-
-func topicTime(b []byte) (int64, error) {
-	blk, _, err := topicblock.DecodeBlock(b)
-	return blk.Ts, err
-}
-
-// remove deletes files oldest first and logs each one, as long as valid
-// says the log is still the one the files were chosen from.
-func (r *Retention) remove(ctx context.Context, l *segment.Log, what string, files []oldFile, valid func() bool) (int, int64, error) {
+// remove deletes files oldest first through rm, which returns the bytes a
+// file held, and logs each one. It stops without an error at a log that
+// was deleted during the run.
+func (r *Retention) remove(ctx context.Context, what string, files []broker.OldFile, rm func(id int64) (int64, error)) (int, int64, error) {
 	var bytes int64
 	for i, f := range files {
 		if err := ctx.Err(); err != nil {
 			return i, bytes, err
 		}
-		if !valid() {
+		size, err := rm(f.ID)
+		if errors.Is(err, broker.ErrTopicReplaced) {
 			r.log.Info("retention skipped a log that was deleted during the run", "log", what)
 			return i, bytes, nil
 		}
-		path := l.Path(f.id)
-		size := int64(0)
-		if st, err := os.Stat(path); err == nil {
-			size = st.Size()
-		}
-		if err := l.RemoveFile(f.id); err != nil {
+		if err != nil {
 			return i, bytes, err
 		}
 		bytes += size
 		newest := "none (empty file)"
-		if f.newest != 0 {
-			newest = time.UnixMilli(f.newest).UTC().Format(time.RFC3339)
+		if f.Newest != 0 {
+			newest = time.UnixMilli(f.Newest).UTC().Format(time.RFC3339)
 		}
-		r.log.Info("retention removed an old file", "log", what, "file", path, "bytes", size, "newestMessage", newest)
+		r.log.Info("retention removed an old file", "log", what, "file", f.Path, "bytes", size, "newestMessage", newest)
 	}
 	return len(files), bytes, nil
 }

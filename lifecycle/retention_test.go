@@ -13,7 +13,6 @@ import (
 
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/segment"
 )
 
 const day = int64(dayMs)
@@ -308,46 +307,49 @@ func TestRetentionCurrentFileOnly(t *testing.T) {
 	if got := listFiles(t, filepath.Join(dir, "binlog")); len(got) != 1 {
 		t.Fatalf("binlog files %v", got)
 	}
-	// segment refuses too, whatever the caller computes.
-	if err := b.Binlog().RemoveFile(b.Binlog().Committed().FileID); err == nil {
-		t.Fatal("RemoveFile removed the current binlog file")
+	// The broker refuses too, whatever the caller computes.
+	if _, err := b.RemoveOldBinlogFile(listFiles(t, filepath.Join(dir, "binlog"))[0]); err == nil {
+		t.Fatal("RemoveOldBinlogFile removed the current binlog file")
+	}
+	m, err := b.Topic([]byte("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.RemoveOldTopicFile("t", m.CreateEventID, listFiles(t, topicDir(dir, "t"))[0]); err == nil {
+		t.Fatal("RemoveOldTopicFile removed the current topic file")
 	}
 }
 
-// TestRetentionSkipsAReplacedTopic: a topic's log object names files by
-// path, which a re-created topic of the same name reuses. Retention working
-// on the old incarnation's log must not remove the new topic's files.
+// TestRetentionSkipsAReplacedTopic: a topic's files are named by id,
+// which a re-created topic of the same name reuses. Retention working on
+// the files listed for the old incarnation must not remove the new topic's.
 func TestRetentionSkipsAReplacedTopic(t *testing.T) {
 	dir := t.TempDir()
 	b, clk := aged(t, dir)
 	defer b.Close()
-	var oldLog *segment.Log
-	if err := b.TopicLogs(func(name string, l *segment.Log) error {
-		if name == "a" {
-			oldLog = l
+	var old broker.TopicOldFiles
+	if err := b.OldTopicFiles(ctx, clk.Now()+100*day, func(tf broker.TopicOldFiles, err error) error {
+		if tf.Name == "a" {
+			old = tf
 		}
-		return nil
-	}); err != nil || oldLog == nil {
-		t.Fatalf("topic logs: %v", err)
-	}
-	old, err := b.Topic([]byte("a"))
-	if err != nil {
-		t.Fatal(err)
+		return err
+	}); err != nil || len(old.Files) == 0 {
+		t.Fatalf("old topic files %+v: %v", old, err)
 	}
 	if _, err := b.DeleteTopic(ctx, []byte("a")); err != nil {
 		t.Fatal(err)
 	}
 	create(t, b, "a", 0)
-	// More files than the old incarnation had, so that every file the old
-	// log would pick exists again under the same name.
-	for i := 0; len(listFiles(t, topicDir(dir, "a"))) <= len(oldLog.Files())+1; i++ {
+	// More files than the old incarnation had, so that every file listed
+	// for it exists again under the same name.
+	for i := 0; len(listFiles(t, topicDir(dir, "a"))) <= len(old.Files)+1; i++ {
 		pub(t, b, "a", fmt.Sprintf("new-%d", i))
 	}
 	before := listFiles(t, topicDir(dir, "a"))
 	ret := NewRetention(b, RetentionOptions{MaxDays: 1})
-	n, _, err := ret.topic(ctx, "a", oldLog, old.CreateEventID, clk.Now()+100*day)
+	n, _, err := ret.topic(ctx, old)
 	if err != nil || n != 0 {
-		t.Fatalf("retention with the old incarnation's log removed %d files (%v)", n, err)
+		t.Fatalf("retention with the old incarnation's listing removed %d files (%v)", n, err)
 	}
 	if got := listFiles(t, topicDir(dir, "a")); !slices.Equal(got, before) {
 		t.Fatalf("new topic's files %v, were %v", got, before)

@@ -33,6 +33,10 @@ const (
 // MinDelayMs is the shortest accepted delay of a delay pub (§1.5.5).
 const MinDelayMs = 1000
 
+// MinLifetimeMs is the shortest lifetime a create may ask for (§1.5.3):
+// an expireAt sooner than this from now is refused with ErrExpireTooSoon.
+const MinLifetimeMs = 10000
+
 // MaxDelayMs is the longest delay a delay pub may ask for (100 years): the
 // broker refuses longer ones so that trigger times never overflow, and
 // delay.maxDelay may not exceed it.

@@ -83,77 +83,25 @@ type localBlock struct {
 
 // blockAt returns the local block holding eventId id: the last block whose
 // first eventId is <= id, or the oldest block when id is below it.
-func blockAt(l *segment.Log, id int64) (localBlock, bool, error) {
-	loc, err := l.Locate(id)
-	if err != nil {
+func blockAt(t Target, id int64) (localBlock, bool, error) {
+	blk, ok, err := t.BinlogBlockAt(id)
+	if err != nil || !ok {
 		return localBlock{}, false, err
 	}
-	first := loc.PrevFirst
-	if loc.BeforeOldest || first == 0 {
-		f, ok, err := l.FirstEventID()
-		if err != nil || !ok {
-			return localBlock{}, false, err
-		}
-		first = f
-	}
-	at, err := l.Locate(first - 1)
-	if err != nil {
-		return localBlock{}, false, err
-	}
-	lb := localBlock{first: first, pos: at.Pos, anchor: first - 1}
-	if !at.BeforeOldest && at.PrevFirst > 0 {
-		lb.anchor = at.PrevFirst
-	}
-	rd := l.NewReader(at.Pos)
-	defer rd.Close()
-	for lb.raw == nil {
-		n, _, err := rd.Next(1, func(f, last int64, raw []byte, next segment.Position) error {
-			lb.first, lb.last, lb.raw = f, last, append([]byte(nil), raw...)
-			lb.pos = segment.Position{FileID: next.FileID, Offset: next.Offset - int64(len(raw))}
-			return nil
-		})
-		if err != nil {
-			return localBlock{}, false, err
-		}
-		if n == 0 && rd.Pos().FileID >= l.Committed().FileID {
-			return localBlock{}, false, nil
-		}
+	lb := localBlock{first: blk.First, last: blk.Last, pos: blk.Pos, raw: blk.Raw, anchor: blk.First - 1}
+	if blk.PrevFirst > 0 {
+		lb.anchor = blk.PrevFirst
 	}
 	return lb, true, nil
 }
 
 // lastLocalBlock returns the newest block of the local binlog.
-func lastLocalBlock(l *segment.Log) (localBlock, bool, error) {
-	_, last, err := lastBlockIDs(l)
+func lastLocalBlock(t Target) (localBlock, bool, error) {
+	_, last, err := lastBlockIDs(t)
 	if err != nil || last == 0 {
 		return localBlock{}, false, err
 	}
-	return blockAt(l, last)
-}
-
-// nextFirst returns the first eventId of the block after the one starting
-// with first, ok=false at the end of the binlog.
-func nextFirst(l *segment.Log, first int64) (int64, bool, error) {
-	loc, err := l.Locate(first)
-	if err != nil {
-		return 0, false, err
-	}
-	rd := l.NewReader(loc.Pos)
-	defer rd.Close()
-	var got int64
-	for got == 0 {
-		n, _, err := rd.Next(1, func(f, _ int64, _ []byte, _ segment.Position) error {
-			got = f
-			return nil
-		})
-		if err != nil {
-			return 0, false, err
-		}
-		if n == 0 && rd.Pos().FileID >= l.Committed().FileID {
-			return 0, false, nil
-		}
-	}
-	return got, true, nil
+	return blockAt(t, last)
 }
 
 // verdict is the outcome of one probe.
@@ -251,7 +199,7 @@ func (s *Slave) Check(ctx context.Context) error {
 	if !s.verifies() {
 		return nil
 	}
-	lb, ok, err := lastLocalBlock(s.t.Binlog())
+	lb, ok, err := lastLocalBlock(s.t)
 	if err != nil {
 		return fmt.Errorf("replication: read the last local block: %w", err)
 	}
@@ -284,7 +232,7 @@ func (s *Slave) cannotVerify(lb *localBlock, v verdict) bool {
 	if !v.refused || !legacy || lb.anchor != lb.first-1 || lb.anchor == 0 {
 		return false
 	}
-	if oldest, ok, err := s.t.Binlog().FirstEventID(); err != nil || !ok || oldest != lb.first {
+	if oldest, ok, err := s.t.OldestBinlogEventID(); err != nil || !ok || oldest != lb.first {
 		return false
 	}
 	s.log.Warn("cannot check that the local binlog is a prefix of the master's: its last block is also its oldest, and the master refused the eventId before it; resuming unchecked",
@@ -295,12 +243,11 @@ func (s *Slave) cannotVerify(lb *localBlock, v verdict) bool {
 // search finds the common prefix once the last local block bad turned out
 // not to be on the master (v is what the master said about it).
 func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
-	l := s.t.Binlog()
 	d := &DivergenceError{Master: s.opts.MasterAddr, LocalLast: bad.last, FirstDiff: bad.first, At: bad.pos, MasterSays: v.says, Probes: 1}
 	maxProbes := s.opts.MaxProbes
 	s.log.Warn("the master does not hold the last local binlog block; searching for the common prefix",
 		"localLast", bad.last, "block", bad.first, "masterSays", v.says)
-	oldest, _, err := l.FirstEventID()
+	oldest, _, err := s.t.OldestBinlogEventID()
 	if err != nil {
 		return fmt.Errorf("replication: divergence search: %w", err)
 	}
@@ -341,7 +288,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 				return s.noPrefix(d, hi, hiV, streamed)
 			}
 			var err error
-			if lo, err = s.refine(l, *floor, ceil, &ceilV, probe); err != nil {
+			if lo, err = s.refine(*floor, ceil, &ceilV, probe); err != nil {
 				if errors.Is(err, errGiveUp) || errors.Is(err, errNoMatch) {
 					return s.noPrefix(d, hi, hiV, streamed)
 				}
@@ -350,7 +297,7 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 			hi, hiV = *ceil, ceilV
 			break
 		}
-		c, ok, err := blockAt(l, max(hi.first-step, oldest))
+		c, ok, err := blockAt(s.t, max(hi.first-step, oldest))
 		if err != nil || !ok {
 			return fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 		}
@@ -374,19 +321,19 @@ func (s *Slave) search(ctx context.Context, bad localBlock, v verdict) error {
 	}
 	// Binary search between the matching lo and the differing hi.
 	for {
-		nf, ok, err := nextFirst(l, lo.first)
+		nf, ok, err := s.t.NextBinlogBlockFirst(lo.first)
 		if err != nil || !ok {
 			return fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 		}
 		if nf >= hi.first {
 			break
 		}
-		c, ok, err := blockAt(l, lo.first+(hi.first-lo.first)/2)
+		c, ok, err := blockAt(s.t, lo.first+(hi.first-lo.first)/2)
 		if err != nil || !ok {
 			return fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 		}
 		if c.first <= lo.first {
-			if c, ok, err = blockAt(l, nf); err != nil || !ok {
+			if c, ok, err = blockAt(s.t, nf); err != nil || !ok {
 				return fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 			}
 		}
@@ -418,22 +365,22 @@ var (
 // refine looks for a matching block between floor (refused: taken to be
 // below the master's retained history) and ceil (another history there),
 // narrowing ceil as it goes. It returns the matching block.
-func (s *Slave) refine(l *segment.Log, floor localBlock, ceil *localBlock, ceilV *verdict,
+func (s *Slave) refine(floor localBlock, ceil *localBlock, ceilV *verdict,
 	probe func(*localBlock) (verdict, error)) (*localBlock, error) {
 	for {
-		nf, ok, err := nextFirst(l, floor.first)
+		nf, ok, err := s.t.NextBinlogBlockFirst(floor.first)
 		if err != nil || !ok {
 			return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 		}
 		if nf >= ceil.first {
 			return nil, errNoMatch
 		}
-		c, ok, err := blockAt(l, floor.first+(ceil.first-floor.first)/2)
+		c, ok, err := blockAt(s.t, floor.first+(ceil.first-floor.first)/2)
 		if err != nil || !ok {
 			return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 		}
 		if c.first <= floor.first {
-			if c, ok, err = blockAt(l, nf); err != nil || !ok {
+			if c, ok, err = blockAt(s.t, nf); err != nil || !ok {
 				return nil, fmt.Errorf("replication: divergence search: read the local binlog: %w", err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,7 +320,11 @@ func TestUnverifiableAgainstOriginalMaster(t *testing.T) {
 	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr})
 	waitCaughtUp(t, s, m, 10*time.Second)
 	stop()
-	if err := sb.Binlog().RemoveFile(sb.Binlog().Files()[0]); err != nil { // retention
+	old, err := sb.OldBinlogFiles(math.MaxInt64)
+	if err != nil || len(old) == 0 {
+		t.Fatalf("old binlog files %v: %v", old, err)
+	}
+	if _, err := sb.RemoveOldBinlogFile(old[0].ID); err != nil { // retention
 		t.Fatal(err)
 	}
 	sb.Close()

@@ -444,7 +444,7 @@ func TestRestartAfterTopicSyncNeverSkips(t *testing.T) {
 func TestPositionFromBinlog(t *testing.T) {
 	sdir := t.TempDir()
 	sb := openBroker(t, sdir, true, nil)
-	first, last, err := lastBlockIDs(sb.Binlog())
+	first, last, err := lastBlockIDs(sb)
 	if err != nil || first != 0 || last != 0 {
 		t.Fatalf("empty: %d %d %v", first, last, err)
 	}
@@ -459,7 +459,7 @@ func TestPositionFromBinlog(t *testing.T) {
 	sb.Close()
 	sb = openBroker(t, sdir, true, nil) // a new, still empty binlog file
 	defer sb.Close()
-	first, last, err = lastBlockIDs(sb.Binlog())
+	first, last, err = lastBlockIDs(sb)
 	if err != nil || first != 7 || last != 9 {
 		t.Fatalf("after restart: first %d last %d err %v", first, last, err)
 	}

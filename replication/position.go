@@ -5,33 +5,19 @@ import (
 	"fmt"
 
 	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/segment"
 )
 
-// lastBlockIDs returns the first and last eventId of the last block in l,
-// (0, 0) for an empty binlog. It reads one block per file from the newest
-// file back, using the files' indexes, never whole files.
-func lastBlockIDs(l *segment.Log) (first, last int64, err error) {
-	files := l.Files()
-	for i := len(files) - 1; i >= 0; i-- {
-		raw, err := l.LastBlock(files[i])
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		if raw == nil {
-			continue
-		}
-		blk, _, err := binlog.DecodeBlock(raw)
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		last, err := blk.LastEventID()
-		if err != nil {
-			return 0, 0, fmt.Errorf("last block of binlog file %d: %w", files[i], err)
-		}
-		return blk.EventID, last, nil
+// lastBlockIDs returns the first and last eventId of the last block of t's
+// binlog, (0, 0) for an empty binlog.
+func lastBlockIDs(t Target) (first, last int64, err error) {
+	blk, ok, err := t.NewestBinlogBlock()
+	if err != nil || !ok {
+		return 0, 0, err
 	}
-	return 0, 0, nil
+	if last, err = blk.LastEventID(); err != nil {
+		return 0, 0, fmt.Errorf("last binlog block (eventId %d): %w", blk.EventID, err)
+	}
+	return blk.EventID, last, nil
 }
 
 // blockFirstID returns field 3 (eventId) of a block's command line, or 0

@@ -73,7 +73,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	// then simply goes on after it.
 	var check *localBlock
 	if s.verifies() && !s.unverifiable {
-		lb, ok, err := lastLocalBlock(s.t.Binlog())
+		lb, ok, err := lastLocalBlock(s.t)
 		if err != nil {
 			return false, stopped("read the last local binlog block: %v", err)
 		}

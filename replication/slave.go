@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 )
@@ -22,8 +23,19 @@ type Target interface {
 	// SyncTopic inserts a topic listed by the master's valid list unless
 	// one of that name exists.
 	SyncTopic(ctx context.Context, m protocol.TopicInfo) (bool, error)
-	// Binlog is the slave's own binlog: its last block is the position.
-	Binlog() *segment.Log
+	// NewestBinlogBlock is the newest block of the slave's own binlog,
+	// ok=false when it holds none: its last eventId is the position.
+	NewestBinlogBlock() (blk binlog.Block, ok bool, err error)
+	// BinlogBlockAt returns the local binlog block holding eventId id (the
+	// last block whose first eventId is <= id, or the oldest block), and
+	// NextBinlogBlockFirst the first eventId of the block after the one
+	// starting with first: the divergence check reads the local binlog
+	// block by block through them (diverge.go).
+	BinlogBlockAt(id int64) (segment.Block, bool, error)
+	NextBinlogBlockFirst(first int64) (int64, bool, error)
+	// OldestBinlogEventID is the first eventId of the oldest retained local
+	// binlog block, ok=false when there is none.
+	OldestBinlogEventID() (int64, bool, error)
 	// LastEventID is the broker's last assigned eventId.
 	LastEventID() int64
 }
@@ -204,7 +216,7 @@ func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
 	if _, err := rand.Read(s.instance[:]); err != nil {
 		return nil, fmt.Errorf("replication: instance id: %w", err)
 	}
-	first, last, err := lastBlockIDs(t.Binlog())
+	first, last, err := lastBlockIDs(t)
 	if err != nil {
 		return nil, fmt.Errorf("replication: read the slave's position from its binlog: %w", err)
 	}

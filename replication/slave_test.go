@@ -49,7 +49,8 @@ func populate(t *testing.T, m *broker.Broker, round string) {
 	if _, err := m.PublishDelay(ctx, []byte("order"+round), r, n, 1000); err != nil {
 		t.Fatal(err)
 	}
-	due, err := m.Meta().DueDelays(time.Now().UnixMilli()+5000, 10)
+	page, err := m.ScanDelays(0, time.Now().UnixMilli()+5000, 10)
+	due := page.Due
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due delays %v %v", due, err)
 	}

@@ -24,7 +24,7 @@
 //     a file writes its index; a ReadOnly view never writes one. Original
 //     smss ignores names other than "<id>.log", so the index files do not
 //     disturb it.
-//   - Lookups (Locate, FirstEventID, LastBlock) read about an index interval,
-//     not a whole read chunk; a Reader's buffer follows what it reads and is
-//     freed by Close, so waiting readers hold none.
+//   - Lookups (Locate, FirstEventID, LastBlock, NewestBlock) read about an
+//     index interval, not a whole read chunk; a Reader's buffer follows what
+//     it reads and is freed by Close, so waiting readers hold none.
 package segment

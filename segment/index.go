@@ -192,3 +192,24 @@ func readAtFull(f *os.File, b []byte, off int64) (int, error) {
 	}
 	return n, err
 }
+
+// lastIndexed returns the offset of the last index entry of file id that
+// points at a real block boundary, or 0, and whether that entry is the
+// index's last one.
+func (l *Log) lastIndexed(id, size int64) (int64, bool) {
+	r, err := openIndex(l.indexPath(id))
+	if err != nil {
+		return 0, false
+	}
+	defer r.close()
+	for i := r.n - 1; i >= 0 && i >= r.n-4; i-- {
+		e, err := r.at(i)
+		if err != nil || e.off >= size || e.off < 0 {
+			continue
+		}
+		if l.verifyEntry(id, e, size) {
+			return e.off, i == r.n-1
+		}
+	}
+	return 0, false
+}

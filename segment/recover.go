@@ -60,27 +60,6 @@ func (l *Log) ScanTail(fn func(pos Position, first, last int64, block []byte) er
 	return Position{FileID: files[0]}, nil
 }
 
-// lastIndexed returns the offset of the last index entry of file id that
-// points at a real block boundary, or 0, and whether that entry is the
-// index's last one.
-func (l *Log) lastIndexed(id, size int64) (int64, bool) {
-	r, err := openIndex(l.indexPath(id))
-	if err != nil {
-		return 0, false
-	}
-	defer r.close()
-	for i := r.n - 1; i >= 0 && i >= r.n-4; i-- {
-		e, err := r.at(i)
-		if err != nil || e.off >= size || e.off < 0 {
-			continue
-		}
-		if l.verifyEntry(id, e, size) {
-			return e.off, i == r.n-1
-		}
-	}
-	return 0, false
-}
-
 // TruncateTo cuts the log at pos: file pos.FileID is truncated to
 // pos.Offset (removed if that leaves it empty) and every later file is
 // removed, indexes included. The next append creates the file after the
@@ -178,85 +157,4 @@ func (l *Log) resetAfterRecovery() {
 		}
 	}
 	l.curSize = 0
-}
-
-// ErrLogClosed is returned by RemoveFile on a closed log: its directory may
-// already belong to a new topic of the same name.
-var ErrLogClosed = errors.New("segment: log closed")
-
-// RemoveFile deletes the oldest file (retention), never the newest one, so
-// the files stay contiguous. It holds the log's lock throughout, and Close
-// takes that lock, so a file is never removed from a directory that a
-// deleted topic already handed over.
-func (l *Log) RemoveFile(id int64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.closed:
-		return fmt.Errorf("%w: not removing %s", ErrLogClosed, l.Path(id))
-	case id >= l.committed.FileID:
-		return fmt.Errorf("segment: refusing to remove %s: it is the newest file", l.Path(id))
-	case len(l.files) == 0 || l.files[0] != id:
-		return fmt.Errorf("segment: refusing to remove %s: only the oldest file may go (files stay contiguous)", l.Path(id))
-	}
-	if err := os.Remove(l.Path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("segment: remove %s: %w", l.Path(id), err)
-	}
-	os.Remove(l.indexPath(id))
-	l.files = l.files[1:]
-	delete(l.firstIDs, id)
-	return nil
-}
-
-// LastBlock returns a copy of the last whole block of file id (nil if it has
-// none), found from the file's last verifiable index entry rather than by
-// reading the whole file. Retention uses it to learn a file's newest time,
-// and the operator views a log's last eventId. When the index of a file
-// the writer is done with is missing, lies at its end or falls short of the
-// log, the one full read that finds the block also rebuilds the index, so
-// it is not repeated at every call.
-func (l *Log) LastBlock(id int64) ([]byte, error) {
-	committed := l.Committed()
-	if id > committed.FileID {
-		return nil, nil
-	}
-	size, err := l.sizeOf(id, committed)
-	if err != nil {
-		return nil, err
-	}
-	var last []byte
-	start, sound := l.lastIndexed(id, size)
-	rebuild := l.indexable(id)
-	if !sound && rebuild && size > 0 {
-		return l.lastBlockRebuilding(id, size)
-	}
-	gap := l.gapCheck(start)
-	_, err = l.scan(id, start, size, func(off, _, _ int64, b []byte) error {
-		if rebuild {
-			if err := gap(off); err != nil {
-				return err
-			}
-		}
-		last = append(last[:0], b...)
-		return nil
-	})
-	if errors.Is(err, errIndexGap) {
-		return l.lastBlockRebuilding(id, size)
-	}
-	return last, err
-}
-
-// lastBlockRebuilding is LastBlock by a full read of the file that rebuilds
-// its index on the way.
-func (l *Log) lastBlockRebuilding(id, size int64) ([]byte, error) {
-	l.log.Warn("segment index missing or short of its log; rebuilding", "file", l.indexPath(id))
-	var last []byte
-	err := l.buildIndex(id, size, func(_ int64, b []byte) { last = append(last[:0], b...) })
-	var iwe *indexWriteError
-	if errors.As(err, &iwe) {
-		// The block was found; only the index is missing still.
-		l.log.Warn("segment index not rebuilt", "file", l.indexPath(id), "err", err)
-		return last, nil
-	}
-	return last, err
 }

@@ -37,9 +37,10 @@ func runSteps(t *testing.T, ts *testServer, steps []step) {
 }
 
 func TestMasterCommands(t *testing.T) {
-	ts := startServer(t, newFakeBackend(), func(o *Options) {
+	be := newFakeBackend()
+	be.maxDelay = time.Hour
+	ts := startServer(t, be, func(o *Options) {
 		o.Limits = protocol.Limits{MaxPayload: 1024, MaxWho: 16, MaxRecords: 3, MaxDiscard: -1}
-		o.MaxDelay = time.Hour
 	})
 	future := time.Now().UnixMilli() + 3600_000
 	rec := record("hello")
@@ -102,7 +103,6 @@ func TestMasterCommands(t *testing.T) {
 	}
 	runSteps(t, ts, steps)
 
-	be := ts.backend
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	if be.counts["order"] != 4 || len(be.records["order"]) != 4*len(rec) {

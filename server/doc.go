@@ -1,7 +1,9 @@
 // Package server is the smss TCP front end: it accepts connections, reads
 // requests with protocol.RequestReader and answers them from a Backend (the
 // broker), with the replies and error texts of docs/protocol.md §1.5/§2 and the §11
-// deviations.
+// deviations. Topic names, the slave role, a create's lifetime and
+// delay.maxDelay are the Backend's rules: the server sends its refusals
+// verbatim (handlers.go).
 //
 // Invariants:
 //

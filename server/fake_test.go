@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,9 @@ import (
 const fakeNow = 1795950274737
 
 // fakeBackend is an in-memory Backend. Hooks let tests make a publish block,
-// fail or panic.
+// fail or panic. Like the broker it checks topic names, the role, a
+// create's lifetime and delay.maxDelay, in the same order (the server does
+// not).
 type fakeBackend struct {
 	mu       sync.Mutex
 	topics   map[string]protocol.TopicInfo
@@ -36,6 +39,8 @@ type fakeBackend struct {
 	// nextErr, when set, is returned by a subscriber's Next once it has
 	// nothing more to deliver (mimics a removed file or corrupt data).
 	nextErr error
+	// maxDelay is the broker's delay.maxDelay; zero: 30 days.
+	maxDelay time.Duration
 }
 
 type fakeMsg struct {
@@ -57,6 +62,12 @@ func newFakeBackend() *fakeBackend {
 }
 
 func (b *fakeBackend) Publish(_ context.Context, topic, records []byte, count int) (int64, error) {
+	if err := protocol.ValidateTopicName(topic); err != nil {
+		return 0, err
+	}
+	if b.IsSlave() {
+		return 0, protocol.ErrSlavePub
+	}
 	if b.onPublish != nil {
 		if err := b.onPublish(string(topic)); err != nil {
 			return 0, err
@@ -85,6 +96,15 @@ func (b *fakeBackend) Publish(_ context.Context, topic, records []byte, count in
 }
 
 func (b *fakeBackend) CreateTopic(_ context.Context, topic []byte, expireAt int64) (int64, error) {
+	if err := protocol.ValidateTopicName(topic); err != nil {
+		return 0, err
+	}
+	if b.IsSlave() {
+		return 0, protocol.ErrSlaveManage
+	}
+	if expireAt < 0 || (expireAt > 0 && expireAt-time.Now().UnixMilli() < protocol.MinLifetimeMs) {
+		return 0, protocol.ErrExpireTooSoon
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	name := string(topic)
@@ -104,6 +124,12 @@ func (b *fakeBackend) CreateTopic(_ context.Context, topic []byte, expireAt int6
 }
 
 func (b *fakeBackend) DeleteTopic(_ context.Context, topic []byte) (int64, error) {
+	if b.IsSlave() {
+		return 0, protocol.ErrSlaveManage
+	}
+	if err := b.existingName(topic); err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.topics[string(topic)]; !ok {
@@ -117,7 +143,30 @@ func (b *fakeBackend) DeleteTopic(_ context.Context, topic []byte) (int64, error
 	return id, nil
 }
 
+// existingName is the broker's name rule of commands that reach an
+// existing topic: a name the create rule refuses passes only for a topic
+// of that name (one an original server created).
+func (b *fakeBackend) existingName(name []byte) error {
+	strict := protocol.ValidateTopicName(name)
+	if strict == nil {
+		return nil
+	}
+	if err := protocol.ValidateExistingTopicName(name); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	_, ok := b.topics[string(name)]
+	b.mu.Unlock()
+	if !ok {
+		return strict
+	}
+	return nil
+}
+
 func (b *fakeBackend) Topic(name []byte) (protocol.TopicInfo, error) {
+	if err := b.existingName(name); err != nil {
+		return protocol.TopicInfo{}, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.topics[string(name)]
@@ -152,6 +201,19 @@ func (b *fakeBackend) ValidTopics(eventID int64) ([]protocol.TopicInfo, error) {
 func (b *fakeBackend) IsSlave() bool { return b.slave.Load() }
 
 func (b *fakeBackend) PublishDelay(_ context.Context, topic, records []byte, count int, delayMs int64) (int64, error) {
+	if b.IsSlave() {
+		return 0, protocol.ErrSlavePub
+	}
+	max := b.maxDelay
+	if max == 0 {
+		max = 30 * 24 * time.Hour
+	}
+	if delayMs > max.Milliseconds() {
+		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", delayMs, max.Milliseconds()))
+	}
+	if err := protocol.ValidateTopicName(topic); err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.topics[string(topic)]; !ok {
@@ -164,6 +226,9 @@ func (b *fakeBackend) PublishDelay(_ context.Context, topic, records []byte, cou
 }
 
 func (b *fakeBackend) Subscribe(topic, who []byte, after int64) (Subscription, error) {
+	if err := b.existingName(topic); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.topics[string(topic)]; !ok {

@@ -10,9 +10,6 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// minLifetimeMs is the shortest lifetime a create may ask for (§1.5.3).
-const minLifetimeMs = 10000
-
 // dispatch serves a fully read request and writes its reply; false ends the
 // connection.
 func (c *conn) dispatch(start time.Time) bool {
@@ -110,33 +107,15 @@ func (c *conn) dispatch(start time.Time) bool {
 	return true
 }
 
-// existingTopicName applies the name rule of commands that reach an
-// existing topic (info, sub, delete; docs/protocol.md §11): a name the create rule
-// refuses (empty, ".", backslash, space, control bytes, too long) passes
-// only when an original server created a topic of that name, so its data
-// can be read and removed; names with '/' or ".." never pass.
-func (c *conn) existingTopicName(name []byte) error {
-	strict := protocol.ValidateTopicName(name)
-	if strict == nil {
-		return nil
-	}
-	if err := protocol.ValidateExistingTopicName(name); err != nil {
-		return err
-	}
-	if _, err := c.s.opts.Backend.Topic(name); err != nil {
-		return strict
-	}
-	return nil
-}
+// Topic names, the slave role, a create's lifetime and delay.maxDelay are
+// the broker's rules (Backend): the handlers below pass requests on and
+// send its refusals verbatim, which come in the order of docs/protocol.md
+// §1.5. The one role check here is serveRequest's: §1.5.5 answers a
+// slave's delay with the role's refusal also when the request reader
+// refused its content, which the broker never sees.
 
 func (c *conn) pub() (int64, error) {
 	req := &c.req
-	if err := protocol.ValidateTopicName(req.Topic); err != nil {
-		return 0, err
-	}
-	if c.s.opts.Backend.IsSlave() {
-		return 0, protocol.ErrSlavePub
-	}
 	id, err := c.s.opts.Backend.Publish(c.s.ctx, req.Topic, req.Payload, req.RecordCount)
 	if err != nil {
 		return 0, err
@@ -147,18 +126,10 @@ func (c *conn) pub() (int64, error) {
 
 // delay serves a delay pub (§1.5.5). The request reader already refused a
 // payload of 8 bytes or less, a delay under 1 s and invalid records, in that
-// order, after the role check (serveRequest).
+// order (on a slave serveRequest answers those with the role's refusal);
+// the broker checks the role, delay.maxDelay and the name, in that order.
 func (c *conn) delay() (int64, error) {
 	req := &c.req
-	if c.s.opts.Backend.IsSlave() {
-		return 0, protocol.ErrSlavePub
-	}
-	if max := c.s.opts.MaxDelay.Milliseconds(); req.DelayMs > max {
-		return 0, protocol.NewBizError(fmt.Sprintf("delay of %d ms exceeds delay.maxDelay %d", req.DelayMs, max))
-	}
-	if err := protocol.ValidateTopicName(req.Topic); err != nil {
-		return 0, err
-	}
 	id, err := c.s.opts.Backend.PublishDelay(c.s.ctx, req.Topic, req.Payload, req.RecordCount, req.DelayMs)
 	if err != nil {
 		return 0, err
@@ -169,15 +140,6 @@ func (c *conn) delay() (int64, error) {
 
 func (c *conn) create() (int64, error) {
 	req := &c.req
-	if err := protocol.ValidateTopicName(req.Topic); err != nil {
-		return 0, err
-	}
-	if c.s.opts.Backend.IsSlave() {
-		return 0, protocol.ErrSlaveManage
-	}
-	if req.ExpireAt < 0 || (req.ExpireAt > 0 && req.ExpireAt-time.Now().UnixMilli() < minLifetimeMs) {
-		return 0, protocol.ErrExpireTooSoon
-	}
 	id, err := c.s.opts.Backend.CreateTopic(c.s.ctx, req.Topic, req.ExpireAt)
 	if err != nil {
 		return 0, err
@@ -188,13 +150,6 @@ func (c *conn) create() (int64, error) {
 
 func (c *conn) delete() (int64, error) {
 	req := &c.req
-	// §1.5.4: the role is checked first.
-	if c.s.opts.Backend.IsSlave() {
-		return 0, protocol.ErrSlaveManage
-	}
-	if err := c.existingTopicName(req.Topic); err != nil {
-		return 0, err
-	}
 	id, err := c.s.opts.Backend.DeleteTopic(c.s.ctx, req.Topic)
 	if err != nil {
 		return 0, err
@@ -206,10 +161,7 @@ func (c *conn) delete() (int64, error) {
 func (c *conn) info() error {
 	req := &c.req
 	if len(req.Topic) == 0 {
-		return protocol.ErrTopicNameRequired
-	}
-	if err := c.existingTopicName(req.Topic); err != nil {
-		return err
+		return protocol.ErrTopicNameRequired // §1.5.8, before the name rule
 	}
 	t, err := c.s.opts.Backend.Topic(req.Topic)
 	if err != nil {

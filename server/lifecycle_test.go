@@ -197,7 +197,6 @@ func TestOptionsValidation(t *testing.T) {
 		{Backend: be, ReadTimeout: -time.Second},
 		{Backend: be, IdleTimeout: -time.Second},
 		{Backend: be, AliveInterval: -time.Second},
-		{Backend: be, MaxDelay: -time.Second},
 		{Backend: be, DefaultAckTimeout: time.Minute, MaxAckTimeout: time.Second},
 	}
 	for i, o := range bad {
@@ -214,8 +213,7 @@ func TestOptionsValidation(t *testing.T) {
 		o.IdleTimeout != 30*time.Minute || o.AliveWriteTimeout != time.Second || o.MaxConns != 10000 || o.Logger == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
-	if o.AliveInterval != 30*time.Second || o.DefaultAckTimeout != 3*time.Second || o.MaxAckTimeout != 10*time.Minute ||
-		o.MaxDelay != 30*24*time.Hour {
+	if o.AliveInterval != 30*time.Second || o.DefaultAckTimeout != 3*time.Second || o.MaxAckTimeout != 10*time.Minute {
 		t.Fatalf("stream defaults: %+v", o)
 	}
 	// A cap below the default ack timeout lowers the default.

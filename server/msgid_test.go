@@ -15,14 +15,30 @@ import (
 // startRealServer serves a real broker in a temporary directory.
 func startRealServer(t *testing.T) (*testServer, *broker.Broker) {
 	t.Helper()
+	return startRealServerWith(t, nil, nil)
+}
+
+// startRealServerWith is startRealServer with the broker's and the
+// server's options edited by bo and so (either may be nil).
+func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Options, *broker.Broker)) (*testServer, *broker.Broker) {
+	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dir := filepath.Join(t.TempDir(), "data")
-	b, err := broker.Open(broker.Options{Dir: dir, Logger: logger})
+	bopts := broker.Options{Dir: dir, Logger: logger, MaxDelay: time.Hour,
+		MinLifetime: protocol.MinLifetimeMs * time.Millisecond} // as cmd/smss
+	if bo != nil {
+		bo(&bopts)
+	}
+	b, err := broker.Open(bopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, MaxDelay: time.Hour})
+	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1}
+	if so != nil {
+		so(&opts, b)
+	}
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

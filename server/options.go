@@ -12,9 +12,13 @@ import (
 	"github.com/smssmq/smss/replication"
 )
 
-// Backend is what the server needs from the broker. Errors that are a
-// *protocol.BizError are sent to the client verbatim; any other error's text
-// is sent too, and the connection stays usable either way.
+// Backend is what the server needs from the broker. The Backend checks
+// topic names, the slave role, a create's lifetime and delay.maxDelay, and
+// refuses in the order of docs/protocol.md §1.5; the server does not check
+// them again.
+// Errors that are a *protocol.BizError are sent to the client verbatim; any
+// other error's text is sent too, and the connection stays usable either
+// way.
 type Backend interface {
 	// Publish appends count records (already validated) to topic and returns
 	// the eventId of the first one.
@@ -83,7 +87,6 @@ type Options struct {
 	AliveInterval     time.Duration // idle time before a 201 on a subscription, timeout.server.alive (30 s)
 	DefaultAckTimeout time.Duration // ack timeout of a sub that asks for none, timeout.sub.defaultAck (3 s, at most MaxAckTimeout)
 	MaxAckTimeout     time.Duration // cap on a sub's ack timeout, timeout.sub.maxAck (10 min)
-	MaxDelay          time.Duration // longest delay of a delay pub, delay.maxDelay (30 days)
 	// Replication serves replica requests (64) on a master; nil refuses them.
 	Replication replication.Source
 	// Sync makes pub, delay, create and delete replies wait for the
@@ -127,7 +130,6 @@ const (
 	DefaultAliveInterval     = 30 * time.Second
 	DefaultSubAckTimeout     = 3 * time.Second
 	DefaultMaxAckTimeout     = 10 * time.Minute
-	DefaultMaxDelay          = 30 * 24 * time.Hour
 )
 
 func (o *Options) normalize() error {
@@ -151,7 +153,7 @@ func (o *Options) normalize() error {
 	}
 	for name, d := range map[string]time.Duration{"ReadTimeout": o.ReadTimeout, "RequestTimeout": o.RequestTimeout, "WriteTimeout": o.WriteTimeout,
 		"IdleTimeout": o.IdleTimeout, "AliveWriteTimeout": o.AliveWriteTimeout, "AliveInterval": o.AliveInterval,
-		"DefaultAckTimeout": o.DefaultAckTimeout, "MaxAckTimeout": o.MaxAckTimeout, "MaxDelay": o.MaxDelay} {
+		"DefaultAckTimeout": o.DefaultAckTimeout, "MaxAckTimeout": o.MaxAckTimeout} {
 		if d < 0 {
 			return fmt.Errorf("server options: %s %v is negative", name, d)
 		}
@@ -185,7 +187,6 @@ func (o *Options) normalize() error {
 	if o.DefaultAckTimeout > o.MaxAckTimeout {
 		return fmt.Errorf("server options: DefaultAckTimeout %v exceeds MaxAckTimeout %v", o.DefaultAckTimeout, o.MaxAckTimeout)
 	}
-	setDefault(&o.MaxDelay, DefaultMaxDelay)
 	return nil
 }
 

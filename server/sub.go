@@ -112,9 +112,6 @@ func (c *conn) sub(start time.Time) bool {
 }
 
 func (c *conn) subscribe() (Subscription, error) {
-	if err := c.existingTopicName(c.req.Topic); err != nil {
-		return nil, err
-	}
 	if c.req.EventID == protocol.SubResumeEventID && c.s.opts.Cursors != nil {
 		return c.s.opts.Cursors.SubscribeResume(c.req.Topic, c.req.Who, c.req.Header.ResumeDefault())
 	}

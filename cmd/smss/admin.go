@@ -15,7 +15,6 @@ import (
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/auth"
-	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/metrics"
@@ -436,26 +435,14 @@ func (r *replicaRunner) lagSeconds(b *broker.Broker, st replication.Status) floa
 // lastBinlogBlock returns the write time and last eventId of the newest
 // block in b's binlog.
 func lastBinlogBlock(b *broker.Broker) (writeTime, last int64, ok bool) {
-	l := b.Binlog()
-	files := l.Files()
-	for i := len(files) - 1; i >= 0; i-- {
-		raw, err := l.LastBlock(files[i])
-		if err != nil {
-			return 0, 0, false
-		}
-		if raw == nil {
-			continue
-		}
-		blk, _, err := binlog.DecodeBlock(raw)
-		if err != nil {
-			return 0, 0, false
-		}
-		if last, err = blk.LastEventID(); err != nil {
-			return 0, 0, false
-		}
-		return blk.WriteTime, last, true
+	blk, ok, err := b.NewestBinlogBlock()
+	if err != nil || !ok {
+		return 0, 0, false
 	}
-	return 0, 0, false
+	if last, err = blk.LastEventID(); err != nil {
+		return 0, 0, false
+	}
+	return blk.WriteTime, last, true
 }
 
 var _ metrics.Source = (*adminSource)(nil)

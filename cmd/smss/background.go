@@ -70,7 +70,7 @@ func startBackground(cfg *config.Config, b *broker.Broker, logger *slog.Logger) 
 	bg.gcStop, bg.gcDone = cancel, make(chan struct{})
 	go func() {
 		defer close(bg.gcDone)
-		b.Meta().RunGC(ctx, metaGCInterval)
+		b.RunMetaGC(ctx, metaGCInterval)
 	}()
 	return bg, nil
 }

@@ -37,18 +37,25 @@ func movedDir(t *testing.T) string {
 	check(b.CreateTopic(ctx, []byte("t"), 0))
 	check(b.Publish(ctx, []byte("t"), record(t, "kept"), 1))
 	check(b.PublishDelay(ctx, []byte("t"), record(t, "old delay"), 1, 3_600_000))
-	ds, err := b.Meta().DueDelays(math.MaxInt64, 10)
-	if err != nil || len(ds) != 1 {
+	ds, err := b.ScanDelays(0, math.MaxInt64, 10)
+	if err != nil || len(ds.Due) != 1 {
 		t.Fatalf("delays %v %v", ds, err)
 	}
-	at, common := b.Binlog().Committed(), b.LastEventID()
+	common := b.LastEventID()
 	// The tail: two messages, a topic of its own, a delay, and the apply
 	// of the delay stored before the point (its master fires that one).
 	check(b.Publish(ctx, []byte("t"), append(record(t, "x1", protocol.KV{Key: "k", Value: "v"}), record(t, "x2")...), 2))
 	check(b.CreateTopic(ctx, []byte("n"), 0))
 	check(b.Publish(ctx, []byte("n"), record(t, "y"), 1))
 	check(b.PublishDelay(ctx, []byte("t"), record(t, "later"), 1, 3_600_000))
-	check(b.ApplyDelay(ctx, "t", ds[0].Value))
+	check(b.ApplyDelay(ctx, "t", ds.Due[0].Value))
+	// The rewind point: where the first block after the common prefix
+	// starts, as a divergence check finds it.
+	first, ok, err := b.BinlogBlockAt(common + 1)
+	if err != nil || !ok || first.First != common+1 {
+		t.Fatalf("first tail block %+v %v %v", first, ok, err)
+	}
+	at := first.Pos
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
