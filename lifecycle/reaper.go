@@ -10,7 +10,6 @@ import (
 
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/lifecycle/alarm"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -21,7 +20,7 @@ var ErrSlave = errors.New("lifecycle: the expiry reaper runs on a master only")
 // reaperBackend is what the reaper needs from the broker; tests wrap it.
 type reaperBackend interface {
 	ExpiredTopics(nowMs int64) ([]string, error)
-	Topic(name string) (meta.Topic, bool, error)
+	Topic(name string) (protocol.TopicInfo, bool, error)
 	NextExpiry() (int64, bool, error)
 	ExpireTopic(ctx context.Context, name string, expireAt int64) (bool, error)
 }
@@ -31,7 +30,7 @@ type brokerReaper struct{ b *broker.Broker }
 func (r brokerReaper) ExpiredTopics(now int64) ([]string, error) {
 	return r.b.ExpiredTopics(now)
 }
-func (r brokerReaper) Topic(name string) (meta.Topic, bool, error) {
+func (r brokerReaper) Topic(name string) (protocol.TopicInfo, bool, error) {
 	return r.b.StoredTopic(name)
 }
 func (r brokerReaper) NextExpiry() (int64, bool, error) { return r.b.NextExpiry() }

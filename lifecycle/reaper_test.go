@@ -10,7 +10,6 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/internal/backofftest"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -188,7 +187,7 @@ func TestExpiredWhileDown(t *testing.T) {
 // fakeReaper injects failures and inconsistencies.
 type fakeReaper struct {
 	expired  []string
-	topic    meta.Topic
+	topic    protocol.TopicInfo
 	next     int64
 	expires  atomic.Int64
 	scans    atomic.Int64
@@ -207,7 +206,7 @@ func (f *fakeReaper) ExpiredTopics(int64) ([]string, error) {
 	}
 	return f.expired, nil
 }
-func (f *fakeReaper) Topic(string) (meta.Topic, bool, error) {
+func (f *fakeReaper) Topic(string) (protocol.TopicInfo, bool, error) {
 	return f.topic, f.topic.Name != "", nil
 }
 func (f *fakeReaper) NextExpiry() (int64, bool, error) { return f.next, f.next != 0, nil }
@@ -229,9 +228,9 @@ func TestReaperBacksOff(t *testing.T) {
 		name string
 		f    *fakeReaper
 	}{
-		{"delete fails", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1, failExp: true}},
+		{"delete fails", &fakeReaper{expired: []string{"x"}, topic: protocol.TopicInfo{Name: "x", ExpireAt: 1}, next: 1, failExp: true}},
 		{"expiry never clears", &fakeReaper{next: 1, recordScans: true}},
-		{"writer refuses the delete", &fakeReaper{expired: []string{"x"}, topic: meta.Topic{Name: "x", ExpireAt: 1}, next: 1}},
+		{"writer refuses the delete", &fakeReaper{expired: []string{"x"}, topic: protocol.TopicInfo{Name: "x", ExpireAt: 1}, next: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReaper(tc.f, ReaperOptions{})
