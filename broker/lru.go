@@ -1,9 +1,6 @@
 package broker
 
-import (
-	"fmt"
-	"syscall"
-)
+import "fmt"
 
 // Bounds of DefaultMaxOpenTopics.
 const (
@@ -15,11 +12,11 @@ const (
 // file limit: a quarter of it, at two descriptors per topic, leaves half
 // for connections, subscribers' readers, slaves and the meta store.
 func DefaultMaxOpenTopics() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+	cur, ok := softFileLimit()
+	if !ok || cur == 0 {
 		return 1024
 	}
-	return int(min(max(rl.Cur/4, minOpenTopics), maxOpenTopics))
+	return int(min(max(cur/4, minOpenTopics), maxOpenTopics))
 }
 
 // touchOpen marks t's current file as just appended to: it moves to the

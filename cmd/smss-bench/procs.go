@@ -136,7 +136,7 @@ func (s *server) logTail() string {
 
 func (e *env) start(s *server) error {
 	// The children die with the benchmark even if it is killed outright.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = childProcAttr()
 	s.exited = make(chan struct{})
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
@@ -425,11 +425,7 @@ func diskUsage(dir string) (allocated int64, parts map[string]int64, err error) 
 		rel, _ := filepath.Rel(dir, path)
 		top, _, _ := strings.Cut(rel, string(filepath.Separator))
 		parts[top] += info.Size()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			allocated += st.Blocks * 512
-		} else {
-			allocated += info.Size()
-		}
+		allocated += allocatedBytes(info)
 		return nil
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ func warnFDBudget(cfg *config.Config, logger *slog.Logger) {
 	if cfg.Admin.Listen != "" {
 		need += uint64(cfg.Admin.MaxConns)
 	}
-	if rl.Cur < need {
+	if uint64(rl.Cur) < need { // int64 on some BSDs
 		logger.Warn("the file descriptor limit is below limit.maxConns + admin.maxConns + a reserve: raise it (ulimit -n, LimitNOFILE=) or lower limit.maxConns",
 			"nofile", rl.Cur, "need", need, "limit.maxConns", cfg.Limit.MaxConns, "admin.maxConns", cfg.Admin.MaxConns)
 	}

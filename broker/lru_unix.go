@@ -1,0 +1,14 @@
+//go:build unix
+
+package broker
+
+import "syscall"
+
+// softFileLimit is the process's soft RLIMIT_NOFILE.
+func softFileLimit() (uint64, bool) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, false
+	}
+	return uint64(rl.Cur), true
+}
