@@ -467,7 +467,7 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.records, c.count, c.timestamp = protocol.CmdPub, string(topicName), records, count, b.opts.Now()
+	c.op, c.topic, c.records, c.count, c.timestamp = opPub, string(topicName), records, count, b.opts.Now()
 	c.msgID = msgID
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
@@ -500,7 +500,7 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.expireAt, c.timestamp = protocol.CmdCreate, string(topicName), expireAt, b.opts.Now()
+	c.op, c.topic, c.expireAt, c.timestamp = opCreate, string(topicName), expireAt, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
@@ -521,7 +521,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.timestamp = protocol.CmdDelete, string(topicName), b.opts.Now()
+	c.op, c.topic, c.timestamp = opDelete, string(topicName), b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}

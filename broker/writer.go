@@ -159,37 +159,37 @@ func (w *writer) process(group []*command) {
 	w.reset()
 	for _, c := range group {
 		var err error
-		switch c.cmd {
-		case protocol.CmdPub:
+		switch c.op {
+		case opPub:
 			err = w.stagePub(c, now, binStart)
-		case protocol.CmdCreate:
+		case opCreate:
 			err = w.stageCreate(c, now)
-		case protocol.CmdDelete:
+		case opDelete:
 			err = w.stageDelete(c, now)
-		case protocol.CmdDelay:
+		case opDelay:
 			err = w.stageDelay(c, now)
-		case protocol.CmdDelayApply:
+		case opDelayApply:
 			err = w.stageDelayApply(c, now, binStart)
-		case cmdReplicated:
+		case opReplicated:
 			err = w.stageReplicated(c, now, binStart)
-		case cmdSyncTopic:
+		case opSyncTopic:
 			err = w.stageSyncTopic(c)
-		case cmdCursorSnapshot:
+		case opCursorSnapshot:
 			err = w.stageCursorSnapshot(c, now, binStart)
-		case cmdOpenLog:
+		case opOpenLog:
 			if t := w.b.topics[c.topic]; t != nil {
 				_, err = w.b.topicLog(t)
 			}
 			c.err = err
 			continue
-		case cmdPromote:
+		case opPromote:
 			c.err = w.promote(c)
 			continue
-		case cmdEpoch:
+		case opEpoch:
 			c.err = w.learnEpoch(c)
 			continue
 		default:
-			err = fmt.Errorf("broker: command %v is not a writer command", c.cmd)
+			err = fmt.Errorf("broker: command %v is not a writer command", c.op)
 		}
 		if err != nil {
 			c.err = err
@@ -241,7 +241,7 @@ func (w *writer) process(group []*command) {
 		w.publishDedupeSize()
 	}
 	for _, c := range group {
-		if c.err != nil && c.cmd == protocol.CmdDelayApply {
+		if c.err != nil && c.op == opDelayApply {
 			m.Error(metrics.KindDelay)
 		}
 		c.done <- struct{}{}
@@ -262,18 +262,18 @@ func (w *writer) process(group []*command) {
 func (w *writer) record(m *metrics.Metrics) {
 	m.ObserveGroup(len(w.ok), len(w.binBuf))
 	for _, c := range w.ok {
-		switch c.cmd {
-		case protocol.CmdDelayApply:
+		switch c.op {
+		case opDelayApply:
 			if c.eventID != 0 { // 0: the key was gone or its topic was
 				recs := c.records[binlog.DelayPrefixLen:]
 				n, _ := protocol.CountRecords(recs, 0) // validated when staged
 				m.Published(c.topic, n, len(recs))
 			}
-		case protocol.CmdDelete:
+		case opDelete:
 			if c.eventID != 0 {
 				m.TopicDeleted(c.topic)
 			}
-		case cmdReplicated:
+		case opReplicated:
 			if c.replCmd == binlog.CmdDelete {
 				m.TopicDeleted(c.topic)
 			}
@@ -331,96 +331,6 @@ func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segme
 		tb.marks = append(tb.marks, segment.Mark{EventID: id, Off: int64(len(tb.buf))})
 		tb.buf = w.topicEnc.Append(tb.buf, id, i, rec)
 	}
-}
-
-func (w *writer) stagePub(c *command, now int64, binStart segment.Position) error {
-	t := w.b.topics[c.topic]
-	if t == nil || t.meta.Expired(now) {
-		return protocol.ErrTopicNotExist
-	}
-	existed := false
-	if c.msgID.n != 0 {
-		var dup bool
-		if dup, existed = w.dd.check(t, c, now); dup {
-			return nil
-		}
-	}
-	l, err := w.b.topicLog(t)
-	if err != nil {
-		return fmt.Errorf("open topic %s: %w", c.topic, err)
-	}
-	c.eventID = w.next
-	w.next += int64(c.count)
-	if c.msgID.n != 0 {
-		w.dd.stage(t, c, c.eventID, now, existed) // nothing below fails
-	}
-	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
-	tb := w.batchFor(t, l)
-	w.appendTopicBlocks(tb, c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
-	if c.topic == CursorTopic {
-		recs := c.records
-		w.post = append(w.post, func() { w.b.applyCursorRecords(recs, tb) })
-	}
-	if w.b.sample() {
-		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
-	}
-	return nil
-}
-
-func (w *writer) stageCreate(c *command, now int64) error {
-	if w.b.topics[c.topic] != nil {
-		return protocol.ErrTopicExist
-	}
-	c.eventID = w.next
-	w.next++
-	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdCreate, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: int64Payload(c.expireAt)})
-	m := meta.Topic{Name: c.topic, CreateTime: now, ExpireAt: c.expireAt, CreateEventID: c.eventID,
-		StateChangeTime: now, StateChangeEventID: c.eventID}
-	w.mb.PutTopic(&m)
-	dir := w.b.topicDir(c.topic)
-	eid := c.eventID
-	w.pre = append(w.pre, fsAction{
-		do:   func() error { return w.b.freshDir(dir, eid) },
-		undo: func() error { return removeAll(dir) },
-	})
-	w.post = append(w.post, func() {
-		w.b.addTopic(m, dir)
-		if f := w.b.hook().TopicExpiry; f != nil && m.ExpireAt > 0 {
-			f(m.ExpireAt)
-		}
-	})
-	w.b.log.Info("create topic", "topic", c.topic, "eventId", c.eventID, "expireAt", c.expireAt)
-	return nil
-}
-
-func (w *writer) stageDelete(c *command, now int64) error {
-	t := w.b.topics[c.topic]
-	if t == nil {
-		return protocol.ErrTopicNotExist
-	}
-	if c.expireAt != 0 && (t.meta.ExpireAt != c.expireAt || !t.meta.Expired(now)) {
-		return nil // an expiry delete for an incarnation that is gone or not due
-	}
-	c.eventID = w.next
-	w.next++
-	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelete, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic)})
-	w.mb.DeleteTopic(&t.meta)
-	// Moving the files away must never become durable before the binlog
-	// block and meta removal that justify it.
-	w.syncMeta = w.b.opts.FlushLevel > 0
-	eid := c.eventID
-	w.post = append(w.post, func() {
-		delete(w.dirty, t)
-		w.dd.drop(t)
-		w.publishDedupeSize()
-		w.forgetOpen(t)
-		w.b.removeTopic(t, eid)
-	})
-	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
-	return nil
 }
 
 // apply performs the staged group: file-system steps, one binlog write, one
