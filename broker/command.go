@@ -39,11 +39,22 @@ const (
 	// only, so the binlog stays byte-compatible with the original's.
 	opPromote
 	opEpoch
+	// The writer goroutine's own commands (writer.run, lead.go): the
+	// flushLevel 1 flush timer fired, a background fsync ended (synced),
+	// the idle timer fired, Close asks for the final drain.
+	opFlush
+	opSynced
+	opIdle
+	opDrain
 )
+
+// job reports whether o is one of the writer goroutine's own commands.
+func (o writerOp) job() bool { return o >= opFlush }
 
 var opNames = [...]string{opPub: "pub", opCreate: "create", opDelete: "delete", opDelay: "delay",
 	opDelayApply: "delay apply", opReplicated: "replicated", opSyncTopic: "sync topic", opOpenLog: "open log",
-	opCursorSnapshot: "cursor snapshot", opPromote: "promote", opEpoch: "epoch"}
+	opCursorSnapshot: "cursor snapshot", opPromote: "promote", opEpoch: "epoch", opFlush: "flush",
+	opSynced: "synced", opIdle: "idle", opDrain: "drain"}
 
 func (o writerOp) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -53,7 +64,7 @@ func (o writerOp) String() string {
 }
 
 // command is one request to the writer. The submitter owns it until it is
-// sent and again after done fires; in between only the writer touches it.
+// queued and again after done fires; in between only the writer touches it.
 type command struct {
 	op        writerOp
 	topic     string
@@ -82,9 +93,15 @@ type command struct {
 	ddID    int64
 	ddAt    int64
 
+	synced bgSync // opSynced: the background fsync's outcome
+
 	eventID int64
 	err     error
-	done    chan struct{}
+	// done is signalled once the command was executed, or, with lead set,
+	// when the token is handed to its submitter (lead.go).
+	done   chan struct{}
+	lead   bool
+	gather bool // with lead: gather a group first (writer.gather)
 }
 
 var commandPool = sync.Pool{New: func() any { return &command{done: make(chan struct{}, 1)} }}
@@ -124,7 +141,7 @@ func (c *command) metaSize() int {
 // that no other command of a group can observe a half-applied create/delete.
 func (c *command) exclusive() bool {
 	switch c.op {
-	case opCreate, opDelete, opSyncTopic, opPromote, opEpoch, opCursorSnapshot:
+	case opCreate, opDelete, opSyncTopic, opPromote, opEpoch, opCursorSnapshot, opFlush, opSynced, opIdle, opDrain:
 		return true
 	case opReplicated:
 		return c.replCmd == binlog.CmdCreate || c.replCmd == binlog.CmdDelete

@@ -153,31 +153,16 @@ func (b *Broker) applyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 	if len(cmds) == 0 {
 		return 0, 0, bad
 	}
-	b.sendMu.RLock()
-	if b.closed {
-		b.sendMu.RUnlock()
-		return 0, 0, ErrClosed
+	// Queued back to back in one step, so no other command comes between
+	// them and they can share groups.
+	if err := b.enqueue(ctx, false, cmds...); err != nil {
+		for _, c := range cmds {
+			c.err = err
+		}
+		return b.finishBatch(cmds, bad)
 	}
-	sent := 0
 	for _, c := range cmds {
-		select {
-		case b.ch <- c:
-			sent++
-		case <-ctx.Done():
-		}
-		if sent < len(cmds) && ctx.Err() != nil {
-			break
-		}
-	}
-	b.sendMu.RUnlock()
-	for _, c := range cmds[:sent] {
-		<-c.done
-	}
-	if sent < len(cmds) {
-		cmds[sent].err = ctx.Err()
-		for _, c := range cmds[sent+1:] {
-			c.err = ctx.Err()
-		}
+		b.await(c)
 	}
 	return b.finishBatch(cmds, bad)
 }

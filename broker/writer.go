@@ -18,7 +18,8 @@ import (
 // idleFDAfter is how long a topic's file may stay open without appends.
 const idleFDAfter = 60 * time.Second
 
-// writer is the single goroutine that performs every mutation.
+// writer performs every mutation. One goroutine at a time runs it: the one
+// holding its token (lead.go).
 type writer struct {
 	b    *Broker
 	next int64 // next eventId
@@ -47,6 +48,7 @@ type writer struct {
 	lastSync  time.Duration
 	waitTimer *time.Timer
 	waits     atomic.Int64 // group waits that ran, for tests
+	gathers   atomic.Int64 // leaders that gathered (group.go), for tests
 	syncBuf   []*segment.Log
 	wakes     []chan struct{} // readers of this group's commits (commit)
 	syncErrs  []error
@@ -66,7 +68,7 @@ type writer struct {
 	syncDone     chan bgSync // its outcome
 	lastCkpt     int64
 	ckptPos      segment.Position
-	pending      *command
+	final        bool // the drain ran: the token stays taken (lead.go)
 	idleWakes    int
 	stopped      error
 	fatalOnce    bool
@@ -96,55 +98,52 @@ func newWriter(b *Broker, next int64) *writer {
 	}
 }
 
+// run is the writer goroutine: it turns the flush timer, the end of a
+// background fsync, the idle timer and Close into commands queued like any
+// other (lead.go), so they run with the token held.
 func (w *writer) run() {
 	defer close(w.b.done)
 	idle := time.NewTimer(w.b.opts.IdleWake)
 	defer idle.Stop()
 	for {
-		var c *command
-		if w.pending != nil {
-			c, w.pending = w.pending, nil
-		} else {
-			select {
-			case c = <-w.b.ch:
-			case <-w.flushTimer.C:
-				w.flushArmed = false
-				w.flush()
-				continue
-			case r := <-w.syncDone:
-				w.syncFinished(r)
-				continue
-			case <-idle.C:
-				w.onIdle()
-				idle.Reset(w.b.opts.IdleWake)
-				continue
-			case <-w.b.stop:
-				w.drain()
-				return
-			}
+		select {
+		case <-w.flushTimer.C:
+			w.b.runJob(opFlush, bgSync{})
+		case r := <-w.syncDone:
+			w.b.runJob(opSynced, r)
+		case <-idle.C:
+			w.b.runJob(opIdle, bgSync{})
+			idle.Reset(w.b.opts.IdleWake)
+		case <-w.b.stop:
+			// Queued after Close refused new commands, so it runs after
+			// everything already queued; its leader then keeps the token.
+			w.b.runJob(opDrain, bgSync{})
+			return
 		}
-		w.process(w.collect(c))
 	}
 }
 
-// drain executes everything still queued at Close.
-func (w *writer) drain() {
-	for {
-		var c *command
-		if w.pending != nil {
-			c, w.pending = w.pending, nil
-		} else {
-			select {
-			case c = <-w.b.ch:
-			default:
-				return
-			}
-		}
-		w.process(w.collect(c))
+// job runs one of the writer goroutine's commands (run).
+func (w *writer) job(c *command) {
+	switch c.op {
+	case opFlush:
+		w.flushArmed = false
+		w.flush()
+	case opSynced:
+		w.syncFinished(c.synced)
+	case opIdle:
+		w.onIdle()
+	case opDrain:
+		w.final = true
 	}
 }
 
 func (w *writer) process(group []*command) {
+	if c := group[0]; c.op.job() { // exclusive: alone in its group
+		w.job(c)
+		c.done <- struct{}{}
+		return
+	}
 	now := w.b.opts.Now()
 	if w.stopped != nil {
 		for _, c := range group {
