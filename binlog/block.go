@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/smssmq/smss/codec"
 	"github.com/smssmq/smss/internal/textline"
 	"github.com/smssmq/smss/protocol"
 )
@@ -51,10 +52,10 @@ type Block struct {
 	Payload   []byte // nil/empty => payloadLen field 0 and no trailing '\n'
 }
 
-// ErrIncomplete reports that the buffer holds a strict prefix of what could
+// errIncomplete reports that the buffer holds a strict prefix of what could
 // be a valid block: more bytes are needed. At the end of a file it means a
-// torn write.
-var ErrIncomplete = errors.New("incomplete binlog block")
+// torn write. Callers branch on codec.ErrIncomplete, which it is.
+var errIncomplete = codec.Incomplete("binlog")
 
 // ErrBlockOrder is wrapped when a block does not follow the last eventId of
 // the log it is appended to (a slave's broker refuses such a replicated
@@ -128,8 +129,8 @@ func AppendBlock(dst []byte, b *Block) []byte {
 
 // DecodeBlock decodes the block at the start of buf and returns it with its
 // total encoded length n. Topic and Payload alias buf. The error is
-// ErrIncomplete when buf ends inside a block whose present bytes are all
-// plausible, and a *CorruptError when they are not.
+// codec.ErrIncomplete (errors.Is) when buf ends inside a block whose
+// present bytes are all plausible, and a *CorruptError when they are not.
 func DecodeBlock(buf []byte) (Block, int, error) {
 	if b, n, ok := decodeFast(buf); ok {
 		return b, n, nil
@@ -158,7 +159,7 @@ func DecodeSpan(buf []byte) (b Block, last int64, n int, err error) {
 // accepts, with the same results.
 func decodeCareful(buf []byte) (Block, int, error) {
 	if len(buf) < 4 {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	ll := binary.LittleEndian.Uint32(buf)
 	if ll < minLineLen || ll > MaxLineLen {
@@ -188,7 +189,7 @@ func decodeCareful(buf []byte) (Block, int, error) {
 		}
 	}
 	if partial {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	b := Block{
 		WriteTime: v[0],
@@ -209,7 +210,7 @@ func decodeCareful(buf []byte) (Block, int, error) {
 		if err := checkPayloadPrefix(&b, buf[lineEnd:], payloadLen-1); err != nil {
 			return Block{}, 0, err
 		}
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	payload := buf[lineEnd:total]
 	if payload[len(payload)-1] != '\n' {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/smssmq/smss/codec"
 )
 
 func h(s string) []byte {
@@ -180,8 +182,8 @@ func TestDecodePrefixIncomplete(t *testing.T) {
 	for name, b := range validBlocks() {
 		enc := AppendBlock(nil, &b)
 		for i := 0; i < len(enc); i++ {
-			if _, n, err := DecodeBlock(enc[:i]); !errors.Is(err, ErrIncomplete) || n != 0 {
-				t.Fatalf("%s: prefix of %d/%d bytes: n=%d err=%v, want ErrIncomplete", name, i, len(enc), n, err)
+			if _, n, err := DecodeBlock(enc[:i]); !errors.Is(err, codec.ErrIncomplete) || n != 0 {
+				t.Fatalf("%s: prefix of %d/%d bytes: n=%d err=%v, want codec.ErrIncomplete", name, i, len(enc), n, err)
 			}
 		}
 	}

@@ -70,8 +70,9 @@ found after a crash. For a buffer that starts at a block boundary it
 returns exactly one of:
 
   - the block and its total length, when the bytes are a whole valid block;
-  - ErrIncomplete, when the buffer is a strict prefix of something that
-    could still become a valid block (at end of file: a torn write);
+  - an error that is codec.ErrIncomplete (errors.Is), when the buffer is
+    a strict prefix of something that could still become a valid block
+    (at end of file: a torn write);
   - a *CorruptError, when the present bytes already prove that no valid
     block starts here (bad length prefix, a non-digit in a number field,
     a wrong field count, payloadLen inconsistent with cmd, a payload that

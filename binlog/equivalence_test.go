@@ -9,7 +9,7 @@ import (
 // checkSame fails unless DecodeBlock, decodeCareful and decodeFast all agree
 // with refDecodeBlock on buf: the same Block (Topic and Payload aliasing the
 // same bytes of buf, with the same capacity), the same n, and the same error
-// (ErrIncomplete itself, or a *CorruptError with the same text).
+// (errIncomplete itself, or a *CorruptError with the same text).
 func checkSame(t *testing.T, buf []byte) {
 	t.Helper()
 	wb, wn, werr := refDecodeBlock(buf)
@@ -42,7 +42,7 @@ func compareDecode(t *testing.T, what string, buf []byte, gb Block, gn int, gerr
 }
 
 func sameError(got, want error) bool {
-	if got == nil || want == nil || got == ErrIncomplete || want == ErrIncomplete {
+	if got == nil || want == nil || got == errIncomplete || want == errIncomplete {
 		return got == want
 	}
 	g, gok := got.(*CorruptError)

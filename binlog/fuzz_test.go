@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/smssmq/smss/codec"
 )
 
 func FuzzDecodeBlock(f *testing.F) {
@@ -33,7 +35,7 @@ func FuzzDecodeBlock(f *testing.F) {
 				t.Fatalf("n = %d with error %v", n, err)
 			}
 			var ce *CorruptError
-			if !errors.Is(err, ErrIncomplete) && !errors.As(err, &ce) {
+			if !errors.Is(err, codec.ErrIncomplete) && !errors.As(err, &ce) {
 				t.Fatalf("unexpected error type %T: %v", err, err)
 			}
 			return
@@ -57,8 +59,8 @@ func FuzzDecodeBlock(f *testing.F) {
 			step = n / 512
 		}
 		for i := 0; i < n; i += step {
-			if _, _, err := DecodeBlock(buf[:i]); !errors.Is(err, ErrIncomplete) {
-				t.Fatalf("prefix %d/%d: %v, want ErrIncomplete", i, n, err)
+			if _, _, err := DecodeBlock(buf[:i]); !errors.Is(err, codec.ErrIncomplete) {
+				t.Fatalf("prefix %d/%d: %v, want codec.ErrIncomplete", i, n, err)
 			}
 		}
 	})

@@ -35,7 +35,7 @@ const (
 // refDecodeBlock is the former DecodeBlock.
 func refDecodeBlock(buf []byte) (Block, int, error) {
 	if len(buf) < 4 {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	ll := binary.LittleEndian.Uint32(buf)
 	if ll < refMinLineLen || ll > refMaxLineLen {
@@ -65,7 +65,7 @@ func refDecodeBlock(buf []byte) (Block, int, error) {
 		}
 	}
 	if partial {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	b := Block{
 		WriteTime: v[0],
@@ -86,7 +86,7 @@ func refDecodeBlock(buf []byte) (Block, int, error) {
 		if err := refCheckPayloadPrefix(&b, buf[lineEnd:], payloadLen-1); err != nil {
 			return Block{}, 0, err
 		}
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	payload := buf[lineEnd:total]
 	if payload[len(payload)-1] != '\n' {

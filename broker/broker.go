@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/smssmq/smss/broker/msgcount"
 	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/metrics"
@@ -96,6 +97,10 @@ type Options struct {
 	// CursorRetention forgets positions idle this long (not subscribed,
 	// no ack) at the next snapshot (cursor.retentionDays); 0 never.
 	CursorRetention time.Duration
+
+	// counts sets the message counts' tunables, for tests (startCounts
+	// fills in the rest).
+	counts msgcount.Options
 }
 
 func (o *Options) setDefaults() {
@@ -229,7 +234,7 @@ type topic struct {
 	subs    map[string]struct{} // active subscribers by who
 	lastUse int64               // writer only: ms of the last append
 
-	blocks blockCounter // blocks the writer committed, per file (count.go)
+	count msgcount.Counter // messages the writer appended, per file (writer.commit)
 
 	ids *dedupeSet    // writer only: the message ids of the window (dedupe.go)
 	lru *list.Element // writer only: in writer.openLRU while its file is open
@@ -329,7 +334,7 @@ func Open(opts Options) (*Broker, error) {
 		go b.runCursorFlusher()
 	}
 	go b.emptyTrash()
-	b.stats.counts.start(b)
+	b.startCounts()
 	opened = true
 	return b, nil
 }
@@ -386,11 +391,11 @@ func (b *Broker) Close() error {
 		b.roomWanted = false
 	}
 	b.qmu.Unlock()
-	b.stats.counts.halt() // a long message count ends while the writer drains
+	b.stats.counts.Halt() // a long message count ends while the writer drains
 	close(b.stop)
 	<-b.done
 	err := b.w.shutdown()
-	b.stats.counts.finish()
+	b.stats.counts.Finish()
 	// A fresh reading: on a disk filled to the last byte it deletes the
 	// reserve file, so that badger's final memtable flush has room.
 	b.disk.check()

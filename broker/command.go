@@ -2,13 +2,11 @@ package broker
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/meta"
-	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
 )
 
@@ -151,38 +149,20 @@ func (c *command) exclusive() bool {
 
 // decodeBinlog adapts binlog.DecodeSpan to the segment layer: a block's
 // first and last eventId (segment.Decoder), which DecodeSpan finds in one
-// walk of the records.
+// walk of the records. An incomplete block's error is already the one
+// segment branches on (codec.ErrIncomplete).
 func decodeBinlog(buf []byte) (int64, int64, int, error) {
 	b, last, n, err := binlog.DecodeSpan(buf)
 	if err != nil {
-		if err == binlog.ErrIncomplete {
-			return 0, 0, 0, errBinlogIncomplete
-		}
-		if errors.Is(err, binlog.ErrIncomplete) {
-			return 0, 0, 0, fmt.Errorf("%w: %v", segment.ErrIncomplete, err)
-		}
 		return 0, 0, 0, err
 	}
 	return b.EventID, last, n, nil
 }
 
-// Incomplete blocks are routine for a reader at the end of its buffer (it
-// then reads more), so their errors are built once, not per call.
-var (
-	errTopicIncomplete  = fmt.Errorf("%w: %w", segment.ErrIncomplete, topicblock.ErrIncomplete)
-	errBinlogIncomplete = fmt.Errorf("%w: %w", segment.ErrIncomplete, binlog.ErrIncomplete)
-)
-
 // decodeTopic adapts topicblock.DecodeBlock to the segment layer.
 func decodeTopic(buf []byte) (int64, int64, int, error) {
 	b, n, err := topicblock.DecodeBlock(buf)
 	if err != nil {
-		if err == topicblock.ErrIncomplete {
-			return 0, 0, 0, errTopicIncomplete
-		}
-		if errors.Is(err, topicblock.ErrIncomplete) {
-			return 0, 0, 0, fmt.Errorf("%w: %w", segment.ErrIncomplete, err)
-		}
 		return 0, 0, 0, err
 	}
 	return b.EventID, b.EventID, n, nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/broker/msgcount"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -112,15 +113,14 @@ func openCounted(t *testing.T, dir string, mod func(*Options)) *Broker {
 	return b
 }
 
-// countHook installs a countCheckHook for the duration of the test.
-func countHook(t *testing.T, h func(b *Broker, topic string, file int64)) {
-	prev := countCheckHook.Swap(&h)
-	t.Cleanup(func() { countCheckHook.Store(prev) })
-}
-
-func setDuration(t *testing.T, v *atomic.Int64, d time.Duration) {
-	prev := v.Swap(int64(d))
-	t.Cleanup(func() { v.Store(prev) })
+// withCountHook adds h as the broker's count check hook (called by every
+// progress check of a background count, with a channel closed when the
+// counts stop) to the options mod sets.
+func withCountHook(mod func(*Options), h func(topic string, file int64, stop <-chan struct{})) func(*Options) {
+	return func(o *Options) {
+		mod(o)
+		o.counts.CheckHook = h
+	}
 }
 
 func TestMessageCountWhilePublishing(t *testing.T) {
@@ -153,7 +153,7 @@ func TestMessageCountWhilePublishing(t *testing.T) {
 			}
 			want := publishMix(t, b, "t", tc.messages, tc.maxBatch)
 			files := len(fileIDs(t, topicDirOf(dir, "t"), ".log"))
-			if files <= countRing {
+			if files <= msgcount.Ring {
 				// Every file is still in the writer's ring: the count
 				// is known at once, without the background goroutine.
 				if st, _ := b.TopicStats("t"); st.Messages != want {
@@ -253,25 +253,24 @@ func TestMessageCountDeleteRecreate(t *testing.T) {
 	b.Close()
 	tdir := topicDirOf(dir, "t")
 	for _, id := range fileIDs(t, tdir, ".cnt") {
-		os.Remove(filepath.Join(tdir, countFileName(id)))
+		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
 
 	// Hold the background count of the old files in the middle, delete
 	// and re-create the topic, then let it go on.
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	countHook(t, func(hb *Broker, _ string, file int64) {
-		if hb.opts.Dir == dir && file > 0 {
+	b = openCounted(t, dir, withCountHook(opts, func(_ string, file int64, stop <-chan struct{}) {
+		if file > 0 {
 			once.Do(func() {
 				close(held)
 				select {
 				case <-release:
-				case <-hb.stats.counts.stop: // the test failed and closes
+				case <-stop: // the test failed and closes
 				}
 			})
 		}
-	})
-	b = openCounted(t, dir, opts)
+	}))
 	defer b.Close()
 	select {
 	case <-held:
@@ -293,22 +292,16 @@ func TestMessageCountDeleteRecreate(t *testing.T) {
 		t.Fatalf("re-created topic: %d messages, want %d", got, want)
 	}
 	// Let the background goroutine finish with the old incarnation.
-	waitFor(t, "old state dropped", func() bool {
-		b.stats.counts.wake()
-		b.stats.counts.mu.Lock()
-		defer b.stats.counts.mu.Unlock()
-		tc := b.stats.counts.topics["t"]
-		return tc != nil && tc.loaded && tc.known
-	})
+	waitFor(t, "old state dropped", func() bool { return b.stats.counts.Settled("t") })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range fileIDs(t, tdir, ".cnt") {
-		data, err := os.ReadFile(filepath.Join(tdir, countFileName(id)))
+		data, err := os.ReadFile(filepath.Join(tdir, msgcount.SidecarName(id)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := decodeCountFile(data)
+		c, err := msgcount.DecodeSidecar(data)
 		if err != nil || c.Size != fileSize(t, filepath.Join(tdir, segment.FileName(id))) {
 			t.Fatalf("sidecar %d in the new directory: %+v %v", id, c, err)
 		}

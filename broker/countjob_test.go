@@ -1,12 +1,13 @@
 package broker
 
-// Tests of the background count (countjob.go): files of earlier runs,
+// Tests of the background count (msgcount/job.go): files of earlier runs,
 // sidecars, Close during a count, progress and failures.
 
 import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/broker/msgcount"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -46,10 +48,8 @@ func TestMessageCountRestart(t *testing.T) {
 		t.Fatalf("only %d files: the test needs several", len(logs))
 	}
 	var counted sync.Map // "topic/id" of the files the background goroutine read
-	countHook(t, func(hb *Broker, topic string, file int64) {
-		if hb.opts.Dir == dir {
-			counted.Store(topic+"/"+strconv.FormatInt(file, 10), true)
-		}
+	hooked := withCountHook(opts, func(topic string, file int64, _ <-chan struct{}) {
+		counted.Store(topic+"/"+strconv.FormatInt(file, 10), true)
 	})
 	readFiles := func() int {
 		n := 0
@@ -59,14 +59,14 @@ func TestMessageCountRestart(t *testing.T) {
 	}
 	damage := map[string]func(path string, data []byte) []byte{
 		"size mismatch": func(_ string, data []byte) []byte {
-			c, _ := decodeCountFile(data)
+			c, _ := msgcount.DecodeSidecar(data)
 			c.Size++
-			return encodeCountFile(c)
+			return msgcount.EncodeSidecar(c)
 		},
 		"other first eventId": func(_ string, data []byte) []byte {
-			c, _ := decodeCountFile(data)
+			c, _ := msgcount.DecodeSidecar(data)
 			c.FirstEventID += 1000
-			return encodeCountFile(c)
+			return msgcount.EncodeSidecar(c)
 		},
 		"flipped bit": func(_ string, data []byte) []byte {
 			data[20] ^= 1
@@ -82,13 +82,13 @@ func TestMessageCountRestart(t *testing.T) {
 		{"sidecars from Close", func(*testing.T) {}, 0},
 		{"no sidecars", func(t *testing.T) {
 			for _, id := range logs {
-				os.Remove(filepath.Join(tdir, countFileName(id)))
+				os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 			}
 		}, -1},
 		{"damaged sidecars", func(t *testing.T) {
 			i := 0
 			for _, how := range []string{"size mismatch", "other first eventId", "flipped bit", "cut short"} {
-				p := filepath.Join(tdir, countFileName(logs[i]))
+				p := filepath.Join(tdir, msgcount.SidecarName(logs[i]))
 				data, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -100,14 +100,14 @@ func TestMessageCountRestart(t *testing.T) {
 			}
 			// A sidecar of no file, and one of a file after the last.
 			for _, id := range []int64{logs[len(logs)-1] + 5, 9999} {
-				os.WriteFile(filepath.Join(tdir, countFileName(id)), encodeCountFile(fileTally{Size: 10, Blocks: 1, FirstEventID: 1}), 0o644)
+				os.WriteFile(filepath.Join(tdir, msgcount.SidecarName(id)), msgcount.EncodeSidecar(msgcount.Sidecar{Size: 10, Blocks: 1, FirstEventID: 1}), 0o644)
 			}
 		}, 4},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			step.prepare(t)
 			readFiles()
-			b := openCounted(t, dir, opts)
+			b := openCounted(t, dir, hooked)
 			defer b.Close()
 			for name, n := range want {
 				if got := waitMessages(t, b, name); got != n {
@@ -154,6 +154,8 @@ func TestMessageCountRecoveredFile(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	ids, _ := readTopic(t, src, "t")
+	lastRecovered := ids[len(ids)-1]
 	// A copy whose checkpoint is from before the publishes and whose
 	// topic file lost its last blocks: the replay appends them again.
 	dir, err := oldCheckpointCopy(src)
@@ -167,7 +169,7 @@ func TestMessageCountRecoveredFile(t *testing.T) {
 	if err := os.Truncate(last, int64(offs[len(offs)/2])); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(tdir, countFileName(0)))
+	os.Remove(filepath.Join(tdir, msgcount.SidecarName(0)))
 
 	b = openCounted(t, dir, func(o *Options) { o.Logger = quietLog })
 	defer b.Close()
@@ -178,15 +180,16 @@ func TestMessageCountRecoveredFile(t *testing.T) {
 	if got := waitMessages(t, b, "t"); got != first+more {
 		t.Fatalf("%d messages, want %d", got, first+more)
 	}
-	b.mu.RLock()
-	tp := b.topics["t"]
-	b.mu.RUnlock()
-	v := tp.blocks.view(tp.log)
-	if s, ok := v.slot(v.committed.FileID); !ok || s.from == 0 {
-		t.Fatalf("the writer did not go on with the recovered file: %+v", v)
-	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// The writer went on with the file recovery appended to (its last
+	// block is the last one recovered, its first one the writer's): the
+	// case this test is about.
+	logs := fileIDs(t, tdir, ".log")
+	newest := filepath.Join(tdir, segment.FileName(logs[len(logs)-1]))
+	if ids := fileEventIDs(t, newest); !slices.Contains(ids, lastRecovered) || ids[len(ids)-1] <= lastRecovered {
+		t.Fatalf("the writer did not go on with the recovered file: files %v, the newest holds eventIds %v", logs, ids)
 	}
 	if disk := diskMessages(t, dir, "t"); disk != first+more {
 		t.Fatalf("disk %d, want %d", disk, first+more)
@@ -195,6 +198,25 @@ func TestMessageCountRecoveredFile(t *testing.T) {
 	if got := waitMessages(t, b, "t"); got != first+more {
 		t.Fatalf("restarted: %d messages, want %d", got, first+more)
 	}
+}
+
+// fileEventIDs lists the eventIds of a topic file's blocks.
+func fileEventIDs(t *testing.T, path string) []int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for off := 0; off < len(data); {
+		id, _, n, err := decodeTopic(data[off:])
+		if err != nil {
+			t.Fatalf("%s at %d: %v", path, off, err)
+		}
+		ids = append(ids, id)
+		off += n
+	}
+	return ids
 }
 
 // TestMessageCountCloseDuringCount: Close interrupts a background count
@@ -209,7 +231,7 @@ func TestMessageCountCloseDuringCount(t *testing.T) {
 	b.Close()
 	tdir := topicDirOf(dir, "t")
 	for _, id := range fileIDs(t, tdir, ".cnt") {
-		os.Remove(filepath.Join(tdir, countFileName(id)))
+		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
 	if n := len(fileIDs(t, tdir, ".log")); n < 10 {
 		t.Fatalf("%d files; the test needs many", n)
@@ -218,21 +240,17 @@ func TestMessageCountCloseDuringCount(t *testing.T) {
 	started := make(chan struct{})
 	var calls atomic.Int64
 	var once sync.Once
-	countHook(t, func(hb *Broker, _ string, _ int64) {
-		if hb.opts.Dir != dir {
-			return
-		}
+	b = openCounted(t, dir, withCountHook(opts, func(_ string, _ int64, stop <-chan struct{}) {
 		calls.Add(1)
 		once.Do(func() {
 			close(started)
 			// Hold this count until Close asks it to stop.
 			select {
-			case <-hb.stats.counts.stop:
+			case <-stop:
 			case <-time.After(countWait):
 			}
 		})
-	})
-	b = openCounted(t, dir, opts)
+	}))
 	select {
 	case <-started:
 	case <-time.After(countWait):
@@ -265,11 +283,14 @@ func TestMessageCountProgressLog(t *testing.T) {
 	b.Close()
 	tdir := topicDirOf(dir, "t")
 	for _, id := range fileIDs(t, tdir, ".cnt") {
-		os.Remove(filepath.Join(tdir, countFileName(id)))
+		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
-	setDuration(t, &countProgressEvery, 0) // every check is "5 s later"
 	logs := &syncBuf{}
-	b = openCounted(t, dir, func(o *Options) { o.MaxLogSize = 400; o.Logger = logs.logger() })
+	b = openCounted(t, dir, func(o *Options) {
+		o.MaxLogSize = 400
+		o.Logger = logs.logger()
+		o.counts.ProgressEvery = time.Nanosecond // every check is "5 s later"
+	})
 	defer b.Close()
 	if got := waitMessages(t, b, "t"); got != want {
 		t.Fatalf("%d messages, want %d", got, want)
@@ -292,7 +313,7 @@ func TestMessageCountFailure(t *testing.T) {
 	tdir := topicDirOf(dir, "t")
 	logs := fileIDs(t, tdir, ".log")
 	for _, id := range fileIDs(t, tdir, ".cnt") {
-		os.Remove(filepath.Join(tdir, countFileName(id)))
+		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
 	// Damage a sealed file's middle: readers refuse it, and so does the
 	// count (recovery only looks at the newest file's tail).
@@ -301,20 +322,15 @@ func TestMessageCountFailure(t *testing.T) {
 	zeroFill(t, p, offs[1], offs[1]+4) // a block length of 0
 
 	var reads atomic.Int64
-	countHook(t, func(hb *Broker, _ string, file int64) {
-		if hb.opts.Dir == dir && file == logs[1] {
+	out := &syncBuf{}
+	b = openCounted(t, dir, withCountHook(func(o *Options) { opts(o); o.Logger = out.logger() }, func(_ string, file int64, _ <-chan struct{}) {
+		if file == logs[1] {
 			reads.Add(1)
 		}
-	})
-	out := &syncBuf{}
-	b = openCounted(t, dir, func(o *Options) { opts(o); o.Logger = out.logger() })
+	}))
 	defer b.Close()
 	waitFor(t, "failure logged", func() bool { return strings.Contains(out.String(), "counting topic messages failed") })
-	passes := func() int {
-		b.stats.counts.mu.Lock()
-		defer b.stats.counts.mu.Unlock()
-		return b.stats.counts.passes
-	}
+	passes := b.stats.counts.Passes
 	// Stats calls wake the background goroutine: several more passes
 	// must not read the file again.
 	after := passes() + 3

@@ -31,31 +31,16 @@
 //     emptied in the background and at start-up. Recovery completes a delete
 //     whose binlog block exists, so a crash leaves the whole topic or none.
 //   - A topic's message count (TopicStats) is the number of its blocks up to
-//     the committed position. The writer counts what it commits (a few
-//     atomic integer operations per topic and group); everything else (the
-//     files of earlier runs) is counted by one background goroutine, never
-//     by a stats call, which reports -1 until it is done (count.go).
+//     the committed position. The writer counts each group it commits (a
+//     few atomic integer operations per topic and group) and then makes it
+//     visible; everything else (the files of earlier runs) is counted by
+//     one background goroutine, never by a stats call, which reports -1
+//     until it is done (package msgcount).
 //   - The dedupe window of message ids (dedupe.go) belongs to the writer:
 //     a pub or delay whose id was stored within the window is answered
 //     with the original's eventId and not staged. It is derived from the
 //     binlog (rebuilt at start-up, kept by slaves as they apply) and never
 //     persisted.
 //
-// Count sidecar "<id>.cnt", next to a topic file "<id>.log" that no longer
-// changes, so that a restart need not read the file to count it. Written
-// in place by the background goroutine or by Close, never fsynced (it is
-// derived data: a torn one fails its checksum), removed when retention
-// removes its file; original smss ignores such names. 36 bytes:
-//
-//	0  8  magic "smsscnt1"
-//	8  8  int64 LE  size of the .log file it describes, in bytes
-//	16 8  int64 LE  whole blocks (messages) in those bytes
-//	24 8  int64 LE  eventId of the file's first block, 0 for an empty file
-//	32 4  uint32 LE CRC-32C (Castagnoli) of bytes 0..31
-//
-// A sidecar is trusted only if it decodes (length, magic, checksum, sane
-// figures) and its size and first eventId are those of the file as it is
-// at the first look of this process, which a truncation, a file removed
-// and re-created under the same id, or a stray copy does not survive;
-// otherwise it is removed and the file counted again.
+// The message counts and their sidecar files are package msgcount's.
 package broker

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/broker/msgcount"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
@@ -503,7 +504,7 @@ func (r *rewinder) cutTopic(m meta.Topic) (*MovedTopic, error) {
 	// Count sidecars of the cut files describe bytes that are gone; the
 	// counter rebuilds them.
 	for _, f := range files {
-		os.Remove(filepath.Join(t.dir, strings.TrimSuffix(f.Name, ".log")+countFileExt))
+		os.Remove(filepath.Join(t.dir, strings.TrimSuffix(f.Name, ".log")+msgcount.SidecarExt))
 	}
 	return &MovedTopic{Name: m.Name, Action: "truncated", Messages: n, Files: files}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smssmq/smss/broker/msgcount"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
@@ -32,7 +33,7 @@ type statsState struct {
 	topics  map[string]*topicFigures
 	binlog  fileSizes
 
-	counts countState // message counts (count.go)
+	counts msgcount.Counts // message counts (topiccount.go, package msgcount)
 
 	delayMu   sync.Mutex
 	delayAt   time.Time
@@ -123,7 +124,7 @@ type topicFigures struct {
 // the bytes and count of its committed log files, the number of messages
 // in them, its first and last eventIds and the time of its newest message.
 // Messages is -1 until a background count of the files from before this
-// process (or written before the count existed) is done (count.go).
+// process (or written before the count existed) is done (package msgcount).
 func (b *Broker) TopicStats(name string) (metrics.TopicStats, bool) {
 	b.mu.RLock()
 	t := b.topics[name]
@@ -141,7 +142,7 @@ func (b *Broker) TopicStats(name string) (metrics.TopicStats, bool) {
 func (b *Broker) topicFigures(t *topic, l *segment.Log) metrics.TopicStats {
 	st := b.diskFigures(t, l)
 	// Not cached with the rest: it changes when a background count ends.
-	st.Messages = b.stats.counts.messages(t, l)
+	st.Messages = b.stats.counts.Messages(t, l)
 	if st.Messages < 0 && st.Bytes == 0 {
 		st.Messages = 0 // a new topic's log, not opened yet: nothing to count
 	}

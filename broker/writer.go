@@ -423,9 +423,11 @@ func (w *writer) commit(now int64) error {
 	// (e2e p50 4–7 % lower at 1,000 msg/s, BENCHMARKS.md).
 	w.wakes = append(w.wakes, w.b.binlog.CommitQuiet())
 	for _, tb := range w.batches {
-		// CommitQuiet, plus the topic's block count for TopicStats
-		// (count.go): a few atomic integer operations per topic.
-		w.wakes = append(w.wakes, tb.t.blocks.commit(tb.log, tb.start, tb.marks))
+		// The topic's message count for TopicStats (package msgcount), a
+		// few atomic integer operations, then the group visible to the
+		// topic's readers: counted first, a count never lags them.
+		tb.t.count.Add(tb.start, int64(len(tb.buf)), tb.marks)
+		w.wakes = append(w.wakes, tb.log.CommitQuiet())
 	}
 	w.b.lastID.Store(w.next - 1)
 	for _, f := range w.post {

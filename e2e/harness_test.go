@@ -210,17 +210,11 @@ type stored struct {
 
 func binlogDecode(buf []byte) (int64, int64, int, error) {
 	b, n, err := binlog.DecodeBlock(buf)
-	if errors.Is(err, binlog.ErrIncomplete) {
-		return 0, 0, 0, segment.ErrIncomplete
-	}
 	return b.EventID, b.EventID, n, err
 }
 
 func topicDecode(buf []byte) (int64, int64, int, error) {
 	b, n, err := topicblock.DecodeBlock(buf)
-	if errors.Is(err, topicblock.ErrIncomplete) {
-		return 0, 0, 0, segment.ErrIncomplete
-	}
 	return b.EventID, b.EventID, n, err
 }
 

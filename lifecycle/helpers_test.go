@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -90,17 +89,11 @@ func exists(b *broker.Broker, name string) bool {
 
 func decodeBinlog(buf []byte) (int64, int64, int, error) {
 	blk, n, err := binlog.DecodeBlock(buf)
-	if errors.Is(err, binlog.ErrIncomplete) {
-		return 0, 0, 0, segment.ErrIncomplete
-	}
 	return blk.EventID, blk.EventID, n, err
 }
 
 func decodeTopic(buf []byte) (int64, int64, int, error) {
 	blk, n, err := topicblock.DecodeBlock(buf)
-	if errors.Is(err, topicblock.ErrIncomplete) {
-		return 0, 0, 0, segment.ErrIncomplete
-	}
 	return blk.EventID, blk.EventID, n, err
 }
 

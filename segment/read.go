@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"github.com/smssmq/smss/codec"
 )
 
 // CorruptError reports bytes in a log file that are not a whole valid block:
@@ -25,7 +27,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Torn reports whether the bad bytes are only an incomplete block, as a crash
 // in the middle of an append leaves them.
-func (e *CorruptError) Torn() bool { return errors.Is(e.Err, ErrIncomplete) }
+func (e *CorruptError) Torn() bool { return errors.Is(e.Err, codec.ErrIncomplete) }
 
 // A scan reads firstChunk bytes first and doubles each read up to
 // readChunk: most scans stop after one block (firstID, verifyEntry) or
@@ -70,7 +72,7 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 		for r < w {
 			first, last, n, derr := l.opts.Decode(back[r:w])
 			if derr != nil {
-				if errors.Is(derr, ErrIncomplete) && readTo < limit {
+				if errors.Is(derr, codec.ErrIncomplete) && readTo < limit {
 					break
 				}
 				return off, &CorruptError{Path: path, Offset: off, Err: derr}
@@ -116,7 +118,7 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 			return off, fmt.Errorf("segment: read %s at %d: %w", path, readTo, rerr)
 		}
 		if n == 0 {
-			return off, &CorruptError{Path: path, Offset: off, Err: fmt.Errorf("%w: file ends at %d before %d", ErrIncomplete, readTo, limit)}
+			return off, &CorruptError{Path: path, Offset: off, Err: fmt.Errorf("%w: file ends at %d before %d", codec.ErrIncomplete, readTo, limit)}
 		}
 	}
 	return off, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/smssmq/smss/codec"
 )
 
 // ErrFileRemoved is wrapped when a reader's next file no longer exists
@@ -134,7 +136,7 @@ func (r *Reader) deliver(maxBlocks int, limit int64, fn func(first, last int64, 
 		}
 		first, last, size, derr := r.l.opts.Decode(r.buf[rel:r.filled])
 		if derr != nil {
-			if !errors.Is(derr, ErrIncomplete) {
+			if !errors.Is(derr, codec.ErrIncomplete) {
 				return n, &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: derr}
 			}
 			if err := r.fill(rel, limit); err != nil {
@@ -177,7 +179,7 @@ func (r *Reader) fill(rel int, limit int64) error {
 	}
 	want := min(int64(len(r.buf)-r.filled), avail)
 	if want <= 0 {
-		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w before the committed end", ErrIncomplete)}
+		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w before the committed end", codec.ErrIncomplete)}
 	}
 	got, err := readAtFull(r.f, r.buf[r.filled:r.filled+int(want)], r.start+int64(r.filled))
 	r.filled += got
@@ -185,7 +187,7 @@ func (r *Reader) fill(rel int, limit int64) error {
 		return fmt.Errorf("segment: read %s: %w", r.l.Path(r.pos.FileID), err)
 	}
 	if got == 0 {
-		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w: file shorter than its committed size", ErrIncomplete)}
+		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w: file shorter than its committed size", codec.ErrIncomplete)}
 	}
 	return nil
 }

@@ -15,14 +15,11 @@ import (
 	"github.com/smssmq/smss/internal/fsmode"
 )
 
-// ErrIncomplete is returned by a Decoder when buf holds only a prefix of a
-// block that could still be valid.
-var ErrIncomplete = errors.New("incomplete block")
-
 // Decoder parses the block at the start of buf and returns the first and last
-// eventId it covers and its length. It returns an error wrapping
-// ErrIncomplete when buf is a strict prefix of a possibly valid block, and any
-// other error when the bytes can never be a valid block. It must not panic.
+// eventId it covers and its length. It returns an error that is
+// codec.ErrIncomplete (errors.Is) when buf is a strict prefix of a possibly
+// valid block, as the block codecs' decoders do, and any other error when the
+// bytes can never be a valid block. It must not panic.
 type Decoder func(buf []byte) (first, last int64, n int, err error)
 
 // Options configure a Log. Zero values take the documented defaults.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/smssmq/smss/codec"
 )
 
 // A toy block format for the tests: u32 length of the rest, i64 first id,
@@ -20,14 +22,14 @@ func testBlock(first, last int64, filler int) []byte {
 
 func testDecode(buf []byte) (int64, int64, int, error) {
 	if len(buf) < 4 {
-		return 0, 0, 0, ErrIncomplete
+		return 0, 0, 0, codec.ErrIncomplete
 	}
 	n := int(binary.LittleEndian.Uint32(buf))
 	if n < 16 || n > 1<<20 {
 		return 0, 0, 0, errors.New("bad length")
 	}
 	if len(buf) < 4+n {
-		return 0, 0, 0, ErrIncomplete
+		return 0, 0, 0, codec.ErrIncomplete
 	}
 	return int64(binary.LittleEndian.Uint64(buf[4:])), int64(binary.LittleEndian.Uint64(buf[12:])), 4 + n, nil
 }

@@ -2,11 +2,11 @@ package topicblock
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 
+	"github.com/smssmq/smss/codec"
 	"github.com/smssmq/smss/internal/textline"
 	"github.com/smssmq/smss/protocol"
 )
@@ -35,10 +35,10 @@ type Block struct {
 	Record                []byte
 }
 
-// ErrIncomplete reports that the buffer holds a strict prefix of what could
+// errIncomplete reports that the buffer holds a strict prefix of what could
 // be a valid block: more bytes are needed. At the end of a file it means a
-// torn write.
-var ErrIncomplete = errors.New("incomplete topic block")
+// torn write. Callers branch on codec.ErrIncomplete, which it is.
+var errIncomplete = codec.Incomplete("topic")
 
 // CorruptError reports bytes that can never be (the start of) a valid block.
 type CorruptError struct {
@@ -94,9 +94,9 @@ func AppendBlock(dst []byte, b *Block) []byte {
 var fieldNames = [numFields]string{"ts", "eventId", "saveTime", "payloadSize", "indexOfBatch", "srcFileId", "srcPos"}
 
 // DecodeBlock decodes the block at the start of buf and returns it with its
-// total encoded length n. Record aliases buf. The error is ErrIncomplete when
-// buf ends inside a block whose present bytes are all plausible, and a
-// *CorruptError when they are not.
+// total encoded length n. Record aliases buf. The error is
+// codec.ErrIncomplete (errors.Is) when buf ends inside a block whose
+// present bytes are all plausible, and a *CorruptError when they are not.
 func DecodeBlock(buf []byte) (Block, int, error) {
 	if b, n, ok := decodeFast(buf); ok {
 		return b, n, nil
@@ -109,7 +109,7 @@ func DecodeBlock(buf []byte) (Block, int, error) {
 // accepts, with the same results.
 func decodeCareful(buf []byte) (Block, int, error) {
 	if len(buf) < 4 {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	ll := binary.LittleEndian.Uint32(buf)
 	if ll < minLineLen || ll > MaxLineLen {
@@ -135,7 +135,7 @@ func decodeCareful(buf []byte) (Block, int, error) {
 		}
 	}
 	if partial {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	b := Block{Ts: v[0], EventID: v[1], SaveTime: v[2], Index: int(v[4]), SrcFileID: v[5], SrcPos: v[6]}
 	payloadSize := v[3]
@@ -150,7 +150,7 @@ func decodeCareful(buf []byte) (Block, int, error) {
 		}
 	}
 	if int64(len(buf)) < total {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	if rec[recLen] != '\n' {
 		return Block{}, 0, corruptf("payload does not end with a newline")

@@ -42,9 +42,9 @@ starts at offset 53 of binlog file 0:
 	28 00 00 00  "1795950274738\t2\t1795950274738\t31\t0\t0\t53\n"
 	<30-byte record>  0a
 
-DecodeBlock returns the block, ErrIncomplete (the buffer is a strict prefix
-of something that could still be a valid block: a torn write at end of
-file) or a *CorruptError (the present bytes prove that no valid block starts
+DecodeBlock returns the block, an error that is codec.ErrIncomplete (the
+buffer is a strict prefix of something that could still be a valid block:
+a torn write at end of file) or a *CorruptError (the present bytes prove that no valid block starts
 here). It never panics, allocates only to report corruption, and Record
 aliases the input.
 

@@ -29,7 +29,7 @@ var refFieldNames = [refNumFields]string{"ts", "eventId", "saveTime", "payloadSi
 // refDecodeBlock is the former DecodeBlock.
 func refDecodeBlock(buf []byte) (Block, int, error) {
 	if len(buf) < 4 {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	ll := binary.LittleEndian.Uint32(buf)
 	if ll < refMinLineLen || ll > refMaxLineLen {
@@ -55,7 +55,7 @@ func refDecodeBlock(buf []byte) (Block, int, error) {
 		}
 	}
 	if partial {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	b := Block{Ts: v[0], EventID: v[1], SaveTime: v[2], Index: int(v[4]), SrcFileID: v[5], SrcPos: v[6]}
 	payloadSize := v[3]
@@ -70,7 +70,7 @@ func refDecodeBlock(buf []byte) (Block, int, error) {
 		}
 	}
 	if int64(len(buf)) < total {
-		return Block{}, 0, ErrIncomplete
+		return Block{}, 0, errIncomplete
 	}
 	if rec[recLen] != '\n' {
 		return Block{}, 0, refCorruptf("payload does not end with a newline")

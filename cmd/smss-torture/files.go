@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/codec"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -108,7 +109,7 @@ func readTopic(dataDir, name string) (msgs []topicMsg, exists bool, err error) {
 		}
 		for off := 0; off < len(data); {
 			b, n, err := topicblock.DecodeBlock(data[off:])
-			if errors.Is(err, topicblock.ErrIncomplete) && i == len(ids)-1 {
+			if errors.Is(err, codec.ErrIncomplete) && i == len(ids)-1 {
 				return nil, true, fmt.Errorf("%s at %d: %w", path, off, errTorn)
 			}
 			if err != nil {
@@ -174,7 +175,7 @@ func parseBinlog(data []byte, tolerant bool) (*binState, error) {
 		creates: map[string][]createRec{}, deletes: map[string]int{}, live: map[string]*liveTopic{}}
 	for off := 0; off < len(data); {
 		b, n, err := binlog.DecodeBlock(data[off:])
-		if errors.Is(err, binlog.ErrIncomplete) {
+		if errors.Is(err, codec.ErrIncomplete) {
 			if tolerant {
 				break
 			}

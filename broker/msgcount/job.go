@@ -1,6 +1,6 @@
-package broker
+package msgcount
 
-// The background goroutine of the message counts (count.go): it counts
+// The background goroutine of the message counts (counts.go): it counts
 // the files the writer did not write, takes the writer's final counts of
 // the files it is done with, and keeps the sidecars.
 
@@ -10,63 +10,43 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/internal/fsmode"
 	"github.com/smssmq/smss/segment"
 )
 
-// Tunables, variables for tests (atomics: background goroutines of other
-// tests' brokers read them).
-var (
-	// countPollEvery is how often the background goroutine takes the
-	// final counts of files the writer is done with out of its ring.
-	countPollEvery atomic.Int64
-	// countProgressEvery is how often a long count logs its progress.
-	countProgressEvery atomic.Int64
-	// countRetryAfter is how long a topic whose count failed waits
-	// before the next attempt.
-	countRetryAfter atomic.Int64
-	// countCheckHook, if set, is called by every progress check of a
-	// count (tests hold a count there).
-	countCheckHook atomic.Pointer[func(b *Broker, topic string, file int64)]
-)
-
-func init() {
-	countPollEvery.Store(int64(time.Second))
-	countProgressEvery.Store(int64(5 * time.Second))
-	countRetryAfter.Store(int64(time.Minute))
-}
-
 // errCountStopped ends a count interrupted by Close.
-var errCountStopped = errors.New("broker closing")
+var errCountStopped = errors.New("message counts stopping")
 
 // fullVisitEvery makes every topic visited at least once in so many
 // passes, even if nothing seems to have changed (retention removing the
 // files of a topic nobody reads leaves sidecars to remove).
 const fullVisitEvery = 60
 
-// start launches the background goroutine (Open, after recovery).
-func (cs *countState) start(b *Broker) {
-	cs.b = b
+// Start launches the background goroutine (the broker's Open, after
+// recovery, before any stats call).
+func (cs *Counts) Start(src Source, opts Options) {
+	opts.setDefaults()
+	cs.src, cs.opts = src, opts
 	cs.stop = make(chan struct{})
 	cs.done = make(chan struct{})
 	cs.kick = make(chan struct{}, 1)
 	go cs.run()
 }
 
-// halt asks the background goroutine to stop (Close, first thing: a long
-// count ends while the writer drains).
-func (cs *countState) halt() {
+// Halt asks the background goroutine to stop (the broker's Close, first
+// thing: a long count ends while the writer drains).
+func (cs *Counts) Halt() {
 	if cs.stop != nil {
 		close(cs.stop)
 	}
 }
 
-// finish waits for the background goroutine and, the writer being
-// stopped, saves the final counts of the files it wrote (Close).
-func (cs *countState) finish() {
+// Finish waits for the background goroutine and, the writer being
+// stopped, saves the final counts of the files it wrote (the broker's
+// Close, after the writer stopped).
+func (cs *Counts) Finish() {
 	if cs.done == nil {
 		return
 	}
@@ -74,9 +54,9 @@ func (cs *countState) finish() {
 	cs.resolveAll(countFinal)
 }
 
-func (cs *countState) run() {
+func (cs *Counts) run() {
 	defer close(cs.done)
-	tick := time.NewTicker(time.Duration(countPollEvery.Load()))
+	tick := time.NewTicker(cs.opts.PollEvery)
 	defer tick.Stop()
 	for {
 		cs.pass()
@@ -100,12 +80,12 @@ type countPass struct {
 	curFile, from int64
 }
 
-func (p *countPass) tick(log func(msg string, args ...any), off int64) {
+func (p *countPass) tick(log func(msg string, args ...any), every time.Duration, off int64) {
 	now := time.Now()
 	if now.Before(p.next) {
 		return
 	}
-	p.next = now.Add(time.Duration(countProgressEvery.Load()))
+	p.next = now.Add(every)
 	p.logged = true
 	log("counting topic messages", "topic", p.curTopic, "file", segment.FileName(p.curFile),
 		"offset", off, "filesCounted", p.files, "bytesCounted", p.bytes+off-p.from,
@@ -114,14 +94,14 @@ func (p *countPass) tick(log func(msg string, args ...any), off int64) {
 
 // pass visits every live topic: forgets deleted ones, takes the writer's
 // final counts, counts what is not counted, saves sidecars.
-func (cs *countState) pass() {
-	live := cs.b.topicsByName()
+func (cs *Counts) pass() {
+	live := cs.src.Topics()
 	cs.mu.Lock()
 	cs.passes++
 	full := cs.passes%fullVisitEvery == 1
-	byName := make(map[string]*topic, len(live))
+	byName := make(map[string]Topic, len(live))
 	for _, t := range live {
-		byName[t.meta.Name] = t
+		byName[t.Name()] = t
 	}
 	for name, tc := range cs.topics {
 		if byName[name] != tc.t {
@@ -130,7 +110,7 @@ func (cs *countState) pass() {
 	}
 	cs.mu.Unlock()
 	now := time.Now()
-	p := &countPass{start: now, next: now.Add(time.Duration(countProgressEvery.Load())), topics: len(live), captured: now}
+	p := &countPass{start: now, next: now.Add(cs.opts.ProgressEvery), topics: len(live), captured: now}
 	for _, t := range live {
 		if cs.stopped() {
 			return
@@ -140,28 +120,26 @@ func (cs *countState) pass() {
 	}
 	switch {
 	case p.logged:
-		cs.b.log.Info("topic messages counted", "files", p.files, "bytes", p.bytes, "topics", p.topics, "took", time.Since(p.start).Round(time.Millisecond))
+		cs.opts.Logger.Info("topic messages counted", "files", p.files, "bytes", p.bytes, "topics", p.topics, "took", time.Since(p.start).Round(time.Millisecond))
 	case p.files > 0:
-		cs.b.log.Debug("topic messages counted", "files", p.files, "bytes", p.bytes, "took", time.Since(p.start).Round(time.Millisecond))
+		cs.opts.Logger.Debug("topic messages counted", "files", p.files, "bytes", p.bytes, "took", time.Since(p.start).Round(time.Millisecond))
 	}
 }
 
 // captureAll takes the final counts of the files the writer is done with
 // out of every topic's ring, without reading any file: a long count of
 // one topic must not let the others' rings wrap.
-func (cs *countState) captureAll() { cs.resolveAll(countCapture) }
+func (cs *Counts) captureAll() { cs.resolveAll(countCapture) }
 
 // resolveAll takes every live topic's counts from the writer's ring in
 // mode (no file is read); countFinal also saves the sidecars.
-func (cs *countState) resolveAll(mode countMode) {
-	for _, t := range cs.b.topicsByName() {
-		cs.b.mu.RLock()
-		l := t.log
-		cs.b.mu.RUnlock()
+func (cs *Counts) resolveAll(mode countMode) {
+	for _, t := range cs.src.Topics() {
+		l := cs.src.Log(t)
 		if l == nil {
 			continue
 		}
-		v := t.blocks.view(l)
+		v := t.Counter().view(l)
 		files := l.Files()
 		cs.mu.Lock()
 		tc := cs.state(t)
@@ -174,14 +152,12 @@ func (cs *countState) resolveAll(mode countMode) {
 }
 
 // visit brings t's count up to date as far as it can.
-func (cs *countState) visit(t *topic, p *countPass, full bool) {
-	b := cs.b
-	b.mu.RLock()
-	l := t.log
-	b.mu.RUnlock()
+func (cs *Counts) visit(t Topic, p *countPass, full bool) {
+	l := cs.src.Log(t)
+	c := t.Counter()
 	cs.mu.Lock()
 	tc := cs.state(t)
-	if !full && tc.loaded && tc.known && !tc.unsaved && len(tc.gone) == 0 && t.blocks.seq.Load() == tc.seq && (l != nil || tc.closed >= 0) {
+	if !full && tc.loaded && tc.known && !tc.unsaved && len(tc.gone) == 0 && c.seq.Load() == tc.seq && (l != nil || tc.closed >= 0) {
 		cs.mu.Unlock()
 		return // nothing committed, nothing to save since the last visit
 	}
@@ -196,7 +172,7 @@ func (cs *countState) visit(t *topic, p *countPass, full bool) {
 	}()
 	reader := func() (*segment.Log, error) {
 		if rd == nil {
-			v, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: b.opts.MaxLogSize, Decode: decodeTopic, Logger: b.log, ReadOnly: true})
+			v, err := segment.Open(segment.Options{Dir: t.Dir(), MaxFileSize: cs.opts.MaxFileSize, Decode: cs.opts.Decode, Logger: cs.opts.Logger, ReadOnly: true})
 			if err != nil {
 				return nil, err
 			}
@@ -213,8 +189,8 @@ func (cs *countState) visit(t *topic, p *countPass, full bool) {
 		var files []int64
 		var size func(int64) (int64, error)
 		if l != nil {
-			seq := t.blocks.seq.Load()
-			v, files, size = t.blocks.view(l), l.Files(), logSize(l)
+			seq := c.seq.Load()
+			v, files, size = c.view(l), l.Files(), logSize(l)
 			cs.mu.Lock()
 			tc.seq = seq
 			cs.mu.Unlock()
@@ -237,8 +213,7 @@ func (cs *countState) visit(t *topic, p *countPass, full bool) {
 		if l == nil {
 			tc.closed = total
 		}
-		retry := time.Duration(countRetryAfter.Load())
-		if len(work) > 0 && (attempt > 0 || time.Since(tc.failed) < retry) {
+		if len(work) > 0 && (attempt > 0 || time.Since(tc.failed) < cs.opts.RetryAfter) {
 			work = nil // counted once this visit already, or failing
 		}
 		cs.mu.Unlock()
@@ -258,19 +233,19 @@ func (cs *countState) visit(t *topic, p *countPass, full bool) {
 
 // countFiles counts the listed parts of t's files and records them. It
 // returns false when it stopped early (Close, a failure, t deleted).
-func (cs *countState) countFiles(t *topic, tc *topicCount, r *segment.Log, work []countWork, p *countPass) bool {
-	b := cs.b
+func (cs *Counts) countFiles(t Topic, tc *topicCount, r *segment.Log, work []countWork, p *countPass) bool {
+	log := cs.opts.Logger
 	for _, w := range work {
-		p.curTopic, p.curFile, p.from = t.meta.Name, w.id, w.from
+		p.curTopic, p.curFile, p.from = t.Name(), w.id, w.from
 		check := func(off int64) error {
-			if h := countCheckHook.Load(); h != nil {
-				(*h)(b, t.meta.Name, w.id)
+			if h := cs.opts.CheckHook; h != nil {
+				h(t.Name(), w.id, cs.stop)
 			}
 			if cs.stopped() {
 				return errCountStopped
 			}
-			p.tick(b.log.Info, off)
-			if time.Since(p.captured) >= time.Duration(countPollEvery.Load()) {
+			p.tick(log.Info, cs.opts.ProgressEvery, off)
+			if time.Since(p.captured) >= cs.opts.PollEvery {
 				cs.captureAll()
 				p.captured = time.Now()
 			}
@@ -287,8 +262,8 @@ func (cs *countState) countFiles(t *topic, tc *topicCount, r *segment.Log, work 
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // retention removed it meanwhile
 			}
-			b.log.Warn("counting topic messages failed; the topic's count stays unknown", "topic", t.meta.Name,
-				"file", r.Path(w.id), "from", w.from, "to", w.to, "err", err, "retryIn", time.Duration(countRetryAfter.Load()))
+			log.Warn("counting topic messages failed; the topic's count stays unknown", "topic", t.Name(),
+				"file", r.Path(w.id), "from", w.from, "to", w.to, "err", err, "retryIn", cs.opts.RetryAfter)
 			cs.mu.Lock()
 			tc.failed = time.Now()
 			cs.mu.Unlock()
@@ -322,17 +297,13 @@ func (cs *countState) countFiles(t *topic, tc *topicCount, r *segment.Log, work 
 // into the trash, and a new topic of the same name gets a new directory
 // there; neither may receive the other's sidecars. t's directory is
 // renamed only after t left the topic map (removeTopic), so t still being
-// there after the open means the handle is t's.
-func (cs *countState) openDir(t *topic) *os.Root {
-	root, err := os.OpenRoot(t.dir)
+// there after the open means the handle is t's (Source.Live).
+func (cs *Counts) openDir(t Topic) *os.Root {
+	root, err := os.OpenRoot(t.Dir())
 	if err != nil {
 		return nil
 	}
-	b := cs.b
-	b.mu.RLock()
-	live := b.topics[t.meta.Name] == t
-	b.mu.RUnlock()
-	if !live {
+	if !cs.src.Live(t) {
 		root.Close()
 		return nil
 	}
@@ -341,7 +312,7 @@ func (cs *countState) openDir(t *topic) *os.Root {
 
 // load reads the sidecars of t's files at the first visit, keeping those
 // that describe a file as it is, and removes the others.
-func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func() (*segment.Log, error)) {
+func (cs *Counts) load(t Topic, tc *topicCount, l *segment.Log, reader func() (*segment.Log, error)) {
 	defer func() {
 		cs.mu.Lock()
 		tc.loaded = true
@@ -363,7 +334,7 @@ func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func
 	}
 	var names []string
 	for _, e := range ents {
-		if name := e.Name(); strings.HasSuffix(name, countFileExt) {
+		if name := e.Name(); strings.HasSuffix(name, SidecarExt) {
 			names = append(names, name)
 		}
 	}
@@ -377,7 +348,7 @@ func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func
 	var files []int64
 	v := closedView(segment.Position{})
 	if l != nil {
-		v, files = t.blocks.view(l), l.Files()
+		v, files = t.Counter().view(l), l.Files()
 	} else {
 		files = r.Files()
 	}
@@ -391,13 +362,13 @@ func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func
 	}
 	found := map[int64]fileCount{}
 	for _, name := range names {
-		id, ok := countFileID(name)
+		id, ok := sidecarID(name)
 		if !ok {
 			continue
 		}
 		fc, why := cs.checkSidecar(root, r, id, exists[id])
 		if why != "" {
-			cs.b.log.Debug("ignoring a topic count sidecar", "topic", t.meta.Name, "file", name, "reason", why)
+			cs.opts.Logger.Debug("ignoring a topic count sidecar", "topic", t.Name(), "file", name, "reason", why)
 			root.Remove(name)
 			continue
 		}
@@ -414,15 +385,15 @@ func (cs *countState) load(t *topic, tc *topicCount, l *segment.Log, reader func
 
 // checkSidecar reads the sidecar of file id and returns its record, or why
 // it cannot be trusted.
-func (cs *countState) checkSidecar(root *os.Root, r *segment.Log, id int64, exists bool) (fileCount, string) {
+func (cs *Counts) checkSidecar(root *os.Root, r *segment.Log, id int64, exists bool) (fileCount, string) {
 	if !exists {
 		return fileCount{}, "no such log file from before this process"
 	}
-	data, err := root.ReadFile(countFileName(id))
+	data, err := root.ReadFile(SidecarName(id))
 	if err != nil {
 		return fileCount{}, err.Error()
 	}
-	c, err := decodeCountFile(data)
+	c, err := DecodeSidecar(data)
 	if err != nil {
 		return fileCount{}, err.Error()
 	}
@@ -445,7 +416,7 @@ func (cs *countState) checkSidecar(root *os.Root, r *segment.Log, id int64, exis
 // persist writes the sidecars of t's sealed files that have none yet and
 // removes those of files that are gone. A failure only costs a recount at
 // the next start.
-func (cs *countState) persist(t *topic, tc *topicCount) {
+func (cs *Counts) persist(t Topic, tc *topicCount) {
 	type item struct {
 		id int64
 		fc fileCount
@@ -473,17 +444,17 @@ func (cs *countState) persist(t *topic, tc *topicCount) {
 	}
 	defer root.Close()
 	for _, id := range gone {
-		root.Remove(countFileName(id))
+		root.Remove(SidecarName(id))
 	}
 	for _, it := range save {
-		name := countFileName(it.id)
-		data := encodeCountFile(fileTally{Size: it.fc.end, Blocks: it.fc.blocks, FirstEventID: it.fc.first})
+		name := SidecarName(it.id)
+		data := EncodeSidecar(Sidecar{Size: it.fc.end, Blocks: it.fc.blocks, FirstEventID: it.fc.first})
 		// Written in place: a torn or partial sidecar fails its length or
 		// checksum and only costs a recount, and no temporary name ever
 		// shows up in the directory.
 		if err := root.WriteFile(name, data, fsmode.File()); err != nil {
 			root.Remove(name)
-			cs.b.log.Warn("saving a topic count sidecar failed; the file is counted again at the next start", "topic", t.meta.Name, "file", name, "err", err)
+			cs.opts.Logger.Warn("saving a topic count sidecar failed; the file is counted again at the next start", "topic", t.Name(), "file", name, "err", err)
 			continue
 		}
 		cs.mu.Lock()

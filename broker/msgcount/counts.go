@@ -1,134 +1,18 @@
-package broker
+package msgcount
 
-// Per-topic message counts (metrics.TopicStats.Messages): the number of
-// topic blocks, one per message (docs/protocol.md §5.6), in the topic's log files up
-// to the committed position.
-//
-// Where the counts come from:
-//
-//   - Blocks this process's writer commits are counted by the writer as it
-//     commits them (blockCounter.commit): per topic and group, a few atomic
-//     integer operations and nothing per message. Counting them instead in
-//     the stats path, from the last counted offset to the committed one,
-//     would read back every byte written (twice the page-cache traffic
-//     and a decode per block, at the server's full write rate, whenever
-//     anyone watches), which is what the writer already knows for free.
-//   - Files that existed before (the previous runs', and the part of a
-//     file that start-up recovery appended to) are counted by one
-//     background goroutine per Broker (countState.run), through a
-//     read-only view, never inline in a stats call. Until every file of a
-//     topic is counted its count is unknown (-1).
-//   - A file that can no longer change (a later file is committed, or the
-//     writer stopped) gets a sidecar "<id>.cnt" (format in doc.go) so that
-//     the next start reads 36 bytes instead of the file. Sidecars are
-//     trusted only when they describe the file's current size and first
-//     eventId.
-//
-// Memory per topic is the writer's ring (4 slots) plus one small record
-// per log file.
+// The counts' state: what is known of each topic's files, and how a
+// topic's total is resolved from it and from the writer's Counter.
 
 import (
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/segment"
 )
-
-// countRing is how many files' writer counts a topic keeps: the background
-// goroutine takes a file's final count from the ring after the writer
-// moved on, which it does every countPollEvery, so a file is recounted
-// from disk only if a topic rolls more than countRing-1 files in between.
-const countRing = 4
-
-// blockCounter is the writer's count of the blocks it committed to one
-// topic log, per file (a ring indexed by file id). Only the writer
-// goroutine writes it; seq is odd while it does, so that readers take a
-// view consistent with the log's committed position (a seqlock).
-type blockCounter struct {
-	seq  atomic.Uint64
-	ring [countRing]counterSlot
-}
-
-type counterSlot struct {
-	file1 atomic.Int64 // file id + 1; 0 while unused
-	from  atomic.Int64 // offset of the writer's first block in the file
-	first atomic.Int64 // eventId of that block
-	n     atomic.Int64 // blocks committed from there on
-}
-
-// commit makes l's appended group visible to readers (CommitQuiet, whose
-// channel it returns) and counts the blocks that the group appended at
-// start. Called by the writer for every topic of a committed group: it
-// must stay a handful of atomic integer operations, without locks
-// (CommitQuiet's own aside) or allocation.
-func (c *blockCounter) commit(l *segment.Log, start segment.Position, marks []segment.Mark) chan struct{} {
-	c.seq.Add(1)
-	ch := l.CommitQuiet()
-	s := &c.ring[start.FileID%countRing]
-	if s.file1.Load() != start.FileID+1 {
-		first := int64(0)
-		if len(marks) > 0 {
-			first = marks[0].EventID
-		}
-		s.file1.Store(start.FileID + 1)
-		s.from.Store(start.Offset)
-		s.first.Store(first)
-		s.n.Store(0)
-	}
-	s.n.Add(int64(len(marks)))
-	c.seq.Add(1)
-	return ch
-}
-
-// slotView is one ring slot as read; file is -1 when unused.
-type slotView struct{ file, from, first, n int64 }
-
-// counterView is a topic's committed position together with the writer's
-// counts that it includes.
-type counterView struct {
-	committed segment.Position
-	slots     [countRing]slotView
-}
-
-func (v *counterView) slot(id int64) (slotView, bool) {
-	s := v.slots[id%countRing]
-	return s, s.file == id
-}
-
-// view reads the ring and l's committed position between two identical
-// even values of seq, so both describe the same commits.
-func (c *blockCounter) view(l *segment.Log) counterView {
-	for {
-		seq := c.seq.Load()
-		if seq&1 == 0 {
-			var v counterView
-			v.committed = l.Committed()
-			for i := range c.ring {
-				s := &c.ring[i]
-				v.slots[i] = slotView{file: s.file1.Load() - 1, from: s.from.Load(), first: s.first.Load(), n: s.n.Load()}
-			}
-			if c.seq.Load() == seq {
-				return v
-			}
-		}
-		runtime.Gosched() // the writer is inside commit: a few instructions
-	}
-}
-
-// closedView is the view of a log the writer has not opened (nothing was
-// appended by this process).
-func closedView(committed segment.Position) counterView {
-	v := counterView{committed: committed}
-	for i := range v.slots {
-		v.slots[i].file = -1
-	}
-	return v
-}
 
 // fileCount says that the first end bytes of a log file hold blocks
 // blocks.
@@ -142,12 +26,12 @@ type fileCount struct {
 
 // topicCount is the count state of one topic incarnation.
 type topicCount struct {
-	t       *topic
+	t       Topic
 	files   map[int64]fileCount
 	loaded  bool    // the sidecars present at the first visit were read
 	unsaved bool    // a sealed record has no sidecar yet
 	gone    []int64 // files removed (retention) whose sidecars must go
-	closed  int64   // Messages while t.log is nil; -1 unknown
+	closed  int64   // Messages while t's log is not opened; -1 unknown
 	known   bool    // the last background visit found every file counted
 	seq     uint64  // the writer's seq at that visit
 	failed  time.Time
@@ -202,7 +86,7 @@ func (tc *topicCount) seal(id int64, fc fileCount) {
 // writer's ring says of files it is done with into sealed records. It
 // returns -1 when a file is not counted yet and, but in countStats mode,
 // the work that would count it. size stats a log file. Called with
-// countState.mu held.
+// Counts.mu held.
 func (tc *topicCount) resolve(v *counterView, files []int64, size func(int64) (int64, error), mode countMode) (int64, []countWork) {
 	tc.forget(files)
 	c := v.committed
@@ -302,20 +186,79 @@ func (tc *topicCount) resolve(v *counterView, files []int64, size func(int64) (i
 	return total, work
 }
 
-// countState owns the counts of every topic and the background goroutine
-// that fills them in.
-type countState struct {
+// Topic is one incarnation of a topic as the counts see it. A deleted
+// and re-created topic is a new Topic: two incarnations of a name must be
+// different (comparable) values, such as pointers.
+type Topic interface {
+	Name() string
+	Dir() string       // where its log files are
+	Counter() *Counter // the writer's count of what it appended
+}
+
+// Source is what the counts need of the broker that owns the topics.
+type Source interface {
+	// Topics returns the live topics, in name order.
+	Topics() []Topic
+	// Log returns t's log once the writer opened it, nil before (then
+	// nothing was appended to it by this process).
+	Log(t Topic) *segment.Log
+	// Live reports whether t is still a live topic. A deleted topic's
+	// directory is renamed away only after it stopped being live, so a
+	// directory opened before Live said true is t's own.
+	Live(t Topic) bool
+}
+
+// Options configure Counts.
+type Options struct {
+	Logger *slog.Logger // required
+	// Decode and MaxFileSize open read-only views of topic logs
+	// (segment.Options).
+	Decode      segment.Decoder
+	MaxFileSize int64
+	// PollEvery is how often the background goroutine takes the final
+	// counts of files the writer is done with out of its ring (default
+	// 1 s).
+	PollEvery time.Duration
+	// ProgressEvery is how often a long count logs its progress (default
+	// 5 s).
+	ProgressEvery time.Duration
+	// RetryAfter is how long a topic whose count failed waits before the
+	// next attempt (default 1 min).
+	RetryAfter time.Duration
+	// CheckHook, if set, is called by every progress check of a count,
+	// with a channel closed when the counts stop (tests hold a count
+	// there).
+	CheckHook func(topic string, file int64, stop <-chan struct{})
+}
+
+func (o *Options) setDefaults() {
+	if o.PollEvery <= 0 {
+		o.PollEvery = time.Second
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 5 * time.Second
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Minute
+	}
+}
+
+// Counts owns the counts of every topic and the background goroutine
+// that fills them in. The zero value answers Messages (-1 for what it
+// does not know) until Start.
+type Counts struct {
 	mu     sync.Mutex
 	topics map[string]*topicCount
 	passes int
 
-	b    *Broker
-	stop chan struct{} // closed by Close
+	src  Source
+	opts Options
+	stop chan struct{} // closed by Halt
 	done chan struct{} // closed when run returns
 	kick chan struct{} // a stats call met an uncounted file
 }
 
-func (cs *countState) stopped() bool {
+func (cs *Counts) stopped() bool {
 	select {
 	case <-cs.stop:
 		return true
@@ -324,7 +267,7 @@ func (cs *countState) stopped() bool {
 	}
 }
 
-func (cs *countState) wake() {
+func (cs *Counts) wake() {
 	if cs.kick == nil {
 		return
 	}
@@ -336,21 +279,21 @@ func (cs *countState) wake() {
 
 // state returns t's count state, replacing that of an older incarnation
 // of the name (mu held).
-func (cs *countState) state(t *topic) *topicCount {
+func (cs *Counts) state(t Topic) *topicCount {
 	if cs.topics == nil {
 		cs.topics = map[string]*topicCount{}
 	}
-	tc := cs.topics[t.meta.Name]
+	tc := cs.topics[t.Name()]
 	if tc == nil || tc.t != t {
 		tc = &topicCount{t: t, files: map[int64]fileCount{}, closed: -1}
-		cs.topics[t.meta.Name] = tc
+		cs.topics[t.Name()] = tc
 	}
 	return tc
 }
 
 // current reports whether tc is still the state of a live topic (mu held).
-func (cs *countState) current(tc *topicCount) bool {
-	return cs.topics[tc.t.meta.Name] == tc
+func (cs *Counts) current(tc *topicCount) bool {
+	return cs.topics[tc.t.Name()] == tc
 }
 
 func logSize(l *segment.Log) func(int64) (int64, error) {
@@ -363,17 +306,18 @@ func logSize(l *segment.Log) func(int64) (int64, error) {
 	}
 }
 
-// messages is TopicStats' Messages for t, whose log is l (nil: not
-// opened). It reads no file: a file not counted yet makes it -1 and wakes
-// the background goroutine.
-func (cs *countState) messages(t *topic, l *segment.Log) int64 {
+// Messages is the number of messages of t, whose log is l (nil: not
+// opened), up to the end the writer counted; -1 while unknown. It reads
+// no file: a file not counted yet makes it -1 and wakes the background
+// goroutine.
+func (cs *Counts) Messages(t Topic, l *segment.Log) int64 {
 	var total int64
 	if l == nil {
 		cs.mu.Lock()
 		total = cs.state(t).closed
 		cs.mu.Unlock()
 	} else {
-		v := t.blocks.view(l)
+		v := t.Counter().view(l)
 		files := l.Files()
 		cs.mu.Lock()
 		tc := cs.state(t)
@@ -389,4 +333,26 @@ func (cs *countState) messages(t *topic, l *segment.Log) int64 {
 		cs.wake()
 	}
 	return total
+}
+
+// Passes is how many passes over the topics the background goroutine
+// made (tests and diagnostics).
+func (cs *Counts) Passes() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.passes
+}
+
+// Settled reports whether the background goroutine visited the current
+// incarnation of topic name, read its sidecars and found every file
+// counted; when not, it wakes the goroutine (tests and diagnostics).
+func (cs *Counts) Settled(name string) bool {
+	cs.mu.Lock()
+	tc := cs.topics[name]
+	ok := tc != nil && tc.loaded && tc.known
+	cs.mu.Unlock()
+	if !ok {
+		cs.wake()
+	}
+	return ok
 }
