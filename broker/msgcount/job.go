@@ -16,7 +16,7 @@ import (
 	"github.com/smssmq/smss/segment"
 )
 
-// errCountStopped ends a count interrupted by Close.
+// errCountStopped ends a count interrupted by Halt.
 var errCountStopped = errors.New("message counts stopping")
 
 // fullVisitEvery makes every topic visited at least once in so many
@@ -232,7 +232,7 @@ func (cs *Counts) visit(t Topic, p *countPass, full bool) {
 }
 
 // countFiles counts the listed parts of t's files and records them. It
-// returns false when it stopped early (Close, a failure, t deleted).
+// returns false when it stopped early (Halt, a failure, t deleted).
 func (cs *Counts) countFiles(t Topic, tc *topicCount, r *segment.Log, work []countWork, p *countPass) bool {
 	log := cs.opts.Logger
 	for _, w := range work {
