@@ -24,7 +24,11 @@ package broker
 // ordering and rollback stay in writer.process. Commands are executed in
 // queue order, so eventIds follow the order in which submitters queued.
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+)
 
 // Contention decides whether a submitter that finds the token free gathers
 // (writer.gather) before writing: each command queued behind a leader adds
@@ -107,6 +111,7 @@ func (b *Broker) await(c *command) {
 // lead runs one group with the token held (the caller's command is at the
 // front of the queue, so it is in that group), then hands the token on.
 func (b *Broker) lead(gather bool) {
+	defer failStop()
 	w := b.w
 	if gather {
 		w.gather()
@@ -128,6 +133,19 @@ func (b *Broker) lead(gather bool) {
 	if next != nil {
 		next.lead, next.gather = true, true
 		next.done <- struct{}{}
+	}
+}
+
+// failStop ends the process when the writer panics. A group runs on a
+// submitter's goroutine, and callers may recover panics (the server closes
+// just the one connection): the writer's state would then be half-changed
+// and its token held for good, hanging every later write. A panic of the
+// dedicated writer goroutine used to end the process; so does this one.
+func failStop() {
+	if r := recover(); r != nil {
+		stack := debug.Stack()
+		go func() { panic(fmt.Sprintf("broker: writer panicked: %v\n%s", r, stack)) }()
+		select {} // the panic above ends the process
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -214,5 +216,43 @@ func TestLeaderGathersOnlyUnderContention(t *testing.T) {
 	}
 	if g := b.w.gathers.Load(); g != 2 {
 		t.Fatalf("%d gathers, want 2: the publish after contention gathers", g)
+	}
+}
+
+// A panic inside a group ends the process, as it did when a dedicated
+// writer goroutine ran every group, even though the group now runs on a
+// submitter's goroutine whose caller recovers panics (as the server does per
+// connection): recovering would leave the token held and every later write
+// hanging. Run in a child process, which must die.
+func TestWriterPanicEndsProcess(t *testing.T) {
+	if os.Getenv("SMSS_BROKER_PANIC_CHILD") == "1" {
+		f := &faults{}
+		b := openTest(t, t.TempDir(), func(o *Options) { o.OpenFile = f.open; o.Logger = quietLog })
+		ctx := context.Background()
+		if _, err := b.CreateTopic(ctx, []byte("a"), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.set(func(p string) bool {
+			if strings.Contains(p, "/binlog/") {
+				panic("injected writer bug")
+			}
+			return false
+		}, nil)
+		recovered := make(chan any, 1)
+		go func() {
+			defer func() { recovered <- recover() }()
+			_, _ = b.Publish(ctx, []byte("a"), rec("x"), 1)
+		}()
+		fmt.Println("RECOVERED:", <-recovered)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWriterPanicEndsProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SMSS_BROKER_PANIC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "RECOVERED") {
+		t.Fatalf("the child survived a writer panic (err %v):\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "broker: writer panicked: injected writer bug") {
+		t.Fatalf("the child died without the writer's panic (err %v):\n%s", err, out)
 	}
 }
