@@ -18,8 +18,7 @@ const maxGroupYields = 4
 // scheduling rounds to queue them, so a group gathers what arrives together
 // instead of writing one request per group. Only a leader that had to
 // queue, or that saw contention lately (lead.go), gathers: a lone submitter
-// never yields. A round that brings
-// nothing ends the wait.
+// never yields. A round that brings nothing ends the wait.
 func (w *writer) gather() {
 	w.gathers.Add(1)
 	n := w.b.queued()
