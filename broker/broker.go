@@ -188,17 +188,26 @@ type Broker struct {
 	mu     sync.RWMutex // guards topics
 	topics map[string]*topic
 
-	// sendMu is held shared by every submitter while it puts commands on
-	// ch (which may block while ch is full) and exclusively by Close to set
-	// closed, so nothing is queued after the writer's final drain. It must
-	// not be b.mu: the writer takes b.mu exclusively (opening a topic log,
-	// adding or removing a topic) while submitters wait on a full ch, and
-	// that deadlocked the writer.
-	sendMu    sync.RWMutex
-	closed    bool
-	closeOnce sync.Once
+	// The writer's queue and token (lead.go), guarded by qmu: queue holds
+	// the commands waiting for a group, leading is true while a goroutine
+	// holds the token (queue is never left non-empty without one), closed
+	// refuses new commands after Close. room is closed when commands leave
+	// a full queue (roomWanted: someone waits for that); arrive wakes a
+	// flushLevel 2 group wait when a command is queued (arriveWanted).
+	// Nobody holds qmu while writing: it must not be b.mu, which the
+	// writer takes exclusively (opening a topic log, adding or removing a
+	// topic).
+	qmu          sync.Mutex
+	queue        []*command
+	leading      bool
+	closed       bool
+	room         chan struct{}
+	roomWanted   bool
+	arrive       chan struct{}
+	arriveWanted bool
+	contention   int // lead.go
+	closeOnce    sync.Once
 
-	ch      chan *command
 	stop    chan struct{}
 	done    chan struct{}
 	fatal   chan error
@@ -255,7 +264,8 @@ func Open(opts Options) (*Broker, error) {
 		topicRoot: filepath.Join(opts.Dir, "topic"),
 		trashDir:  filepath.Join(opts.Dir, "trash"),
 		topics:    map[string]*topic{},
-		ch:        make(chan *command, opts.BuffSize),
+		room:      make(chan struct{}),
+		arrive:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		fatal:     make(chan error, 1),
@@ -395,14 +405,19 @@ func (b *Broker) emptyTrash() {
 // store.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(b.haltCursors) // writes pending positions while the writer runs
-	b.sendMu.Lock()
+	b.qmu.Lock()
 	if b.closed {
-		b.sendMu.Unlock()
+		b.qmu.Unlock()
 		<-b.done
 		return nil
 	}
 	b.closed = true
-	b.sendMu.Unlock()
+	if b.roomWanted { // submitters waiting for room get ErrClosed
+		close(b.room)
+		b.room = make(chan struct{})
+		b.roomWanted = false
+	}
+	b.qmu.Unlock()
 	b.stats.counts.Halt() // a long message count ends while the writer drains
 	close(b.stop)
 	<-b.done
@@ -456,21 +471,12 @@ func (b *Broker) sample() bool {
 }
 
 func (b *Broker) submit(ctx context.Context, c *command) error {
-	b.sendMu.RLock()
-	if b.closed {
-		b.sendMu.RUnlock()
-		return ErrClosed
+	if err := b.enqueue(ctx, false, c); err != nil {
+		return err
 	}
-	select {
-	case b.ch <- c:
-	case <-ctx.Done():
-		b.sendMu.RUnlock()
-		return ctx.Err()
-	}
-	b.sendMu.RUnlock()
 	// Once queued, the command will be executed; wait for its outcome even
 	// if ctx ends, so the caller never reports failure for a stored write.
-	<-c.done
+	b.await(c)
 	b.noteNoSpace(c.err)
 	return c.err
 }
@@ -498,7 +504,7 @@ func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count i
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.records, c.count, c.timestamp = protocol.CmdPub, string(topicName), records, count, b.opts.Now()
+	c.op, c.topic, c.records, c.count, c.timestamp = opPub, string(topicName), records, count, b.opts.Now()
 	c.msgID = msgID
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
@@ -533,7 +539,7 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.expireAt, c.timestamp = protocol.CmdCreate, string(topicName), expireAt, b.opts.Now()
+	c.op, c.topic, c.expireAt, c.timestamp = opCreate, string(topicName), expireAt, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
@@ -554,7 +560,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.timestamp = protocol.CmdDelete, string(topicName), b.opts.Now()
+	c.op, c.topic, c.timestamp = opDelete, string(topicName), b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}

@@ -2,22 +2,69 @@ package broker
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync"
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/meta"
-	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
 
-// cmdOpenLog asks the writer to open a topic's log for a reader; it writes
-// nothing.
-const cmdOpenLog protocol.Command = 250
+// writerOp is what a command asks the writer to do. It is the writer's own
+// vocabulary, not a wire command: a few ops mirror client requests (pub,
+// create, delete, delay, delay apply), the rest exist only inside the
+// process, and none of them is ever sent or received.
+type writerOp uint8
+
+const (
+	opPub writerOp = iota + 1
+	opCreate
+	opDelete
+	opDelay
+	opDelayApply
+	// opReplicated carries a binlog block received from the master.
+	opReplicated
+	// opSyncTopic inserts a topic meta entry copied from the master (slave
+	// start-up topic sync, docs/protocol.md §4.2); it writes no binlog block.
+	opSyncTopic
+	// opOpenLog asks the writer to open a topic's log for a reader; it
+	// writes nothing.
+	opOpenLog
+	// opCursorSnapshot asks the writer for a snapshot of the cursor table.
+	opCursorSnapshot
+	// opPromote (Promote) and opEpoch (a slave learning its master's
+	// epoch, LearnEpoch) write no binlog block: the epoch lives in meta
+	// only, so the binlog stays byte-compatible with the original's.
+	opPromote
+	opEpoch
+	// The writer goroutine's own commands (writer.run, lead.go): the
+	// flushLevel 1 flush timer fired, a background fsync ended (synced),
+	// the idle timer fired, Close asks for the final drain.
+	opFlush
+	opSynced
+	opIdle
+	opDrain
+)
+
+// job reports whether o is one of the writer goroutine's own commands.
+func (o writerOp) job() bool { return o >= opFlush }
+
+var opNames = [...]string{opPub: "pub", opCreate: "create", opDelete: "delete", opDelay: "delay",
+	opDelayApply: "delay apply", opReplicated: "replicated", opSyncTopic: "sync topic", opOpenLog: "open log",
+	opCursorSnapshot: "cursor snapshot", opPromote: "promote", opEpoch: "epoch", opFlush: "flush",
+	opSynced: "synced", opIdle: "idle", opDrain: "drain"}
+
+func (o writerOp) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
 
 // command is one request to the writer. The submitter owns it until it is
-// sent and again after done fires; in between only the writer touches it.
+// queued and again after done fires; in between only the writer touches it.
 type command struct {
-	cmd       protocol.Command
+	op        writerOp
 	topic     string
 	records   []byte
 	count     int
@@ -44,9 +91,15 @@ type command struct {
 	ddID    int64
 	ddAt    int64
 
+	synced bgSync // opSynced: the background fsync's outcome
+
 	eventID int64
 	err     error
-	done    chan struct{}
+	// done is signalled once the command was executed, or, with lead set,
+	// when the token is handed to its submitter (lead.go).
+	done   chan struct{}
+	lead   bool
+	gather bool // with lead: gather a group first (writer.gather)
 }
 
 var commandPool = sync.Pool{New: func() any { return &command{done: make(chan struct{}, 1)} }}
@@ -66,9 +119,9 @@ func (c *command) size() int { return len(c.records) + len(c.topic) + 64 }
 // transaction. Values of 64 KiB and more live in badger's value log and
 // cost only a pointer in the transaction.
 func (c *command) metaSize() int {
-	switch c.cmd {
-	case protocol.CmdDelay, protocol.CmdDelayApply:
-	case cmdReplicated:
+	switch c.op {
+	case opDelay, opDelayApply:
+	case opReplicated:
 		if c.replCmd != binlog.CmdDelay && c.replCmd != binlog.CmdDelayApply {
 			return 0
 		}
@@ -85,10 +138,10 @@ func (c *command) metaSize() int {
 // exclusive commands change the topic map and run alone in their group, so
 // that no other command of a group can observe a half-applied create/delete.
 func (c *command) exclusive() bool {
-	switch c.cmd {
-	case protocol.CmdCreate, protocol.CmdDelete, cmdSyncTopic, cmdPromote, cmdEpoch, cmdCursorSnapshot:
+	switch c.op {
+	case opCreate, opDelete, opSyncTopic, opPromote, opEpoch, opCursorSnapshot, opFlush, opSynced, opIdle, opDrain:
 		return true
-	case cmdReplicated:
+	case opReplicated:
 		return c.replCmd == binlog.CmdCreate || c.replCmd == binlog.CmdDelete
 	}
 	return false

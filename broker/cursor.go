@@ -77,9 +77,6 @@ import (
 	"github.com/smssmq/smss/topicblock"
 )
 
-// cmdCursorSnapshot asks the writer for a snapshot of the cursor table.
-const cmdCursorSnapshot protocol.Command = 249
-
 // Errors of the cursor commands.
 var (
 	// ErrCursorsDisabled is returned while cursor.enabled is false.
@@ -506,7 +503,7 @@ func (b *Broker) writeCursorRecords(ctx context.Context, recs []byte, n int) err
 	b.mu.RUnlock()
 	if !exists {
 		c := getCommand()
-		c.cmd, c.topic, c.timestamp = protocol.CmdCreate, CursorTopic, b.opts.Now()
+		c.op, c.topic, c.timestamp = opCreate, CursorTopic, b.opts.Now()
 		err := b.submit(ctx, c)
 		putCommand(c)
 		if err != nil && !errors.Is(err, protocol.ErrTopicExist) {
@@ -515,7 +512,7 @@ func (b *Broker) writeCursorRecords(ctx context.Context, recs []byte, n int) err
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.records, c.count, c.timestamp = protocol.CmdPub, CursorTopic, recs, n, b.opts.Now()
+	c.op, c.topic, c.records, c.count, c.timestamp = opPub, CursorTopic, recs, n, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return fmt.Errorf("write %d position(s): %w", n, err)
 	}
@@ -561,56 +558,11 @@ func (b *Broker) maybeSnapshotCursors(ctx context.Context) error {
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.timestamp = cmdCursorSnapshot, CursorTopic, b.opts.Now()
+	c.op, c.topic, c.timestamp = opCursorSnapshot, CursorTopic, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return fmt.Errorf("snapshot of the stored positions: %w", err)
 	}
 	return nil
-}
-
-// stageCursorSnapshot builds the snapshot from the table as committed so
-// far (the command runs alone in its group, so nothing is pending) and
-// stages it as a pub.
-func (w *writer) stageCursorSnapshot(c *command, now int64, binStart segment.Position) error {
-	cs := &w.b.cursors
-	cs.mu.Lock()
-	keys := make([]cursorKey, 0, len(cs.committed))
-	idleBefore := int64(-1)
-	if r := w.b.opts.CursorRetention; r > 0 {
-		idleBefore = now - r.Milliseconds()
-	}
-	dropped := 0
-	for k, p := range cs.committed {
-		t := w.b.topics[k.topic]
-		if t == nil || t.meta.CreateEventID != p.created {
-			continue
-		}
-		if p.at < idleBefore && !t.hasSub(k.who) {
-			dropped++ // idle longer than cursor.retentionDays: left out, so forgotten
-			continue
-		}
-		keys = append(keys, k)
-	}
-	if dropped > 0 {
-		w.b.log.Info("stored positions idle longer than the retention forgotten", "positions", dropped, "retention", w.b.opts.CursorRetention)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].topic != keys[j].topic {
-			return keys[i].topic < keys[j].topic
-		}
-		return keys[i].who < keys[j].who
-	})
-	recs := appendCursorRecord(nil, &cursorRec{op: cursorOpSnapshot, eventID: now})
-	for _, k := range keys {
-		p := cs.committed[k]
-		recs = appendCursorRecord(recs, &cursorRec{op: cursorOpSet, created: p.created, eventID: p.eventID, updated: p.at, topic: k.topic, who: k.who})
-	}
-	cs.mu.Unlock()
-	c.cmd, c.records, c.count = protocol.CmdPub, recs, len(keys)+1
-	// The files before the snapshot are removed after it commits; that
-	// must never become durable before the snapshot does.
-	w.syncMeta = w.b.opts.FlushLevel > 0
-	return w.stagePub(c, now, binStart)
 }
 
 // SetCursor stores eventID as the position of (topic, who); reset (delete)

@@ -231,7 +231,7 @@ func blockWriter(f *faults, failAfter bool) (entered <-chan struct{}, release fu
 // waitQueued waits until n commands are queued for the writer.
 func waitQueued(t *testing.T, b *Broker, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d queued commands", n), func() bool { return len(b.ch) >= n })
+	waitFor(t, fmt.Sprintf("%d queued commands", n), func() bool { return b.queued() >= n })
 }
 
 // A duplicate that arrives while its original is still in flight (queued

@@ -2,14 +2,11 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/segment"
 )
 
 // maxDelayMs bounds delays so trigger times can never overflow; the
@@ -72,7 +69,7 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	c := getCommand()
 	defer putCommand(c)
 	now := b.opts.Now()
-	c.cmd, c.topic, c.records, c.count, c.timestamp, c.trigger = protocol.CmdDelay, string(topicName), records, count, now, now+delayMs
+	c.op, c.topic, c.records, c.count, c.timestamp, c.trigger = opDelay, string(topicName), records, count, now, now+delayMs
 	c.msgID = msgID
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
@@ -98,7 +95,7 @@ func (b *Broker) ApplyDelay(ctx context.Context, topicName string, value []byte)
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.records, c.timestamp = protocol.CmdDelayApply, topicName, value, b.opts.Now()
+	c.op, c.topic, c.records, c.timestamp = opDelayApply, topicName, value, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
@@ -114,85 +111,9 @@ func (b *Broker) ExpireTopic(ctx context.Context, topicName string, expireAt int
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.expireAt, c.timestamp = protocol.CmdDelete, topicName, expireAt, b.opts.Now()
+	c.op, c.topic, c.expireAt, c.timestamp = opDelete, topicName, expireAt, b.opts.Now()
 	if err := b.submit(ctx, c); err != nil {
 		return false, err
 	}
 	return c.eventID != 0, nil
-}
-
-func (w *writer) stageDelay(c *command, now int64) error {
-	t := w.b.topics[c.topic]
-	if t == nil || t.meta.Expired(now) {
-		return protocol.ErrTopicNotExist
-	}
-	if c.msgID.n != 0 {
-		dup, existed := w.dd.check(t, c, now)
-		if dup {
-			return nil
-		}
-		w.dd.stage(t, c, w.next, now, existed) // nothing below fails
-	}
-	c.eventID = w.next
-	w.next++
-	value := meta.DelayValue(c.trigger, c.eventID, c.records)
-	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelay, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: value})
-	w.mb.PutDelay(meta.DelayKey(c.trigger, c.eventID, []byte(c.topic)), value)
-	trigger := c.trigger
-	w.post = append(w.post, func() {
-		if f := w.b.hook().DelayStored; f != nil {
-			f(trigger)
-		}
-	})
-	if w.b.sample() {
-		w.b.log.Info("delay", "topic", c.topic, "eventId", c.eventID, "trigger", c.trigger, "records", c.count)
-	}
-	return nil
-}
-
-func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Position) error {
-	key, err := meta.DelayKeyFromValue(c.records, []byte(c.topic))
-	if err != nil {
-		return fmt.Errorf("delay apply: %w", err)
-	}
-	if w.applied[string(key)] {
-		return nil // the same key twice in one group
-	}
-	ok, err := w.b.meta.HasDelay(key)
-	if err != nil {
-		return fmt.Errorf("delay apply: %w", err)
-	}
-	if !ok {
-		return nil // already applied
-	}
-	delayID := int64(binary.LittleEndian.Uint64(c.records[8:]))
-	t := w.b.topics[c.topic]
-	if t == nil || t.meta.Expired(now) || t.meta.CreateEventID > delayID {
-		// The topic it was stored for is gone; a topic created later
-		// under the same name must not inherit it (docs/protocol.md §11).
-		w.b.log.Info("delayed message dropped: its topic is gone", "topic", c.topic, "delayEventId", delayID)
-		w.applied[string(key)] = true
-		w.mb.DeleteDelay(key)
-		return nil
-	}
-	records := c.records[binlog.DelayPrefixLen:]
-	count, err := protocol.CountRecords(records, 0)
-	if err != nil {
-		return fmt.Errorf("BUG: stored delay value has invalid records: %w", err)
-	}
-	l, err := w.b.topicLog(t)
-	if err != nil {
-		return fmt.Errorf("open topic %s: %w", c.topic, err)
-	}
-	// Nothing below can fail: the key's removal is staged together with
-	// the publication it stands for, never without it.
-	w.applied[string(key)] = true
-	w.mb.DeleteDelay(key)
-	c.eventID = w.next
-	w.next += int64(count)
-	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelayApply, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
-	w.appendTopicBlocks(w.batchFor(t, l), c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, records)
-	return nil
 }

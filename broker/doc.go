@@ -1,11 +1,13 @@
-// Package broker owns every mutation of a smss data directory: one writer
-// goroutine, fed through a channel, assigns eventIds and appends each group
-// of commands to the binlog, then to the topics' own logs, then to the meta
+// Package broker owns every mutation of a smss data directory: one writer,
+// run by one goroutine at a time (the submitter holding its token,
+// leader/follower, lead.go), assigns eventIds and appends each group of
+// commands to the binlog, then to the topics' own logs, then to the meta
 // store (docs/protocol.md §6).
 //
 // Invariants:
-//   - Only the writer goroutine touches the binlog writer, the topic writers,
-//     the meta store's mutations and the eventId counter.
+//   - Only the goroutine holding the writer's token touches the binlog
+//     writer, the topic writers, the meta store's mutations and the eventId
+//     counter.
 //   - The binlog is the truth. A group is appended to the binlog first; the
 //     topic blocks and meta changes it implies follow. If any of those steps
 //     fails, every file touched by the group is truncated back to where the

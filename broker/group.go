@@ -10,50 +10,64 @@ import (
 // store's small memtables (see meta.Store.Fits).
 const maxGroupMetaBytes = 256 << 10
 
-// maxGroupYields bounds the scheduling rounds the writer gives submitters
-// to join a group.
+// maxGroupYields bounds the scheduling rounds a leader gives submitters to
+// join its group.
 const maxGroupYields = 4
 
-// collect starts a group with c and adds every command already waiting,
-// up to the group limits. An exclusive command always forms its own group.
-func (w *writer) collect(c *command) []*command {
-	w.group = append(w.group[:0], c)
-	if c.exclusive() {
-		return w.group
-	}
-	bytes, metaBytes := c.size(), c.metaSize()
-	yields := 0
-	for len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
-		if len(w.b.ch) == 0 && yields < maxGroupYields {
-			// Connections whose requests are already on their way get
-			// a few scheduling rounds to enqueue them, so a group
-			// gathers what arrives together instead of committing one
-			// request per write and fsync. A round that brings nothing
-			// ends the wait.
-			yields++
-			runtime.Gosched()
-			if len(w.b.ch) == 0 {
-				yields = maxGroupYields
-			}
+// gather gives submitters whose requests are already on their way a few
+// scheduling rounds to queue them, so a group gathers what arrives together
+// instead of writing one request per group. Only a leader that had to
+// queue, or that saw contention lately (lead.go), gathers: a lone submitter
+// never yields. A round that brings nothing ends the wait.
+func (w *writer) gather() {
+	w.gathers.Add(1)
+	n := w.b.queued()
+	for range maxGroupYields {
+		runtime.Gosched()
+		m := w.b.queued()
+		if m == n || m >= w.b.opts.MaxGroup {
+			return
 		}
-		select {
-		case n := <-w.b.ch:
-			if !w.join(n, &bytes, &metaBytes) {
-				return w.group
+		n = m
+	}
+}
+
+// collect takes the next group off the front of the queue: the first
+// command and every one queued behind it, up to the group limits. An
+// exclusive command always forms its own group, and a command that must
+// start a group of its own stays queued for the next. The token is held.
+func (w *writer) collect() []*command {
+	b := w.b
+	b.qmu.Lock()
+	c := b.queue[0]
+	w.group = append(w.group[:0], c)
+	n := 1
+	if !c.exclusive() {
+		bytes, metaBytes := c.size(), c.metaSize()
+		for n < len(b.queue) && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
+			if !w.join(b.queue[n], &bytes, &metaBytes) {
+				break
 			}
-		default:
+			n++
+		}
+		drained := n == len(b.queue) // nothing queued was left out
+		b.take(n)
+		b.qmu.Unlock()
+		if drained && w.expect > len(w.group) && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
 			return w.waitForExpected(bytes, metaBytes)
 		}
+		w.expect = 0
+		return w.group
 	}
+	b.take(n)
+	b.qmu.Unlock()
 	return w.group
 }
 
-// join adds n to the group and to its byte counts, or, when n must start
-// a group of its own (exclusive, or too much meta for this one), keeps it
-// as pending and reports false.
+// join adds n to the group and to its byte counts, or reports false when n
+// must start a group of its own (exclusive, or too much meta for this one).
 func (w *writer) join(n *command, bytes, metaBytes *int) bool {
 	if n.exclusive() || *metaBytes+n.metaSize() > maxGroupMetaBytes {
-		w.pending = n
 		return false
 	}
 	w.group = append(w.group, n)
@@ -80,7 +94,7 @@ func (w *writer) expectGroup(answered int, synced time.Duration) {
 	if w.b.opts.GroupWait <= 0 {
 		return
 	}
-	w.expect, w.expectAt, w.lastSync = answered+len(w.b.ch), time.Now(), synced
+	w.expect, w.expectAt, w.lastSync = answered+w.b.queued(), time.Now(), synced
 }
 
 // waitForExpected lets a flushLevel 2 group wait, briefly, for the commands
@@ -89,23 +103,45 @@ func (w *writer) expectGroup(answered int, synced time.Duration) {
 // of them. A lone publisher (expectation met) never waits; a stale or unmet
 // expectation costs one bounded wait and is then dropped.
 func (w *writer) waitForExpected(bytes, metaBytes int) []*command {
+	b := w.b
 	expect, since := w.expect, time.Since(w.expectAt)
 	w.expect = 0
-	wait := min(w.b.opts.GroupWait, w.lastSync/2)
-	if expect <= len(w.group) || wait <= 0 || since > 10*w.lastSync+w.b.opts.GroupWait {
+	wait := min(b.opts.GroupWait, w.lastSync/2)
+	if wait <= 0 || since > 10*w.lastSync+b.opts.GroupWait {
 		return w.group
 	}
 	w.waits.Add(1)
 	defer armTimer(&w.waitTimer, wait).Stop()
-	for len(w.group) < expect && len(w.group) < w.b.opts.MaxGroup && bytes < w.b.opts.MaxGroupBytes {
-		select {
-		case n := <-w.b.ch:
-			if !w.join(n, &bytes, &metaBytes) {
-				return w.group
+	b.qmu.Lock()
+	b.arriveWanted = true
+	defer func() {
+		b.qmu.Lock()
+		b.arriveWanted = false
+		b.qmu.Unlock()
+		select { // a wake-up for the wait that ended
+		case <-b.arrive:
+		default:
+		}
+	}()
+	for {
+		n, full := 0, false
+		for n < len(b.queue) && len(w.group) < expect && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
+			if !w.join(b.queue[n], &bytes, &metaBytes) {
+				full = true
+				break
 			}
+			n++
+		}
+		b.take(n)
+		b.qmu.Unlock()
+		if full || len(w.group) >= expect || len(w.group) >= b.opts.MaxGroup || bytes >= b.opts.MaxGroupBytes {
+			return w.group
+		}
+		select {
+		case <-b.arrive:
 		case <-w.waitTimer.C:
 			return w.group
 		}
+		b.qmu.Lock()
 	}
-	return w.group
 }

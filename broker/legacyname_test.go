@@ -17,13 +17,13 @@ import (
 // legacySubmit writes a command the way an original server would have
 // accepted it: without this server's name rule, so the binlog, meta and
 // files are what the original left for such a topic.
-func legacySubmit(t *testing.T, b *Broker, cmd protocol.Command, name string, records []byte, count int) {
+func legacySubmit(t *testing.T, b *Broker, op writerOp, name string, records []byte, count int) {
 	t.Helper()
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic, c.records, c.count, c.timestamp = cmd, name, records, count, b.opts.Now()
+	c.op, c.topic, c.records, c.count, c.timestamp = op, name, records, count, b.opts.Now()
 	if err := b.submit(context.Background(), c); err != nil {
-		t.Fatalf("legacy %d %q: %v", cmd, name, err)
+		t.Fatalf("legacy %v %q: %v", op, name, err)
 	}
 }
 
@@ -52,8 +52,8 @@ func TestLegacyTopicNames(t *testing.T) {
 	legacy := []string{"", ".", `a\b`, "ctl\x01", "with space"}
 	mates := map[string]string{}
 	for _, n := range legacy {
-		legacySubmit(t, b, protocol.CmdCreate, n, nil, 0)
-		legacySubmit(t, b, protocol.CmdPub, n, append(rec(n+"-1"), rec(n+"-2")...), 2)
+		legacySubmit(t, b, opCreate, n, nil, 0)
+		legacySubmit(t, b, opPub, n, append(rec(n+"-1"), rec(n+"-2")...), 2)
 		if n == "" || n == "." {
 			m := bucketMate(t, n)
 			mates[n] = m

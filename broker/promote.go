@@ -9,14 +9,6 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// Writer commands of promotion (Promote) and of a slave learning its
-// master's epoch (LearnEpoch). They write no binlog block: the epoch lives
-// in meta only, so the binlog stays byte-compatible with the original's.
-const (
-	cmdPromote protocol.Command = 253
-	cmdEpoch   protocol.Command = 254
-)
-
 // ErrNotSlave is returned by LearnEpoch on a master.
 var ErrNotSlave = errors.New("broker: not a slave")
 
@@ -36,7 +28,7 @@ func (b *Broker) Epoch() uint64 { return b.epoch.Load() }
 func (b *Broker) Promote(ctx context.Context) (uint64, error) {
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd = cmdPromote
+	c.op = opPromote
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
 	}
@@ -56,14 +48,14 @@ func (b *Broker) LearnEpoch(ctx context.Context, epoch uint64) (bool, error) {
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.epoch = cmdEpoch, epoch
+	c.op, c.epoch = opEpoch, epoch
 	if err := b.submit(ctx, c); err != nil {
 		return false, err
 	}
 	return c.eventID != 0, nil
 }
 
-// promote runs cmdPromote on the writer, which alone changes the role, so
+// promote runs opPromote on the writer, which alone changes the role, so
 // no command of the writer sees half of the switch.
 func (w *writer) promote(c *command) error {
 	b := w.b
@@ -93,7 +85,7 @@ func (w *writer) promote(c *command) error {
 	return nil
 }
 
-// learnEpoch runs cmdEpoch on the writer.
+// learnEpoch runs opEpoch on the writer.
 func (w *writer) learnEpoch(c *command) error {
 	b := w.b
 	if !b.IsSlave() {

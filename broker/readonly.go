@@ -139,7 +139,7 @@ func (b *Broker) recoverReadOnly() (int64, error) {
 	return next, nil
 }
 
-// refuseReadOnly answers every command of group but cmdOpenLog (which only
+// refuseReadOnly answers every command of group but opOpenLog (which only
 // opens a topic's log for a reader) with the read-only refusal. It reports
 // whether it did, i.e. whether the broker is read-only.
 func (w *writer) refuseReadOnly(group []*command) bool {
@@ -149,7 +149,7 @@ func (w *writer) refuseReadOnly(group []*command) bool {
 	}
 	for _, c := range group {
 		c.err = ro
-		if c.cmd == cmdOpenLog {
+		if c.op == opOpenLog {
 			c.err = nil
 			if t := w.b.topics[c.topic]; t != nil {
 				_, c.err = w.b.topicLog(t)

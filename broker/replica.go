@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,9 +14,6 @@ import (
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 )
-
-// cmdReplicated carries a binlog block received from the master.
-const cmdReplicated protocol.Command = 251
 
 // ErrReplicaOrder is wrapped when a replicated block does not follow the
 // slave's last eventId: applying it would reorder or duplicate history. It is
@@ -59,7 +55,7 @@ func (b *Broker) applyReplicated(ctx context.Context, raw []byte) (int64, error)
 	}
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), -1
+	c.op, c.raw, c.replCmd, c.topic, c.prevLast = opReplicated, raw, blk.Cmd, string(blk.Topic), -1
 	c.repl, c.replLast = blk, last
 	if err := b.submit(ctx, c); err != nil {
 		return 0, err
@@ -149,7 +145,7 @@ func (b *Broker) applyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 			break
 		}
 		c := getCommand()
-		c.cmd, c.raw, c.replCmd, c.topic, c.prevLast = cmdReplicated, raw, blk.Cmd, string(blk.Topic), prev
+		c.op, c.raw, c.replCmd, c.topic, c.prevLast = opReplicated, raw, blk.Cmd, string(blk.Topic), prev
 		c.repl, c.replLast = blk, last
 		prev = last
 		cmds = append(cmds, c)
@@ -157,31 +153,16 @@ func (b *Broker) applyReplicatedBatch(ctx context.Context, raws [][]byte) (int64
 	if len(cmds) == 0 {
 		return 0, 0, bad
 	}
-	b.sendMu.RLock()
-	if b.closed {
-		b.sendMu.RUnlock()
-		return 0, 0, ErrClosed
+	// Queued back to back in one step, so no other command comes between
+	// them and they can share groups.
+	if err := b.enqueue(ctx, false, cmds...); err != nil {
+		for _, c := range cmds {
+			c.err = err
+		}
+		return b.finishBatch(cmds, bad)
 	}
-	sent := 0
 	for _, c := range cmds {
-		select {
-		case b.ch <- c:
-			sent++
-		case <-ctx.Done():
-		}
-		if sent < len(cmds) && ctx.Err() != nil {
-			break
-		}
-	}
-	b.sendMu.RUnlock()
-	for _, c := range cmds[:sent] {
-		<-c.done
-	}
-	if sent < len(cmds) {
-		cmds[sent].err = ctx.Err()
-		for _, c := range cmds[sent+1:] {
-			c.err = ctx.Err()
-		}
+		b.await(c)
 	}
 	return b.finishBatch(cmds, bad)
 }
@@ -196,108 +177,6 @@ func (b *Broker) finishBatch(cmds []*command, tail error) (int64, int, error) {
 		last = c.eventID
 	}
 	return last, len(cmds), tail
-}
-
-func (w *writer) stageReplicated(c *command, now int64, binStart segment.Position) error {
-	if !w.b.IsSlave() {
-		// Queued before a promotion that the writer ran first.
-		return errors.New("broker: replicated block refused: this node was promoted to master")
-	}
-	if c.prevLast >= 0 && w.next-1 != c.prevLast {
-		return fmt.Errorf("%w: the block before this one (ending at %d) was not applied; the slave has up to %d", ErrReplicaOrder, c.prevLast, w.next-1)
-	}
-	blk, last := &c.repl, c.replLast
-	if blk.EventID < w.next {
-		return fmt.Errorf("%w: block eventId %d, but the slave already has up to %d", ErrReplicaOrder, blk.EventID, w.next-1)
-	}
-	off := int64(len(w.binBuf))
-	w.binMarks = append(w.binMarks, segment.Mark{EventID: blk.EventID, Off: off})
-	w.binBuf = append(w.binBuf, c.raw...)
-	w.next = last + 1
-	c.eventID = last
-	src := segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}
-	name := string(blk.Topic)
-	t := w.b.topics[name]
-	// Expiry is not checked here: the master accepted the block by its
-	// clock, and the slave follows the master's replicated deletes.
-	switch blk.Cmd {
-	case binlog.CmdPub:
-		if t != nil {
-			// count and records describe the publication for metrics,
-			// read by the submitter (records aliases raw: no copy).
-			c.count, c.records = int(last-blk.EventID+1), blk.Payload
-			if name == CursorTopic {
-				// The positions a promoted slave resumes from (cursor.go);
-				// a snapshot is durable before the files it replaces go.
-				if startsWithSnapshot(blk.Payload) {
-					w.syncMeta = w.b.opts.FlushLevel > 0
-				}
-				recs := blk.Payload
-				w.post = append(w.post, func() { w.b.applyCursorRecords(recs, w.batchOf[t]) })
-			}
-			if err := w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload); err != nil {
-				return err
-			}
-			w.replicatedID(t, c, blk.Payload, blk.WriteTime)
-			return nil
-		}
-	case binlog.CmdDelayApply:
-		key, err := meta.DelayKeyFromValue(blk.Payload, blk.Topic)
-		if err != nil {
-			return fmt.Errorf("invalid replicated delay apply: %w", err)
-		}
-		w.mb.DeleteDelay(key)
-		if t != nil {
-			c.count, c.records = int(last-blk.EventID+1), blk.Payload[binlog.DelayPrefixLen:]
-			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload[binlog.DelayPrefixLen:])
-		}
-	case binlog.CmdDelay:
-		if t != nil {
-			key, err := meta.DelayKeyFromValue(blk.Payload, blk.Topic)
-			if err != nil {
-				return fmt.Errorf("invalid replicated delay: %w", err)
-			}
-			// Stored, ready for a promotion, but not scheduled.
-			w.mb.PutDelay(key, append([]byte(nil), blk.Payload...))
-			w.replicatedID(t, c, blk.Payload[binlog.DelayPrefixLen:], blk.WriteTime)
-		}
-	case binlog.CmdCreate:
-		if t != nil {
-			return nil
-		}
-		if err := protocol.ValidateTopicName(blk.Topic); err != nil {
-			w.b.log.Error("replicated create of a topic name this server refuses; binlog kept, topic not created", "topic", name, "err", err)
-			return nil
-		}
-		expireAt := int64(binary.LittleEndian.Uint64(blk.Payload))
-		if expireAt != 0 && expireAt <= now {
-			return nil
-		}
-		m := meta.Topic{Name: name, CreateTime: now, ExpireAt: expireAt, CreateEventID: blk.EventID,
-			StateChangeTime: now, StateChangeEventID: blk.EventID}
-		w.mb.PutTopic(&m)
-		dir := w.b.topicDir(name)
-		w.pre = append(w.pre, fsAction{
-			do:   func() error { return w.b.freshDir(dir, blk.EventID) },
-			undo: func() error { return removeAll(dir) },
-		})
-		w.post = append(w.post, func() { w.b.addTopic(m, dir) })
-	case binlog.CmdDelete:
-		if t == nil {
-			return nil
-		}
-		w.mb.DeleteTopic(&t.meta)
-		w.syncMeta = w.b.opts.FlushLevel > 0
-		eid := blk.EventID
-		w.post = append(w.post, func() {
-			delete(w.dirty, t)
-			w.dd.drop(t)
-			w.publishDedupeSize()
-			w.forgetOpen(t)
-			w.b.removeTopic(t, eid)
-		})
-	}
-	return nil
 }
 
 func (w *writer) replicaTopicBlocks(t *topic, first, now int64, src segment.Position, records []byte) error {
@@ -460,10 +339,6 @@ func (b *Broker) OldestReplicaFile() (int64, bool) {
 	return min, ok
 }
 
-// cmdSyncTopic inserts a topic meta entry copied from the master (slave
-// start-up topic sync, docs/protocol.md §4.2); it writes no binlog block.
-const cmdSyncTopic protocol.Command = 252
-
 // SyncTopic inserts m, as listed by the master's valid list, unless a topic
 // of that name exists locally. It reports whether it was inserted.
 func (b *Broker) SyncTopic(ctx context.Context, m meta.Topic) (bool, error) {
@@ -476,25 +351,9 @@ func (b *Broker) SyncTopic(ctx context.Context, m meta.Topic) (bool, error) {
 	c := getCommand()
 	defer putCommand(c)
 	m.TopicRoot, m.State = "", meta.StateNormal
-	c.cmd, c.topic, c.sync = cmdSyncTopic, m.Name, &m
+	c.op, c.topic, c.sync = opSyncTopic, m.Name, &m
 	if err := b.submit(ctx, c); err != nil {
 		return false, err
 	}
 	return c.eventID != 0, nil
-}
-
-func (w *writer) stageSyncTopic(c *command) error {
-	if w.b.topics[c.topic] != nil {
-		return nil
-	}
-	m := *c.sync
-	w.mb.PutTopic(&m)
-	dir := w.b.topicDir(m.Name)
-	w.pre = append(w.pre, fsAction{
-		do:   func() error { return w.b.freshDir(dir, m.CreateEventID) },
-		undo: func() error { return removeAll(dir) },
-	})
-	w.post = append(w.post, func() { w.b.addTopic(m, dir) })
-	c.eventID = m.CreateEventID
-	return nil
 }

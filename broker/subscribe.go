@@ -85,7 +85,7 @@ func (b *Broker) readLog(t *topic) (*segment.Log, error) {
 	// Only the writer may create a topic's Log (it owns appends), so ask it.
 	c := getCommand()
 	defer putCommand(c)
-	c.cmd, c.topic = cmdOpenLog, t.meta.Name
+	c.op, c.topic = opOpenLog, t.meta.Name
 	if err := b.submit(context.Background(), c); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,8 @@ import (
 // idleFDAfter is how long a topic's file may stay open without appends.
 const idleFDAfter = 60 * time.Second
 
-// writer is the single goroutine that performs every mutation.
+// writer performs every mutation. One goroutine at a time runs it: the one
+// holding its token (lead.go).
 type writer struct {
 	b    *Broker
 	next int64 // next eventId
@@ -47,6 +48,7 @@ type writer struct {
 	lastSync  time.Duration
 	waitTimer *time.Timer
 	waits     atomic.Int64 // group waits that ran, for tests
+	gathers   atomic.Int64 // leaders that gathered (group.go), for tests
 	syncBuf   []*segment.Log
 	wakes     []chan struct{} // readers of this group's commits (commit)
 	syncErrs  []error
@@ -66,7 +68,7 @@ type writer struct {
 	syncDone     chan bgSync // its outcome
 	lastCkpt     int64
 	ckptPos      segment.Position
-	pending      *command
+	final        bool // the drain ran: the token stays taken (lead.go)
 	idleWakes    int
 	stopped      error
 	fatalOnce    bool
@@ -96,55 +98,52 @@ func newWriter(b *Broker, next int64) *writer {
 	}
 }
 
+// run is the writer goroutine: it turns the flush timer, the end of a
+// background fsync, the idle timer and Close into commands queued like any
+// other (lead.go), so they run with the token held.
 func (w *writer) run() {
 	defer close(w.b.done)
 	idle := time.NewTimer(w.b.opts.IdleWake)
 	defer idle.Stop()
 	for {
-		var c *command
-		if w.pending != nil {
-			c, w.pending = w.pending, nil
-		} else {
-			select {
-			case c = <-w.b.ch:
-			case <-w.flushTimer.C:
-				w.flushArmed = false
-				w.flush()
-				continue
-			case r := <-w.syncDone:
-				w.syncFinished(r)
-				continue
-			case <-idle.C:
-				w.onIdle()
-				idle.Reset(w.b.opts.IdleWake)
-				continue
-			case <-w.b.stop:
-				w.drain()
-				return
-			}
+		select {
+		case <-w.flushTimer.C:
+			w.b.runJob(opFlush, bgSync{})
+		case r := <-w.syncDone:
+			w.b.runJob(opSynced, r)
+		case <-idle.C:
+			w.b.runJob(opIdle, bgSync{})
+			idle.Reset(w.b.opts.IdleWake)
+		case <-w.b.stop:
+			// Queued after Close refused new commands, so it runs after
+			// everything already queued; its leader then keeps the token.
+			w.b.runJob(opDrain, bgSync{})
+			return
 		}
-		w.process(w.collect(c))
 	}
 }
 
-// drain executes everything still queued at Close.
-func (w *writer) drain() {
-	for {
-		var c *command
-		if w.pending != nil {
-			c, w.pending = w.pending, nil
-		} else {
-			select {
-			case c = <-w.b.ch:
-			default:
-				return
-			}
-		}
-		w.process(w.collect(c))
+// job runs one of the writer goroutine's commands (run).
+func (w *writer) job(c *command) {
+	switch c.op {
+	case opFlush:
+		w.flushArmed = false
+		w.flush()
+	case opSynced:
+		w.syncFinished(c.synced)
+	case opIdle:
+		w.onIdle()
+	case opDrain:
+		w.final = true
 	}
 }
 
 func (w *writer) process(group []*command) {
+	if c := group[0]; c.op.job() { // exclusive: alone in its group
+		w.job(c)
+		c.done <- struct{}{}
+		return
+	}
 	now := w.b.opts.Now()
 	if w.stopped != nil {
 		for _, c := range group {
@@ -162,37 +161,37 @@ func (w *writer) process(group []*command) {
 	w.reset()
 	for _, c := range group {
 		var err error
-		switch c.cmd {
-		case protocol.CmdPub:
+		switch c.op {
+		case opPub:
 			err = w.stagePub(c, now, binStart)
-		case protocol.CmdCreate:
+		case opCreate:
 			err = w.stageCreate(c, now)
-		case protocol.CmdDelete:
+		case opDelete:
 			err = w.stageDelete(c, now)
-		case protocol.CmdDelay:
+		case opDelay:
 			err = w.stageDelay(c, now)
-		case protocol.CmdDelayApply:
+		case opDelayApply:
 			err = w.stageDelayApply(c, now, binStart)
-		case cmdReplicated:
+		case opReplicated:
 			err = w.stageReplicated(c, now, binStart)
-		case cmdSyncTopic:
+		case opSyncTopic:
 			err = w.stageSyncTopic(c)
-		case cmdCursorSnapshot:
+		case opCursorSnapshot:
 			err = w.stageCursorSnapshot(c, now, binStart)
-		case cmdOpenLog:
+		case opOpenLog:
 			if t := w.b.topics[c.topic]; t != nil {
 				_, err = w.b.topicLog(t)
 			}
 			c.err = err
 			continue
-		case cmdPromote:
+		case opPromote:
 			c.err = w.promote(c)
 			continue
-		case cmdEpoch:
+		case opEpoch:
 			c.err = w.learnEpoch(c)
 			continue
 		default:
-			err = fmt.Errorf("broker: command %v is not a writer command", c.cmd)
+			err = fmt.Errorf("broker: command %v is not a writer command", c.op)
 		}
 		if err != nil {
 			c.err = err
@@ -244,7 +243,7 @@ func (w *writer) process(group []*command) {
 		w.publishDedupeSize()
 	}
 	for _, c := range group {
-		if c.err != nil && c.cmd == protocol.CmdDelayApply {
+		if c.err != nil && c.op == opDelayApply {
 			m.Error(metrics.KindDelay)
 		}
 		c.done <- struct{}{}
@@ -265,18 +264,18 @@ func (w *writer) process(group []*command) {
 func (w *writer) record(m *metrics.Metrics) {
 	m.ObserveGroup(len(w.ok), len(w.binBuf))
 	for _, c := range w.ok {
-		switch c.cmd {
-		case protocol.CmdDelayApply:
+		switch c.op {
+		case opDelayApply:
 			if c.eventID != 0 { // 0: the key was gone or its topic was
 				recs := c.records[binlog.DelayPrefixLen:]
 				n, _ := protocol.CountRecords(recs, 0) // validated when staged
 				m.Published(c.topic, n, len(recs))
 			}
-		case protocol.CmdDelete:
+		case opDelete:
 			if c.eventID != 0 {
 				m.TopicDeleted(c.topic)
 			}
-		case cmdReplicated:
+		case opReplicated:
 			if c.replCmd == binlog.CmdDelete {
 				m.TopicDeleted(c.topic)
 			}
@@ -334,96 +333,6 @@ func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segme
 		tb.marks = append(tb.marks, segment.Mark{EventID: id, Off: int64(len(tb.buf))})
 		tb.buf = w.topicEnc.Append(tb.buf, id, i, rec)
 	}
-}
-
-func (w *writer) stagePub(c *command, now int64, binStart segment.Position) error {
-	t := w.b.topics[c.topic]
-	if t == nil || t.meta.Expired(now) {
-		return protocol.ErrTopicNotExist
-	}
-	existed := false
-	if c.msgID.n != 0 {
-		var dup bool
-		if dup, existed = w.dd.check(t, c, now); dup {
-			return nil
-		}
-	}
-	l, err := w.b.topicLog(t)
-	if err != nil {
-		return fmt.Errorf("open topic %s: %w", c.topic, err)
-	}
-	c.eventID = w.next
-	w.next += int64(c.count)
-	if c.msgID.n != 0 {
-		w.dd.stage(t, c, c.eventID, now, existed) // nothing below fails
-	}
-	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: c.records})
-	tb := w.batchFor(t, l)
-	w.appendTopicBlocks(tb, c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
-	if c.topic == CursorTopic {
-		recs := c.records
-		w.post = append(w.post, func() { w.b.applyCursorRecords(recs, tb) })
-	}
-	if w.b.sample() {
-		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
-	}
-	return nil
-}
-
-func (w *writer) stageCreate(c *command, now int64) error {
-	if w.b.topics[c.topic] != nil {
-		return protocol.ErrTopicExist
-	}
-	c.eventID = w.next
-	w.next++
-	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdCreate, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: int64Payload(c.expireAt)})
-	m := meta.Topic{Name: c.topic, CreateTime: now, ExpireAt: c.expireAt, CreateEventID: c.eventID,
-		StateChangeTime: now, StateChangeEventID: c.eventID}
-	w.mb.PutTopic(&m)
-	dir := w.b.topicDir(c.topic)
-	eid := c.eventID
-	w.pre = append(w.pre, fsAction{
-		do:   func() error { return w.b.freshDir(dir, eid) },
-		undo: func() error { return removeAll(dir) },
-	})
-	w.post = append(w.post, func() {
-		w.b.addTopic(m, dir)
-		if f := w.b.hook().TopicExpiry; f != nil && m.ExpireAt > 0 {
-			f(m.ExpireAt)
-		}
-	})
-	w.b.log.Info("create topic", "topic", c.topic, "eventId", c.eventID, "expireAt", c.expireAt)
-	return nil
-}
-
-func (w *writer) stageDelete(c *command, now int64) error {
-	t := w.b.topics[c.topic]
-	if t == nil {
-		return protocol.ErrTopicNotExist
-	}
-	if c.expireAt != 0 && (t.meta.ExpireAt != c.expireAt || !t.meta.Expired(now)) {
-		return nil // an expiry delete for an incarnation that is gone or not due
-	}
-	c.eventID = w.next
-	w.next++
-	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelete, EventID: c.eventID,
-		Timestamp: c.timestamp, Topic: []byte(c.topic)})
-	w.mb.DeleteTopic(&t.meta)
-	// Moving the files away must never become durable before the binlog
-	// block and meta removal that justify it.
-	w.syncMeta = w.b.opts.FlushLevel > 0
-	eid := c.eventID
-	w.post = append(w.post, func() {
-		delete(w.dirty, t)
-		w.dd.drop(t)
-		w.publishDedupeSize()
-		w.forgetOpen(t)
-		w.b.removeTopic(t, eid)
-	})
-	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
-	return nil
 }
 
 // apply performs the staged group: file-system steps, one binlog write, one
