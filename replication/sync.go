@@ -86,6 +86,10 @@ type SyncTracker struct {
 	degradations atomic.Int64
 	logN         atomic.Uint64
 	waiterPool   sync.Pool
+	// streams numbers the replica streams in the order they started
+	// (newConfirmState), so that of two connections with one instance id
+	// the later one wins even when its hello is read first.
+	streams atomic.Uint64
 }
 
 // NewSyncTracker returns a tracker. Slaves 0 makes Wait return at once.
@@ -300,31 +304,53 @@ type SyncSlave struct {
 	t        *SyncTracker
 	addr     string
 	instance [InstanceIDLen]byte
+	seq      uint64 // the stream's start order (SyncTracker.streams)
 	since    time.Time
 
 	// Guarded by t.mu.
-	pos      int64
-	fsynced  bool
-	latency  time.Duration
-	at       time.Time // last confirmation
-	gone     bool      // removed or superseded
-	confirms int64
+	pos        int64
+	fsynced    bool
+	latency    time.Duration
+	at         time.Time // last confirmation
+	gone       bool      // removed or superseded
+	confirms   int64
+	replacedBy string // the address of the newer connection that superseded it
+	warned     bool   // the shared-id warning was logged for it
 }
 
-// register adds a confirming connection that said hello with its
-// position. A connection of the same slave instance still registered
-// (the slave reconnected before the master noticed) is superseded, so one
-// slave never counts twice.
-func (t *SyncTracker) register(addr string, h Confirm) *SyncSlave {
-	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, since: time.Now(), pos: h.EventID, fsynced: h.Fsynced, at: time.Now()}
+// register adds a confirming connection (stream number seq) that said
+// hello with its position. A connection of the same slave instance still
+// registered is superseded: the slave reconnected (or restarted on the
+// same data directory, whose instance id it keeps) before the master
+// noticed that the old connection is dead. One slave thus never counts
+// twice, and what the slave has is what its newest connection's hello
+// says: the old connection's position no longer counts, nor do its later
+// confirmations (confirm). Of two connections with one id the one whose
+// stream started later wins, whichever hello is read first.
+func (t *SyncTracker) register(addr string, seq uint64, h Confirm) *SyncSlave {
+	now := time.Now()
+	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, seq: seq, since: now, pos: h.EventID, fsynced: h.Fsynced, at: now}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := 0; i < len(t.slaves); i++ {
-		if o := t.slaves[i]; o.instance == h.Instance {
-			o.gone = true
-			t.slaves = slices.Delete(t.slaves, i, i+1)
-			i--
+		o := t.slaves[i]
+		if o.instance != h.Instance {
+			continue
 		}
+		if o.seq > seq {
+			// A newer stream of this slave registered first: this one is
+			// stale from the start.
+			s.gone, s.replacedBy = true, o.addr
+			t.log.Info("a confirming connection is older than a registered one of the same slave instance; it does not count",
+				"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "newer", o.addr)
+			return s
+		}
+		o.gone, o.replacedBy = true, addr
+		t.slaves = slices.Delete(t.slaves, i, i+1)
+		i--
+		t.log.Info("a newer connection of the same slave instance replaces the older one (the slave reconnected or restarted before the old connection ended)",
+			"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "replaced", o.addr,
+			"replacedConfirmed", o.pos, "replacedLastConfirm", now.Sub(o.at).Round(time.Millisecond), "position", h.EventID)
 	}
 	t.slaves = append(t.slaves, s)
 	t.advanceLocked()
@@ -337,6 +363,16 @@ func (s *SyncSlave) confirm(pos int64, fsynced bool, latency time.Duration, hasL
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.gone {
+		if s.replacedBy != "" && !s.warned {
+			// A superseded connection that still confirms is alive: two
+			// live slaves share one instance id (a copied data
+			// directory). They count as one, which errs on the safe side
+			// (writes wait for another slave) but must be fixed.
+			s.warned = true
+			t.log.Warn("two live slaves send the same instance id (a copied data directory?): they count as one toward replication.syncSlaves; "+
+				"give the copy its own id: stop it, delete instance.id in its store.path, start it",
+				"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "other", s.replacedBy, "confirmed", pos)
+		}
 		return
 	}
 	s.pos, s.fsynced, s.at = pos, fsynced, time.Now()
