@@ -33,7 +33,9 @@ const InstanceIDLen = 6
 //
 // A read-only start (disk full) writes nothing: an id that is not there
 // yet is generated and kept in memory for this process, and the next
-// writable start writes its own. An unreadable file (not 12 hex digits) is
+// writable start writes its own. When writing the file fails, the id is
+// returned with the error and kept in memory the same way (the caller
+// decides whether to go on with it). An unreadable file (not 12 hex digits) is
 // replaced by a new id, with a warning. A copied data directory carries
 // the same id: see the README (slave confirmations) for what that means
 // and how to give the copy its own (delete the file before its first
@@ -65,7 +67,10 @@ func (b *Broker) InstanceID() ([InstanceIDLen]byte, error) {
 		return id, nil
 	}
 	if err := writeInstanceFile(path, id); err != nil {
-		return id, fmt.Errorf("broker: write the instance id: %w", err)
+		// Like a read-only start: this process keeps the id in memory
+		// (the caller logs the error), and a later process tries again.
+		b.inst, b.instOK = id, true
+		return id, fmt.Errorf("broker: write the instance id %s (kept in memory for this process): %w", path, err)
 	}
 	b.log.Info("generated this data directory's instance id", "path", path, "instanceId", hex.EncodeToString(id[:]))
 	b.inst, b.instOK = id, true

@@ -84,6 +84,24 @@ func TestInstanceID(t *testing.T) {
 				t.Fatal("zero id")
 			}
 		}},
+		{"write failure keeps it in memory", func(t *testing.T, dir string) {
+			b := openTest(t, dir, func(o *Options) { o.Logger = quietLog })
+			defer b.Close()
+			// The temporary file cannot be created: a directory is in its way.
+			if err := os.Mkdir(filepath.Join(dir, InstanceFile+".tmp"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			id, err := b.InstanceID()
+			if err == nil || id == ([InstanceIDLen]byte{}) {
+				t.Fatalf("write failure: %x, %v; want an id and an error", id, err)
+			}
+			if again, err := b.InstanceID(); err != nil || again != id {
+				t.Fatalf("second call %x, %v; want %x", again, err, id)
+			}
+			if _, err := os.Stat(filepath.Join(dir, InstanceFile)); !os.IsNotExist(err) {
+				t.Fatalf("file written despite the failure: %v", err)
+			}
+		}},
 		{"unreadable file replaced", func(t *testing.T, dir string) {
 			b := openTest(t, dir, func(o *Options) { o.Logger = quietLog })
 			defer b.Close()

@@ -84,7 +84,13 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 	// connection is dead then replaces that connection instead of
 	// counting twice toward replication.syncSlaves.
 	id, err := b.InstanceID()
-	if err != nil {
+	switch {
+	case err == nil:
+	case id != [broker.InstanceIDLen]byte{}:
+		// Not written: this process still replicates, with an id kept in
+		// memory; a restart before the master notices may count twice.
+		logger.Error("cannot keep the slave's instance id in the data directory; using it for this process only", "err", err)
+	default:
 		cancel()
 		return nil, err
 	}
