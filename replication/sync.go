@@ -90,6 +90,8 @@ type SyncTracker struct {
 	// (newConfirmState), so that of two connections with one instance id
 	// the later one wins even when its hello is read first.
 	streams atomic.Uint64
+	// sharedGrace is sharedIDGrace (tests shorten it).
+	sharedGrace time.Duration
 }
 
 // NewSyncTracker returns a tracker. Slaves 0 makes Wait return at once.
@@ -110,7 +112,7 @@ func NewSyncTracker(o SyncOptions) (*SyncTracker, error) {
 		o.Slaves, o.Timeout.Milliseconds())
 	return &SyncTracker{need: o.Slaves, timeout: o.Timeout, degrade: o.Degrade, last: o.LastEventID,
 		log: o.Logger.With("component", "semi-sync"), sample: uint64(max(o.LogSample, 0)),
-		biz: &notConfirmed{protocol.NewBizError(msg)}}, nil
+		biz: &notConfirmed{protocol.NewBizError(msg)}, sharedGrace: sharedIDGrace}, nil
 }
 
 // Enabled reports whether writes wait for confirmations (Slaves > 0).
@@ -314,9 +316,17 @@ type SyncSlave struct {
 	at         time.Time // last confirmation
 	gone       bool      // removed or superseded
 	confirms   int64
-	replacedBy string // the address of the newer connection that superseded it
-	warned     bool   // the shared-id warning was logged for it
+	replacedBy string    // the address of the newer connection that superseded it
+	replacedAt time.Time // when
+	warned     bool      // the shared-id warning was logged for it
 }
+
+// sharedIDGrace is how long after its replacement a connection's
+// confirmations may still arrive without meaning that it is alive: bytes
+// the slave sent before it reconnected, read late by the old connection's
+// reader. A live second slave with the same id confirms every apply step,
+// so it is still reported at its next confirmation after the grace.
+const sharedIDGrace = time.Second
 
 // register adds a confirming connection (stream number seq) that said
 // hello with its position. A connection of the same slave instance still
@@ -340,17 +350,17 @@ func (t *SyncTracker) register(addr string, seq uint64, h Confirm) *SyncSlave {
 		if o.seq > seq {
 			// A newer stream of this slave registered first: this one is
 			// stale from the start.
-			s.gone, s.replacedBy = true, o.addr
+			s.gone, s.replacedBy, s.replacedAt = true, o.addr, now
 			t.log.Info("a confirming connection is older than a registered one of the same slave instance; it does not count",
 				"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "newer", o.addr)
 			return s
 		}
-		o.gone, o.replacedBy = true, addr
+		o.gone, o.replacedBy, o.replacedAt = true, addr, now
 		t.slaves = slices.Delete(t.slaves, i, i+1)
 		i--
 		t.log.Info("a newer connection of the same slave instance replaces the older one (the slave reconnected or restarted before the old connection ended)",
 			"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "replaced", o.addr,
-			"replacedConfirmed", o.pos, "replacedLastConfirm", now.Sub(o.at).Round(time.Millisecond), "position", h.EventID)
+			"replacedConfirmed", o.pos, "replacedLastConfirmAgo", now.Sub(o.at).Round(time.Millisecond), "position", h.EventID)
 	}
 	t.slaves = append(t.slaves, s)
 	t.advanceLocked()
@@ -363,7 +373,7 @@ func (s *SyncSlave) confirm(pos int64, fsynced bool, latency time.Duration, hasL
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.gone {
-		if s.replacedBy != "" && !s.warned {
+		if s.replacedBy != "" && !s.warned && time.Since(s.replacedAt) >= t.sharedGrace {
 			// A superseded connection that still confirms is alive: two
 			// live slaves share one instance id (a copied data
 			// directory). They count as one, which errs on the safe side

@@ -36,9 +36,9 @@ func (l *lockedBuffer) String() string {
 // TestSyncReplacedConnection: of two connections with one instance id only
 // the one whose stream started later counts, with the position of its
 // hello (never the older one's confirmations, before or after), whichever
-// hello is read first; a replaced connection that still confirms is two
-// live slaves sharing an id (a copied data directory): logged once as a
-// warning, still not counted.
+// hello is read first; a replaced connection that still confirms after
+// sharedIDGrace is two live slaves sharing an id (a copied data
+// directory): logged once as a warning, still not counted.
 func TestSyncReplacedConnection(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -46,12 +46,14 @@ func TestSyncReplacedConnection(t *testing.T) {
 		oldPos     int64 // the older connection's confirmed position
 		newPos     int64 // the newer connection's hello
 		oldLater   int64 // a confirmation the older one sends after (0: none)
+		inGrace    bool  // ... within sharedIDGrace of its replacement
 		wantWarn   bool
 		wantNewPos int64
 	}{
 		{name: "restart, new hello lower", oldFirst: true, oldPos: 10, newPos: 6, wantNewPos: 6},
 		{name: "restart, new hello equal", oldFirst: true, oldPos: 10, newPos: 10, wantNewPos: 10},
 		{name: "copied directory: old keeps confirming", oldFirst: true, oldPos: 10, newPos: 6, oldLater: 12, wantWarn: true, wantNewPos: 6},
+		{name: "restart, a late confirmation of the old connection", oldFirst: true, oldPos: 10, newPos: 10, oldLater: 11, inGrace: true, wantNewPos: 10},
 		{name: "older hello read last", oldFirst: false, oldPos: 10, newPos: 6, wantNewPos: 6},
 		{name: "older hello read last, then confirms", oldFirst: false, oldPos: 10, newPos: 6, oldLater: 12, wantWarn: true, wantNewPos: 6},
 	}
@@ -62,6 +64,9 @@ func TestSyncReplacedConnection(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !c.inGrace {
+				tr.sharedGrace = 0
 			}
 			oldSeq, newSeq := tr.streams.Add(1), tr.streams.Add(1)
 			var old *SyncSlave
