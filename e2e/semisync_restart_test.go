@@ -200,3 +200,76 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 		t.Fatalf("the retry never confirmed after B returned: %+v", syncInfo(t, madm).Sync)
 	}
 }
+
+// TestSemiSyncCopiedSlaveDirectory: a second slave made by copying a
+// slave's data directory sends the same instance id; the master counts the
+// two as one toward syncSlaves (writes are refused, never acknowledged by
+// fewer slaves than configured) and logs a warning naming the cause.
+// Deleting instance.id in the copy before it starts again makes it a
+// slave of its own, and writes are confirmed by both.
+func TestSemiSyncCopiedSlaveDirectory(t *testing.T) {
+	mdir, adir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
+	replConfig(t, mdir, 0, fmt.Sprintf("replication:\n  syncSlaves: 2\n  syncTimeoutMs: %d\n  onSyncTimeout: fail\n%s",
+		semiSyncTimeout.Milliseconds(), adminConfig(adminToken)))
+	replConfig(t, adir, 0, "")
+	replConfig(t, cdir, 0, "")
+	master := startArgs(t, mdir)
+	madm := adminAddr(t, master)
+	mport := master.addr[strings.LastIndexByte(master.addr, ':')+1:]
+	startSlave := func(dir string) *proc {
+		return startArgs(t, dir, "-role", "slave", "-host", "127.0.0.1", "-port", mport, "-event", "0")
+	}
+	a := startSlave(adir)
+	waitConfirming(t, madm, 1)
+	notConfirmed := func(err error) bool {
+		var be *protocol.BizError
+		return errors.As(err, &be) && strings.HasPrefix(be.Msg, "write not confirmed")
+	}
+	c := dial(t, master.addr)
+	// Stored, but one slave of two confirms it.
+	if err := c.create("cp", 0); !notConfirmed(err) {
+		t.Fatalf("create with one slave: %v, want write not confirmed", err)
+	}
+	a.stop()
+	if err := os.CopyFS(filepath.Join(cdir, "data"), os.DirFS(filepath.Join(adir, "data"))); err != nil {
+		t.Fatal(err)
+	}
+	a = startSlave(adir)
+	copied := startSlave(cdir)
+	if !waitUntil(30*time.Second, func() bool { return len(syncInfo(t, madm).Slaves) == 2 }) {
+		t.Fatalf("two replica streams never seen: %+v", syncInfo(t, madm).Slaves)
+	}
+	waitConfirming(t, madm, 1)
+	// Each write makes both slaves confirm; the replaced one's
+	// confirmations a second after its replacement are the warning.
+	const warning = "two live slaves send the same instance id"
+	if !waitUntil(30*time.Second, func() bool {
+		if err := c.pub("cp", record(nil, "one id, two slaves")); !notConfirmed(err) {
+			t.Fatalf("two slaves with one id: %v, want write not confirmed", err)
+		}
+		return strings.Contains(master.out.String(), warning)
+	}) {
+		t.Fatalf("no warning about the shared id:\n%s", tail(master.out.String(), 4000))
+	}
+
+	// The fix the warning names: the copy gets its own id.
+	copied.stop()
+	if err := os.Remove(filepath.Join(cdir, "data", "instance.id")); err != nil {
+		t.Fatal(err)
+	}
+	copied = startSlave(cdir)
+	// The original's connection, replaced by the copy's old one, counts
+	// again at its next confirmation: the next write.
+	if !waitUntil(30*time.Second, func() bool { return c.pub("cp", record(nil, "two ids")) == nil }) {
+		t.Fatalf("the copy with its own id never counted: %+v\ncopy:\n%s\nmaster:\n%s", syncInfo(t, madm),
+			tail(copied.out.String(), 3000), tail(master.out.String(), 3000))
+	}
+	if in := syncInfo(t, madm).Sync; in.Confirming != 2 {
+		t.Fatalf("confirming %d, want 2", in.Confirming)
+	}
+	ida, _ := os.ReadFile(filepath.Join(adir, "data", "instance.id"))
+	idc, _ := os.ReadFile(filepath.Join(cdir, "data", "instance.id"))
+	if len(idc) == 0 || string(ida) == string(idc) {
+		t.Fatalf("instance ids %q and %q", ida, idc)
+	}
+}

@@ -373,17 +373,30 @@ func (s *SyncSlave) confirm(pos int64, fsynced bool, latency time.Duration, hasL
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.gone {
-		if s.replacedBy != "" && !s.warned && time.Since(s.replacedAt) >= t.sharedGrace {
-			// A superseded connection that still confirms is alive: two
-			// live slaves share one instance id (a copied data
+		if s.replacedBy == "" || time.Since(s.replacedAt) < t.sharedGrace {
+			return // removed, or bytes sent before a reconnect
+		}
+		// A superseded connection that still confirms is alive.
+		if slices.ContainsFunc(t.slaves, func(o *SyncSlave) bool { return o.instance == s.instance }) {
+			// Two live slaves share one instance id (a copied data
 			// directory). They count as one, which errs on the safe side
 			// (writes wait for another slave) but must be fixed.
-			s.warned = true
-			t.log.Warn("two live slaves send the same instance id (a copied data directory?): they count as one toward replication.syncSlaves; "+
-				"give the copy its own id: stop it, delete instance.id in its store.path, start it",
-				"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "other", s.replacedBy, "confirmed", pos)
+			if !s.warned {
+				s.warned = true
+				t.log.Warn("two live slaves send the same instance id (a copied data directory?): they count as one toward replication.syncSlaves; "+
+					"give the copy its own id: stop it, delete instance.id in its store.path, start it",
+					"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "other", s.replacedBy, "confirmed", pos)
+			}
+			return
 		}
-		return
+		// The connection that replaced it is gone too (e.g. the copy
+		// was restarted with an id of its own): this live one is the
+		// only connection of its id and counts again, from the position
+		// it confirms now, not from what it had before.
+		t.log.Info("a replaced confirming connection counts again: no other connection has its instance id any more",
+			"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "replacedBy", s.replacedBy, "position", pos)
+		s.gone, s.replacedBy, s.warned = false, "", false
+		t.slaves = append(t.slaves, s)
 	}
 	s.pos, s.fsynced, s.at = pos, fsynced, time.Now()
 	s.confirms++

@@ -49,6 +49,10 @@ func TestSyncReplacedConnection(t *testing.T) {
 		inGrace    bool  // ... within sharedIDGrace of its replacement
 		wantWarn   bool
 		wantNewPos int64
+		// then the newer connection ends and the older one confirms
+		// again: it counts again (live: it confirms) when it was
+		// replaced long enough ago, from the position it confirms then.
+		thenNewEnds bool
 	}{
 		{name: "restart, new hello lower", oldFirst: true, oldPos: 10, newPos: 6, wantNewPos: 6},
 		{name: "restart, new hello equal", oldFirst: true, oldPos: 10, newPos: 10, wantNewPos: 10},
@@ -56,6 +60,8 @@ func TestSyncReplacedConnection(t *testing.T) {
 		{name: "restart, a late confirmation of the old connection", oldFirst: true, oldPos: 10, newPos: 10, oldLater: 11, inGrace: true, wantNewPos: 10},
 		{name: "older hello read last", oldFirst: false, oldPos: 10, newPos: 6, wantNewPos: 6},
 		{name: "older hello read last, then confirms", oldFirst: false, oldPos: 10, newPos: 6, oldLater: 12, wantWarn: true, wantNewPos: 6},
+		{name: "copied directory, the copy leaves", oldFirst: true, oldPos: 10, newPos: 6, oldLater: 12, wantWarn: true, wantNewPos: 6, thenNewEnds: true},
+		{name: "restart, the new connection ends, a late old confirmation", oldFirst: true, oldPos: 10, newPos: 10, oldLater: 11, inGrace: true, wantNewPos: 10, thenNewEnds: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -69,16 +75,16 @@ func TestSyncReplacedConnection(t *testing.T) {
 				tr.sharedGrace = 0
 			}
 			oldSeq, newSeq := tr.streams.Add(1), tr.streams.Add(1)
-			var old *SyncSlave
+			var old, nw *SyncSlave
 			if c.oldFirst {
 				old = tr.register("old", oldSeq, hello(7, 1))
 				old.confirm(c.oldPos, false, 0, false)
 				if got := tr.Confirmed(); got != c.oldPos {
 					t.Fatalf("before the newer connection: confirmed %d, want %d", got, c.oldPos)
 				}
-				tr.register("new", newSeq, hello(7, c.newPos))
+				nw = tr.register("new", newSeq, hello(7, c.newPos))
 			} else {
-				tr.register("new", newSeq, hello(7, c.newPos))
+				nw = tr.register("new", newSeq, hello(7, c.newPos))
 				old = tr.register("old", oldSeq, hello(7, c.oldPos))
 			}
 			if c.oldLater > 0 {
@@ -101,6 +107,22 @@ func TestSyncReplacedConnection(t *testing.T) {
 			}
 			if !strings.Contains(logs.String(), "instanceId=07") {
 				t.Fatalf("the replacement is not logged with the id:\n%s", logs.String())
+			}
+			if !c.thenNewEnds {
+				return
+			}
+			nw.remove()
+			again := c.oldLater + 5
+			old.confirm(again, false, 0, false)
+			in, slaves = tr.Info()
+			if c.inGrace {
+				if in.Confirming != 0 || in.Confirmed != 0 {
+					t.Fatalf("a late confirmation reinstated the old connection: %+v", in)
+				}
+				return
+			}
+			if _, ok := slaves["old"]; !ok || in.Confirming != 1 || in.Confirmed != again {
+				t.Fatalf("the live older connection does not count again at %d: %+v %+v", again, in, slaves)
 			}
 		})
 	}
