@@ -367,7 +367,12 @@ func (t *SyncTracker) register(addr string, seq uint64, h Confirm) *SyncSlave {
 	return s
 }
 
-// confirm records that the slave has everything up to pos.
+// confirm records that the slave has everything up to pos. A superseded
+// connection's confirmation never counts while another connection of its
+// instance id is registered (and is warned about once: two live slaves
+// with one id); when none is, a confirmation a grace after its
+// replacement proves it is alive and the only one of its id, and it
+// counts again from pos.
 func (s *SyncSlave) confirm(pos int64, fsynced bool, latency time.Duration, hasLatency bool) {
 	t := s.t
 	t.mu.Lock()
