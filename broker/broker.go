@@ -227,6 +227,11 @@ type Broker struct {
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
 	disk      *diskGuard // store.minFreeMB (disk.go)
+
+	// The data directory's instance id, once read or made (instance.go).
+	instMu sync.Mutex
+	inst   [InstanceIDLen]byte
+	instOK bool
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are

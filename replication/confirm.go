@@ -20,9 +20,10 @@ import (
 //	4      kind: 1 hello, 2 confirm
 //	5      flags: bit 0 (ConfirmFsynced) = the eventIds confirmed are
 //	       fsynced on the slave (it runs store.flushLevel 2); other bits 0
-//	6..11  hello: the slave process's instance id (6 random bytes, so a
-//	       master never counts one slave twice over an old and a new
-//	       connection); confirm: zero
+//	6..11  hello: the slave's instance id (6 random bytes kept in its
+//	       data directory, SlaveOptions.InstanceID, so a master never
+//	       counts one slave twice over an old and a new connection, even
+//	       across a restart of the slave); confirm: zero
 //	12..19 int64 LE eventId: the last eventId of the last block the slave
 //	       has in its binlog, written by its writer (and fsynced when
 //	       flag bit 0 is set)

@@ -41,13 +41,14 @@ type confirmState struct {
 	n     int
 	slave *SyncSlave
 	last  int64
+	seq   uint64 // the stream's start order (SyncTracker.streams)
 
 	mu    sync.Mutex
 	marks []sentMark // FIFO of (last eventId sent, when its commit was seen)
 }
 
 func newConfirmState(t *SyncTracker, addr string, sent func() int64, log *slog.Logger) *confirmState {
-	return &confirmState{t: t, addr: addr, sent: sent, log: log}
+	return &confirmState{t: t, addr: addr, sent: sent, log: log, seq: t.streams.Add(1)}
 }
 
 // feed consumes bytes the slave sent (reader goroutine only).
@@ -92,7 +93,7 @@ func (c *confirmState) handle(rec Confirm) {
 			c.malformed("the hello's position is beyond what this stream started from")
 		default:
 			c.last = rec.EventID
-			c.slave = c.t.register(c.addr, rec)
+			c.slave = c.t.register(c.addr, c.seq, rec)
 			c.mode.Store(confirmActive)
 			c.log.Info("the slave confirms what it applies (semi-synchronous replication)",
 				"position", rec.EventID, "fsynced", rec.Fsynced)

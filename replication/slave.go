@@ -88,6 +88,14 @@ type SlaveOptions struct {
 	// MaxProbes bounds the replica requests of one divergence search
 	// (default DefaultMaxProbes); each is a connection to the master.
 	MaxProbes int
+	// InstanceID is the id the hello records carry (confirm.go): the
+	// master counts the connections with one id as one slave, a newer one
+	// replacing the older. It should stay the same for a data directory
+	// across restarts (smss keeps it there: broker.Broker.InstanceID), so
+	// that a restarted slave replaces its old connection even when the
+	// master has not noticed yet that the old one is dead. Zero picks a
+	// random id for this Slave.
+	InstanceID [InstanceIDLen]byte
 }
 
 // Defaults of SlaveOptions.
@@ -198,7 +206,8 @@ type Slave struct {
 	// names blocks the slave skipped, not blocks it has.
 	have int64
 
-	// instance names this process in its hello records (confirm.go).
+	// instance names this slave in its hello records (confirm.go):
+	// SlaveOptions.InstanceID, or random.
 	instance [InstanceIDLen]byte
 	// unverifiable: the last local block has no local predecessor to
 	// anchor the divergence check, and the master refused the fallback
@@ -213,8 +222,11 @@ func NewSlave(t Target, opts SlaveOptions) (*Slave, error) {
 		return nil, err
 	}
 	s := &Slave{t: t, opts: opts, log: opts.Logger.With("master", opts.MasterAddr)}
-	if _, err := rand.Read(s.instance[:]); err != nil {
-		return nil, fmt.Errorf("replication: instance id: %w", err)
+	s.instance = opts.InstanceID
+	if s.instance == ([InstanceIDLen]byte{}) {
+		if _, err := rand.Read(s.instance[:]); err != nil {
+			return nil, fmt.Errorf("replication: instance id: %w", err)
+		}
 	}
 	first, last, err := lastBlockIDs(t)
 	if err != nil {

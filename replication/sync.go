@@ -86,6 +86,12 @@ type SyncTracker struct {
 	degradations atomic.Int64
 	logN         atomic.Uint64
 	waiterPool   sync.Pool
+	// streams numbers the replica streams in the order they started
+	// (newConfirmState), so that of two connections with one instance id
+	// the later one wins even when its hello is read first.
+	streams atomic.Uint64
+	// sharedGrace is sharedIDGrace (tests shorten it).
+	sharedGrace time.Duration
 }
 
 // NewSyncTracker returns a tracker. Slaves 0 makes Wait return at once.
@@ -106,7 +112,7 @@ func NewSyncTracker(o SyncOptions) (*SyncTracker, error) {
 		o.Slaves, o.Timeout.Milliseconds())
 	return &SyncTracker{need: o.Slaves, timeout: o.Timeout, degrade: o.Degrade, last: o.LastEventID,
 		log: o.Logger.With("component", "semi-sync"), sample: uint64(max(o.LogSample, 0)),
-		biz: &notConfirmed{protocol.NewBizError(msg)}}, nil
+		biz: &notConfirmed{protocol.NewBizError(msg)}, sharedGrace: sharedIDGrace}, nil
 }
 
 // Enabled reports whether writes wait for confirmations (Slaves > 0).
@@ -300,44 +306,102 @@ type SyncSlave struct {
 	t        *SyncTracker
 	addr     string
 	instance [InstanceIDLen]byte
+	seq      uint64 // the stream's start order (SyncTracker.streams)
 	since    time.Time
 
 	// Guarded by t.mu.
-	pos      int64
-	fsynced  bool
-	latency  time.Duration
-	at       time.Time // last confirmation
-	gone     bool      // removed or superseded
-	confirms int64
+	pos        int64
+	fsynced    bool
+	latency    time.Duration
+	at         time.Time // last confirmation
+	gone       bool      // removed or superseded
+	confirms   int64
+	replacedBy string    // the address of the newer connection that superseded it
+	replacedAt time.Time // when
+	warned     bool      // the shared-id warning was logged for it
 }
 
-// register adds a confirming connection that said hello with its
-// position. A connection of the same slave instance still registered
-// (the slave reconnected before the master noticed) is superseded, so one
-// slave never counts twice.
-func (t *SyncTracker) register(addr string, h Confirm) *SyncSlave {
-	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, since: time.Now(), pos: h.EventID, fsynced: h.Fsynced, at: time.Now()}
+// sharedIDGrace is how long after its replacement a connection's
+// confirmations may still arrive without meaning that it is alive: bytes
+// the slave sent before it reconnected, read late by the old connection's
+// reader. A live second slave with the same id confirms every apply step,
+// so it is still reported at its next confirmation after the grace.
+const sharedIDGrace = time.Second
+
+// register adds a confirming connection (stream number seq) that said
+// hello with its position. A connection of the same slave instance still
+// registered is superseded: the slave reconnected (or restarted on the
+// same data directory, whose instance id it keeps) before the master
+// noticed that the old connection is dead. One slave thus never counts
+// twice, and what the slave has is what its newest connection's hello
+// says: the old connection's position no longer counts, nor do its later
+// confirmations (confirm). Of two connections with one id the one whose
+// stream started later wins, whichever hello is read first.
+func (t *SyncTracker) register(addr string, seq uint64, h Confirm) *SyncSlave {
+	now := time.Now()
+	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, seq: seq, since: now, pos: h.EventID, fsynced: h.Fsynced, at: now}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := 0; i < len(t.slaves); i++ {
-		if o := t.slaves[i]; o.instance == h.Instance {
-			o.gone = true
-			t.slaves = slices.Delete(t.slaves, i, i+1)
-			i--
+		o := t.slaves[i]
+		if o.instance != h.Instance {
+			continue
 		}
+		if o.seq > seq {
+			// A newer stream of this slave registered first: this one is
+			// stale from the start.
+			s.gone, s.replacedBy, s.replacedAt = true, o.addr, now
+			t.log.Info("a confirming connection is older than a registered one of the same slave instance; it does not count",
+				"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "newer", o.addr)
+			return s
+		}
+		o.gone, o.replacedBy, o.replacedAt = true, addr, now
+		t.slaves = slices.Delete(t.slaves, i, i+1)
+		i--
+		t.log.Info("a newer connection of the same slave instance replaces the older one (the slave reconnected or restarted before the old connection ended)",
+			"instanceId", fmt.Sprintf("%x", h.Instance[:]), "addr", addr, "replaced", o.addr,
+			"replacedConfirmed", o.pos, "replacedLastConfirmAgo", now.Sub(o.at).Round(time.Millisecond), "position", h.EventID)
 	}
 	t.slaves = append(t.slaves, s)
 	t.advanceLocked()
 	return s
 }
 
-// confirm records that the slave has everything up to pos.
+// confirm records that the slave has everything up to pos. A superseded
+// connection's confirmation never counts while another connection of its
+// instance id is registered (and is warned about once: two live slaves
+// with one id); when none is, a confirmation a grace after its
+// replacement proves it is alive and the only one of its id, and it
+// counts again from pos.
 func (s *SyncSlave) confirm(pos int64, fsynced bool, latency time.Duration, hasLatency bool) {
 	t := s.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.gone {
-		return
+		if s.replacedBy == "" || time.Since(s.replacedAt) < t.sharedGrace {
+			return // removed, or bytes sent before a reconnect
+		}
+		// A superseded connection that still confirms is alive.
+		if slices.ContainsFunc(t.slaves, func(o *SyncSlave) bool { return o.instance == s.instance }) {
+			// Two live slaves share one instance id (a copied data
+			// directory). They count as one, which errs on the safe side
+			// (writes wait for another slave) but must be fixed.
+			if !s.warned {
+				s.warned = true
+				t.log.Warn("two live slaves send the same instance id (a copied data directory?): they count as one toward replication.syncSlaves; "+
+					"give the copy its own id: stop it, delete instance.id in its store.path, start it",
+					"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "other", s.replacedBy, "confirmed", pos)
+			}
+			return
+		}
+		// The connection that replaced it is gone too (e.g. the copy
+		// was restarted with an id of its own): this live one is the
+		// only connection of its id and counts again, from the position
+		// it confirms now, not from what it had before.
+		t.log.Info("a replaced confirming connection counts again: no other connection has its instance id any more",
+			"instanceId", fmt.Sprintf("%x", s.instance[:]), "addr", s.addr, "replacedBy", s.replacedBy, "position", pos)
+		s.gone, s.replacedBy, s.warned = false, "", false
+		t.slaves = append(t.slaves, s)
 	}
 	s.pos, s.fsynced, s.at = pos, fsynced, time.Now()
 	s.confirms++

@@ -79,6 +79,22 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 		r.applied.Store(last)
 		r.appliedAt.Store(time.Now().UnixNano())
 	}
+	// The hello's instance id is the data directory's, not this
+	// process's: a slave restarted before the master noticed its old
+	// connection is dead then replaces that connection instead of
+	// counting twice toward replication.syncSlaves.
+	id, err := b.InstanceID()
+	switch {
+	case err == nil:
+	case id != [broker.InstanceIDLen]byte{}:
+		// Not written: this process still replicates, with an id kept in
+		// memory; a restart before the master notices may count twice.
+		logger.Error("cannot keep the slave's instance id in the data directory; using it for this process only", "err", err)
+	default:
+		cancel()
+		return nil, err
+	}
+	opts.InstanceID = id
 	s, err := replication.NewSlave(b, opts)
 	if err != nil {
 		cancel()
