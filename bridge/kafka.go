@@ -109,6 +109,12 @@ func (t *KafkaTarget) partitionCount(ctx context.Context, topic string) (int32, 
 	if ok {
 		return n, nil
 	}
+	// Bounded like a publish: a broker that accepts connections but does
+	// not answer (frozen, overloaded) must fail the session, which is then
+	// retried with backoff, rather than hang it with nothing in flight
+	// for the ack timeout to catch.
+	ctx, cancel := context.WithTimeout(ctx, ms(t.cfg.AckTimeoutMs))
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		td, err := t.adm.ListTopics(ctx, topic)
 		if err != nil {
