@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/smssmq/smss/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -207,19 +208,26 @@ func murmur2(data []byte) int32 {
 // uses a bridge header name).
 func KafkaRecord(m *Message, key []byte) *kgo.Record {
 	r := &kgo.Record{Key: key, Value: m.Body}
-	meta := m.MetaHeaders()
-	r.Headers = make([]kgo.RecordHeader, 0, len(meta)+len(m.Headers))
-	for _, h := range meta {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
-	}
+	hs := m.metaHeaders(len(m.Headers))
 	if len(m.Headers) > 0 {
 		if mapHeaders(m.Headers, false) {
-			for _, h := range m.Headers {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
-			}
+			hs = append(hs, m.Headers...)
 		} else {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderRaw, Value: []byte(RawHeaders(m.Headers))})
+			hs = append(hs, protocol.KV{Key: HeaderRaw, Value: RawHeaders(m.Headers)})
 		}
+	}
+	// Every value is copied into one array: a []byte per header was most
+	// of the allocations per message.
+	size := 0
+	for _, h := range hs {
+		size += len(h.Value)
+	}
+	buf := make([]byte, 0, size)
+	r.Headers = make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		start := len(buf)
+		buf = append(buf, h.Value...)
+		r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
 	}
 	return r
 }

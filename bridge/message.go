@@ -78,14 +78,18 @@ type Mark struct {
 }
 
 // MetaHeaders returns the bridge's headers for m, in a fixed order.
-func (m *Message) MetaHeaders() []protocol.KV {
-	h := []protocol.KV{
-		{Key: HeaderEventID, Value: strconv.FormatInt(m.EventID, 10)},
-		{Key: HeaderTimestamp, Value: strconv.FormatInt(m.Timestamp, 10)},
-		{Key: HeaderTopic, Value: m.Topic},
-		{Key: HeaderBlock, Value: blockValue(m.Block.BlockFirst, m.Block.BlockCRC)},
-		{Key: HeaderSafe, Value: strconv.FormatInt(m.Block.Safe, 10)},
-	}
+func (m *Message) MetaHeaders() []protocol.KV { return m.metaHeaders(0) }
+
+// metaHeaders is MetaHeaders with room for extra more headers.
+func (m *Message) metaHeaders(extra int) []protocol.KV {
+	h := make([]protocol.KV, 0, 6+extra)
+	h = append(h,
+		protocol.KV{Key: HeaderEventID, Value: strconv.FormatInt(m.EventID, 10)},
+		protocol.KV{Key: HeaderTimestamp, Value: strconv.FormatInt(m.Timestamp, 10)},
+		protocol.KV{Key: HeaderTopic, Value: m.Topic},
+		protocol.KV{Key: HeaderBlock, Value: blockValue(m.Block.BlockFirst, m.Block.BlockCRC)},
+		protocol.KV{Key: HeaderSafe, Value: strconv.FormatInt(m.Block.Safe, 10)},
+	)
 	if m.DelayEventID != 0 {
 		h = append(h, protocol.KV{Key: HeaderDelayEventID, Value: strconv.FormatInt(m.DelayEventID, 10)})
 	}
