@@ -95,14 +95,17 @@ func kafkaHeld(addr string) int64 {
 //     resume from what the partitions hold after each restart.
 //   - sigstop: the broker is frozen (SIGSTOP) for longer than the bridge's
 //     ack timeout, so the bridge's session fails, and continued (SIGCONT).
-//     Produce requests the failed session had written are still in the
-//     frozen broker's socket buffers and are applied after it continues,
-//     concurrently with the new session's resume: the resume must not
-//     duplicate them.
+//     Produce requests the failed session had written may still be in the
+//     frozen broker's socket buffers and be applied after it continues;
+//     the new session's resume must repeat none it finds applied. (One
+//     the broker applies only after the new session read the tails would
+//     be a duplicate: Kafka fences such a zombie producer only for
+//     transactional producers. This test does not force that order.)
 //
 // Afterwards the topics hold every message of the mirrored topics exactly
 // once, in eventId order per topic, bytes exact.
-// SMSS_BRIDGE_TARGET_KILLS=N disturbs the target N times (default 3).
+// SMSS_BRIDGE_TARGET_KILLS=N disturbs the target N times (default 2, to
+// keep the default suite short).
 func TestBridgeKafkaTarget(t *testing.T) {
 	for _, mode := range []string{"sigkill", "sigstop"} {
 		t.Run(mode, func(t *testing.T) { bridgeKafkaTarget(t, mode) })
@@ -110,7 +113,7 @@ func TestBridgeKafkaTarget(t *testing.T) {
 }
 
 func bridgeKafkaTarget(t *testing.T, mode string) {
-	times := 3
+	times := 2
 	if v := os.Getenv("SMSS_BRIDGE_TARGET_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
