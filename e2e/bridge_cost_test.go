@@ -167,9 +167,11 @@ func TestBridgeMasterCost(t *testing.T) {
 				args := append([]string{"-c", "0", benchBin, "pub", "--addr", addr, "--pid", strconv.Itoa(m.cmd.Process.Pid),
 					"--conns", "8", "--records", "1", "--size", "200", "--duration", dur.String(), "--json", "--quiet"}, l.args...)
 				cmd := exec.Command("taskset", args...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
 				outb, err := cmd.Output()
 				if err != nil {
-					t.Fatalf("smss-bench %v: %v\n%s", args, err, outb)
+					t.Fatalf("smss-bench %v: %v\n%s\n%s", args, err, outb, stderr.String())
 				}
 				var o1 time.Duration
 				if p := a.pid(); p != 0 {
