@@ -23,8 +23,9 @@ import (
 type KafkaTarget struct {
 	cfg KafkaConfig
 
-	cl  *kgo.Client
-	adm *kadm.Client
+	cl   *kgo.Client
+	adm  *kadm.Client
+	sess *kafkaSession
 
 	mu         sync.Mutex
 	partitions map[string]int32 // Kafka topic -> partition count
@@ -63,11 +64,69 @@ func (t *KafkaTarget) KafkaTopic(topic string) string {
 	return string(b)
 }
 
+// kafkaSession is what one session's producer shares with its hook.
+type kafkaSession struct {
+	lost chan struct{} // closed when a produce request's outcome is unknown
+	once sync.Once
+}
+
+// produceKey is the Kafka API key of Produce requests.
+const produceKey = 0
+
+// OnBrokerWrite and OnBrokerRead implement kgo.HookBrokerWrite and
+// kgo.HookBrokerRead. A produce request whose write or response read
+// failed (the connection closed, the broker died) has an unknown outcome:
+// it ends the session (the acks still waiting fail), instead of leaving
+// its records to franz-go's retries on the next connection. Such a retry
+// is deduplicated only by a broker that kept its producer state, which a
+// restarted broker may not have (kfake after a SIGKILL does not: e2e
+// TestBridgeKafkaTarget/sigkill found records duplicated that way). The
+// resume then reads what the partitions hold instead.
+func (s *kafkaSession) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	s.failed(key, err)
+}
+
+func (s *kafkaSession) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	s.failed(key, err)
+}
+
+func (s *kafkaSession) failed(key int16, err error) {
+	if key == produceKey && err != nil {
+		s.once.Do(func() { close(s.lost) })
+	}
+}
+
+// kafkaAck is the outcome of one produced record.
+type kafkaAck struct {
+	ch   chanAck
+	lost <-chan struct{}
+}
+
+// Ready implements readyAck.
+func (a kafkaAck) Ready() (bool, error) { return a.ch.Ready() }
+
+func (a kafkaAck) Wait(ctx context.Context) error {
+	select {
+	case err := <-a.ch:
+		return err
+	case <-a.lost:
+		// An ack that arrived just before the loss still counts.
+		if done, err := a.ch.Ready(); done {
+			return err
+		}
+		return errors.New("a produce request to Kafka failed on its connection; its outcome is unknown")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Open implements Target. Every session gets a new producer (and so a new
 // producer id): what the previous one left in flight is settled by the
 // resume, not by the producer's sequence numbers.
 func (t *KafkaTarget) Open(ctx context.Context) error {
+	sess := &kafkaSession{lost: make(chan struct{})}
 	cl, err := kgo.NewClient(
+		kgo.WithHooks(sess),
 		kgo.SeedBrokers(t.cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -82,7 +141,7 @@ func (t *KafkaTarget) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.cl, t.adm = cl, kadm.NewClient(cl)
+	t.cl, t.adm, t.sess = cl, kadm.NewClient(cl), sess
 	t.partitions = map[string]int32{}
 	if t.cfg.TopicMode == TopicModeSingle {
 		if _, err := t.partitionCount(ctx, t.cfg.Topic); err != nil {
@@ -244,7 +303,7 @@ func (t *KafkaTarget) Publish(ctx context.Context, m *Message) (Ack, error) {
 	r.Topic, r.Partition = topic, Partition(key, n)
 	ack := make(chanAck, 1)
 	t.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { ack <- err })
-	return ack, nil
+	return kafkaAck{ch: ack, lost: t.sess.lost}, nil
 }
 
 // TopicCreated implements Target: it creates the Kafka topic.
