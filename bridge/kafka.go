@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/smssmq/smss/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,8 +23,9 @@ import (
 type KafkaTarget struct {
 	cfg KafkaConfig
 
-	cl  *kgo.Client
-	adm *kadm.Client
+	cl   *kgo.Client
+	adm  *kadm.Client
+	sess *kafkaSession
 
 	mu         sync.Mutex
 	partitions map[string]int32 // Kafka topic -> partition count
@@ -62,11 +64,69 @@ func (t *KafkaTarget) KafkaTopic(topic string) string {
 	return string(b)
 }
 
+// kafkaSession is what one session's producer shares with its hook.
+type kafkaSession struct {
+	lost chan struct{} // closed when a produce request's outcome is unknown
+	once sync.Once
+}
+
+// produceKey is the Kafka API key of Produce requests.
+const produceKey = 0
+
+// OnBrokerWrite and OnBrokerRead implement kgo.HookBrokerWrite and
+// kgo.HookBrokerRead. A produce request whose write or response read
+// failed (the connection closed, the broker died) has an unknown outcome:
+// it ends the session (the acks still waiting fail), instead of leaving
+// its records to franz-go's retries on the next connection. Such a retry
+// is deduplicated only by a broker that kept its producer state, which a
+// restarted broker may not have (kfake after a SIGKILL does not: e2e
+// TestBridgeKafkaTarget/sigkill found records duplicated that way). The
+// resume then reads what the partitions hold instead.
+func (s *kafkaSession) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	s.failed(key, err)
+}
+
+func (s *kafkaSession) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	s.failed(key, err)
+}
+
+func (s *kafkaSession) failed(key int16, err error) {
+	if key == produceKey && err != nil {
+		s.once.Do(func() { close(s.lost) })
+	}
+}
+
+// kafkaAck is the outcome of one produced record.
+type kafkaAck struct {
+	ch   chanAck
+	lost <-chan struct{}
+}
+
+// Ready implements readyAck.
+func (a kafkaAck) Ready() (bool, error) { return a.ch.Ready() }
+
+func (a kafkaAck) Wait(ctx context.Context) error {
+	select {
+	case err := <-a.ch:
+		return err
+	case <-a.lost:
+		// An ack that arrived just before the loss still counts.
+		if done, err := a.ch.Ready(); done {
+			return err
+		}
+		return errors.New("a produce request to Kafka failed on its connection; its outcome is unknown")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Open implements Target. Every session gets a new producer (and so a new
 // producer id): what the previous one left in flight is settled by the
 // resume, not by the producer's sequence numbers.
 func (t *KafkaTarget) Open(ctx context.Context) error {
+	sess := &kafkaSession{lost: make(chan struct{})}
 	cl, err := kgo.NewClient(
+		kgo.WithHooks(sess),
 		kgo.SeedBrokers(t.cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -81,7 +141,7 @@ func (t *KafkaTarget) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.cl, t.adm = cl, kadm.NewClient(cl)
+	t.cl, t.adm, t.sess = cl, kadm.NewClient(cl), sess
 	t.partitions = map[string]int32{}
 	if t.cfg.TopicMode == TopicModeSingle {
 		if _, err := t.partitionCount(ctx, t.cfg.Topic); err != nil {
@@ -109,6 +169,12 @@ func (t *KafkaTarget) partitionCount(ctx context.Context, topic string) (int32, 
 	if ok {
 		return n, nil
 	}
+	// Bounded like a publish: a broker that accepts connections but does
+	// not answer (frozen, overloaded) must fail the session, which is then
+	// retried with backoff, rather than hang it with nothing in flight
+	// for the ack timeout to catch.
+	ctx, cancel := context.WithTimeout(ctx, ms(t.cfg.AckTimeoutMs))
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		td, err := t.adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -201,19 +267,26 @@ func murmur2(data []byte) int32 {
 // uses a bridge header name).
 func KafkaRecord(m *Message, key []byte) *kgo.Record {
 	r := &kgo.Record{Key: key, Value: m.Body}
-	meta := m.MetaHeaders()
-	r.Headers = make([]kgo.RecordHeader, 0, len(meta)+len(m.Headers))
-	for _, h := range meta {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
-	}
+	hs := m.metaHeaders(len(m.Headers))
 	if len(m.Headers) > 0 {
 		if mapHeaders(m.Headers, false) {
-			for _, h := range m.Headers {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
-			}
+			hs = append(hs, m.Headers...)
 		} else {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderRaw, Value: []byte(RawHeaders(m.Headers))})
+			hs = append(hs, protocol.KV{Key: HeaderRaw, Value: RawHeaders(m.Headers)})
 		}
+	}
+	// Every value is copied into one array: a []byte per header was most
+	// of the allocations per message.
+	size := 0
+	for _, h := range hs {
+		size += len(h.Value)
+	}
+	buf := make([]byte, 0, size)
+	r.Headers = make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		start := len(buf)
+		buf = append(buf, h.Value...)
+		r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
 	}
 	return r
 }
@@ -230,7 +303,7 @@ func (t *KafkaTarget) Publish(ctx context.Context, m *Message) (Ack, error) {
 	r.Topic, r.Partition = topic, Partition(key, n)
 	ack := make(chanAck, 1)
 	t.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { ack <- err })
-	return ack, nil
+	return kafkaAck{ch: ack, lost: t.sess.lost}, nil
 }
 
 // TopicCreated implements Target: it creates the Kafka topic.

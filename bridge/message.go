@@ -78,18 +78,35 @@ type Mark struct {
 }
 
 // MetaHeaders returns the bridge's headers for m, in a fixed order.
-func (m *Message) MetaHeaders() []protocol.KV {
-	h := []protocol.KV{
-		{Key: HeaderEventID, Value: strconv.FormatInt(m.EventID, 10)},
-		{Key: HeaderTimestamp, Value: strconv.FormatInt(m.Timestamp, 10)},
-		{Key: HeaderTopic, Value: m.Topic},
-		{Key: HeaderBlock, Value: fmt.Sprintf("%d-%08x", m.Block.BlockFirst, m.Block.BlockCRC)},
-		{Key: HeaderSafe, Value: strconv.FormatInt(m.Block.Safe, 10)},
-	}
+func (m *Message) MetaHeaders() []protocol.KV { return m.metaHeaders(0) }
+
+// metaHeaders is MetaHeaders with room for extra more headers.
+func (m *Message) metaHeaders(extra int) []protocol.KV {
+	h := make([]protocol.KV, 0, 6+extra)
+	h = append(h,
+		protocol.KV{Key: HeaderEventID, Value: strconv.FormatInt(m.EventID, 10)},
+		protocol.KV{Key: HeaderTimestamp, Value: strconv.FormatInt(m.Timestamp, 10)},
+		protocol.KV{Key: HeaderTopic, Value: m.Topic},
+		protocol.KV{Key: HeaderBlock, Value: blockValue(m.Block.BlockFirst, m.Block.BlockCRC)},
+		protocol.KV{Key: HeaderSafe, Value: strconv.FormatInt(m.Block.Safe, 10)},
+	)
 	if m.DelayEventID != 0 {
 		h = append(h, protocol.KV{Key: HeaderDelayEventID, Value: strconv.FormatInt(m.DelayEventID, 10)})
 	}
 	return h
+}
+
+// blockValue is HeaderBlock's value, "%d-%08x" without fmt's reflection
+// (it is built for every mirrored message).
+func blockValue(first int64, crc uint32) string {
+	const hexDigits = "0123456789abcdef"
+	var buf [20 + 1 + 8]byte
+	b := strconv.AppendInt(buf[:0], first, 10)
+	b = append(b, '-')
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hexDigits[crc>>uint(shift)&0xf])
+	}
+	return string(b)
 }
 
 // RawHeaders encodes headers as HeaderRaw's value.

@@ -208,18 +208,31 @@ func (t *NATSTarget) Tail(ctx context.Context, lane string, after int64, limit i
 
 // NATSMsg builds the NATS message of m (exported for tests and tools).
 func NATSMsg(prefix string, m *Message) *nats.Msg {
-	msg := nats.NewMsg(Subject(prefix, m.Topic))
-	msg.Data = m.Body
-	for _, h := range m.MetaHeaders() {
-		msg.Header.Add(h.Key, h.Value)
+	meta := m.MetaHeaders()
+	n := len(meta) + len(m.Headers)
+	msg := &nats.Msg{Subject: Subject(prefix, m.Topic), Data: m.Body, Header: make(nats.Header, n)}
+	// One backing array for the values of every header: a []string per
+	// header (Header.Add) was most of the allocations per message.
+	vals := make([]string, 0, n)
+	add := func(k, v string) {
+		if old, ok := msg.Header[k]; ok {
+			msg.Header[k] = append(old, v) // a repeated key: its own array
+			return
+		}
+		vals = append(vals, v)
+		i := len(vals)
+		msg.Header[k] = vals[i-1 : i : i]
+	}
+	for _, h := range meta {
+		add(h.Key, h.Value)
 	}
 	if len(m.Headers) > 0 {
 		if mapHeaders(m.Headers, true) {
 			for _, h := range m.Headers {
-				msg.Header.Add(h.Key, h.Value)
+				add(h.Key, h.Value)
 			}
 		} else {
-			msg.Header.Set(HeaderRaw, RawHeaders(m.Headers))
+			add(HeaderRaw, RawHeaders(m.Headers))
 		}
 	}
 	return msg
@@ -253,6 +266,18 @@ func (t *NATSTarget) Publish(ctx context.Context, m *Message) (Ack, error) {
 type natsAck struct {
 	f    jetstream.PubAckFuture
 	lost <-chan struct{}
+}
+
+// Ready implements readyAck. A loss of the connection is left to Wait.
+func (a natsAck) Ready() (bool, error) {
+	select {
+	case <-a.f.Ok():
+		return true, nil
+	case err := <-a.f.Err():
+		return true, err
+	default:
+		return false, nil
+	}
 }
 
 func (a natsAck) Wait(ctx context.Context) error {

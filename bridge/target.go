@@ -42,6 +42,22 @@ type Ack interface {
 	Wait(ctx context.Context) error
 }
 
+// readyAck is an Ack that can tell without blocking whether it settled.
+type readyAck interface {
+	// Ready returns done=false while the outcome is unknown; once it
+	// returned done=true, Wait must not be called.
+	Ready() (done bool, err error)
+}
+
+// ackReady polls a without blocking when it can; done=false means the
+// caller must Wait.
+func ackReady(a Ack) (done bool, err error) {
+	if r, ok := a.(readyAck); ok {
+		return r.Ready()
+	}
+	return false, nil
+}
+
 // ErrTargetLost means the target held mirrored messages that are all gone
 // (expired or deleted), so it cannot say where to resume: set "from".
 var ErrTargetLost = errors.New("the target no longer holds any mirrored message to resume from")
@@ -51,6 +67,16 @@ var ErrForeign = errors.New("the target holds a message not written by smss-brid
 
 // chanAck is an Ack fed by a callback.
 type chanAck chan error
+
+// Ready implements readyAck.
+func (a chanAck) Ready() (bool, error) {
+	select {
+	case err := <-a:
+		return true, err
+	default:
+		return false, nil
+	}
+}
 
 func (a chanAck) Wait(ctx context.Context) error {
 	select {

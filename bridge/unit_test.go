@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -306,5 +307,77 @@ func TestShippedConfig(t *testing.T) {
 	cfg.Kafka.Brokers, def.Kafka.Brokers = nil, nil
 	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", def) {
 		t.Fatalf("config/bridge.yaml differs from the defaults:\n%+v\n%+v", cfg, def)
+	}
+}
+
+// TestBlockValue: smss-block is built without fmt; it must read exactly as
+// "%d-%08x" did, since ParseMark and resumes of older runs read it.
+func TestBlockValue(t *testing.T) {
+	for _, tc := range []struct {
+		first int64
+		crc   uint32
+	}{
+		{1, 0}, {9, 0xf}, {10, 0xdeadbeef}, {123456789, 0x0000abcd}, {math.MaxInt64, 0xffffffff},
+	} {
+		if got, want := blockValue(tc.first, tc.crc), fmt.Sprintf("%d-%08x", tc.first, tc.crc); got != want {
+			t.Errorf("blockValue(%d, %#x) = %q, want %q", tc.first, tc.crc, got, want)
+		}
+	}
+}
+
+// TestTargetHeaders: the NATS message and the Kafka record of a message
+// carry the bridge's headers and the message's own, in order, with
+// repeated keys kept (they share backing arrays, which must not leak
+// values from one header into another).
+func TestTargetHeaders(t *testing.T) {
+	base := Message{Topic: "a.b", EventID: 42, Timestamp: 1700000000000,
+		Block: Mark{EventID: 42, BlockFirst: 40, BlockCRC: 0xabc, Safe: 39}, Body: []byte("body")}
+	for _, tc := range []struct {
+		name    string
+		headers []protocol.KV
+		delay   int64
+		raw     bool
+	}{
+		{name: "none"},
+		{name: "one", headers: []protocol.KV{{Key: "traceId", Value: "t1"}}},
+		{name: "repeated", headers: []protocol.KV{{Key: "k", Value: "v1"}, {Key: "x", Value: "y"}, {Key: "k", Value: "v2"}}},
+		{name: "delayed", headers: []protocol.KV{{Key: "k", Value: "v"}}, delay: 7},
+		{name: "reserved name", headers: []protocol.KV{{Key: "Smss-Topic", Value: "spoof"}}, raw: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := base
+			m.Headers, m.DelayEventID = tc.headers, tc.delay
+			meta := m.MetaHeaders()
+			want := append([]protocol.KV(nil), meta...)
+			if tc.raw {
+				want = append(want, protocol.KV{Key: HeaderRaw, Value: RawHeaders(tc.headers)})
+			} else {
+				want = append(want, tc.headers...)
+			}
+
+			rec := KafkaRecord(&m, []byte("key"))
+			var got []protocol.KV
+			for _, h := range rec.Headers {
+				got = append(got, protocol.KV{Key: h.Key, Value: string(h.Value)})
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("Kafka headers\n got %v\nwant %v", got, want)
+			}
+
+			msg := NATSMsg("smss", &m)
+			if msg.Subject != "smss.a.b" || string(msg.Data) != "body" {
+				t.Errorf("NATS subject %q data %q", msg.Subject, msg.Data)
+			}
+			wantN := map[string][]string{}
+			for _, h := range want {
+				wantN[h.Key] = append(wantN[h.Key], h.Value)
+			}
+			if fmt.Sprint(map[string][]string(msg.Header)) != fmt.Sprint(wantN) {
+				t.Errorf("NATS headers\n got %v\nwant %v", msg.Header, wantN)
+			}
+			if tc.delay != 0 && msg.Header.Get(HeaderDelayEventID) != "7" {
+				t.Errorf("delay header %q", msg.Header.Get(HeaderDelayEventID))
+			}
+		})
 	}
 }

@@ -45,6 +45,22 @@ type builtBinary struct {
 	err  error
 }
 
+// builtDirs are the temp dirs of built binaries, removed after the tests
+// (removeBuiltBinaries, from TestMain): each holds a 10-25 MB binary.
+var (
+	builtMu   sync.Mutex
+	builtDirs []string
+)
+
+func removeBuiltBinaries() {
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	for _, d := range builtDirs {
+		os.RemoveAll(d)
+	}
+	builtDirs = nil
+}
+
 func (b *builtBinary) path(t *testing.T) string {
 	t.Helper()
 	b.once.Do(func() {
@@ -53,6 +69,9 @@ func (b *builtBinary) path(t *testing.T) string {
 			b.err = err
 			return
 		}
+		builtMu.Lock()
+		builtDirs = append(builtDirs, dir)
+		builtMu.Unlock()
 		b.bin = filepath.Join(dir, b.name)
 		if out, err := exec.Command("go", "build", "-o", b.bin, b.pkg).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("build %s: %v\n%s", b.name, err, out)

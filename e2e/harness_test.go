@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(tmp)
+	removeBuiltBinaries()
 	os.Exit(code)
 }
 
