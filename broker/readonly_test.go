@@ -346,6 +346,20 @@ func TestReadOnlyStartRefused(t *testing.T) {
 				if got := subscribeN(t, rb, "t", 5); len(got) != 5 || rb.ReadOnly() == nil {
 					t.Fatalf("read %d of 5, read-only %v", len(got), rb.ReadOnly())
 				}
+				if tc.name == "topic without a directory" {
+					// A topic the original created and never wrote is an
+					// empty stream, not an error: nothing can be written
+					// to it while the broker is read-only.
+					sub, err := rb.Subscribe([]byte("never"), []byte("t"), 0)
+					if err != nil {
+						t.Fatalf("subscribe to the topic without a directory: %v", err)
+					}
+					_, n, err := sub.Next(ctx, nil, 10, 50*time.Millisecond)
+					sub.Close()
+					if err != nil || n != 0 {
+						t.Fatalf("topic without a directory: %d messages, err %v; want an empty stream", n, err)
+					}
+				}
 				rb.Close()
 				if d := diffState(before, dirState(t, dst)); len(d) > 0 {
 					t.Fatalf("a read-only start changed the data directory:\n%s", strings.Join(d, "\n"))

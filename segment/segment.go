@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,6 +44,7 @@ type Options struct {
 	// ReadOnly makes the Log a view of a directory that another Log may
 	// be appending to: it refuses appends and never rewrites index files
 	// (it cannot know which file the other one's writer owns).
+	// A view of a directory that does not exist (yet) is an empty log.
 	ReadOnly bool
 }
 
@@ -136,6 +138,11 @@ func Open(opts Options) (*Log, error) {
 		}
 	}
 	ids, err := listIDs(opts.Dir)
+	if opts.ReadOnly && errors.Is(err, fs.ErrNotExist) {
+		// A view of a directory nobody created yet (a topic the original
+		// server created and never wrote) is an empty log, not an error.
+		ids, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
