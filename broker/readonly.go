@@ -73,14 +73,7 @@ var ErrNotClean = errors.New("the previous run did not shut down cleanly")
 // the start with an error wrapping ErrNotClean: serving a part of the data
 // would hide acknowledged messages that the replay restores.
 func (b *Broker) recoverReadOnly() (int64, error) {
-	metas, err := b.meta.Topics()
-	if err != nil {
-		return 0, err
-	}
-	for _, m := range metas {
-		b.addTopic(m, b.topicDir(m.Name))
-	}
-	ckpt, hasCkpt, err := b.meta.Checkpoint()
+	ckpt, hasCkpt, err := b.loadTopics()
 	if err != nil {
 		return 0, err
 	}

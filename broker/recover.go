@@ -28,17 +28,23 @@ const maxDropBytes = 64 << 20
 // automatically.
 var ErrDamaged = errors.New("data damaged beyond automatic repair")
 
-// recover brings binlog, topic logs and meta into agreement before the
-// writer starts (see the package doc) and returns the next eventId.
-func (b *Broker) recover() (int64, error) {
+// loadTopics registers every topic meta knows and returns the recovery
+// checkpoint: the first step of recover and recoverReadOnly alike.
+func (b *Broker) loadTopics() (ckpt meta.Checkpoint, ok bool, err error) {
 	metas, err := b.meta.Topics()
 	if err != nil {
-		return 0, err
+		return ckpt, false, err
 	}
 	for _, m := range metas {
 		b.addTopic(m, b.topicDir(m.Name))
 	}
-	ckpt, hasCkpt, err := b.meta.Checkpoint()
+	return b.meta.Checkpoint()
+}
+
+// recover brings binlog, topic logs and meta into agreement before the
+// writer starts (see the package doc) and returns the next eventId.
+func (b *Broker) recover() (int64, error) {
+	ckpt, hasCkpt, err := b.loadTopics()
 	if err != nil {
 		return 0, err
 	}
