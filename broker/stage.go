@@ -93,18 +93,7 @@ func (w *writer) stageDelete(c *command, now int64) error {
 	w.next++
 	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelete, EventID: c.eventID,
 		Timestamp: c.timestamp, Topic: []byte(c.topic)})
-	w.mb.DeleteTopic(&t.meta)
-	// Moving the files away must never become durable before the binlog
-	// block and meta removal that justify it.
-	w.syncMeta = w.b.opts.FlushLevel > 0
-	eid := c.eventID
-	w.post = append(w.post, func() {
-		delete(w.dirty, t)
-		w.dd.drop(t)
-		w.publishDedupeSize()
-		w.forgetOpen(t)
-		w.b.removeTopic(t, eid)
-	})
+	w.stageTopicRemoval(t, c.eventID)
 	w.b.log.Info("delete topic", "topic", c.topic, "eventId", c.eventID)
 	return nil
 }
@@ -273,18 +262,27 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		if t == nil {
 			return nil
 		}
-		w.mb.DeleteTopic(&t.meta)
-		w.syncMeta = w.b.opts.FlushLevel > 0
-		eid := blk.EventID
-		w.post = append(w.post, func() {
-			delete(w.dirty, t)
-			w.dd.drop(t)
-			w.publishDedupeSize()
-			w.forgetOpen(t)
-			w.b.removeTopic(t, eid)
-		})
+		w.stageTopicRemoval(t, blk.EventID)
 	}
 	return nil
+}
+
+// stageTopicRemoval stages the meta removal of t, deleted by the block
+// eventID, and, once the group committed, the removal of its files and of
+// everything the writer keeps for it (a delete on a master or applied on a
+// slave alike).
+func (w *writer) stageTopicRemoval(t *topic, eventID int64) {
+	w.mb.DeleteTopic(&t.meta)
+	// Moving the files away must never become durable before the binlog
+	// block and meta removal that justify it.
+	w.syncMeta = w.b.opts.FlushLevel > 0
+	w.post = append(w.post, func() {
+		delete(w.dirty, t)
+		w.dd.drop(t)
+		w.publishDedupeSize()
+		w.forgetOpen(t)
+		w.b.removeTopic(t, eventID)
+	})
 }
 
 func (w *writer) stageSyncTopic(c *command) error {
