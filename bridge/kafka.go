@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -68,6 +70,33 @@ func (t *KafkaTarget) KafkaTopic(topic string) string {
 type kafkaSession struct {
 	lost chan struct{} // closed when a produce request's outcome is unknown
 	once sync.Once
+
+	dialer  net.Dialer
+	refused atomic.Int64 // connections refused after lost (for tests)
+}
+
+// errSessionLost is what the session's dialer answers once a produce
+// request's outcome is unknown.
+var errSessionLost = errors.New("a produce request of this Kafka session has an unknown outcome: no new connections")
+
+// dial is the session client's dialer. Once lost is closed it connects
+// nowhere: franz-go retries the failed produce request by itself on a new
+// connection, and it would do so in the moments before the session has
+// torn down and closed the client. Such a retry lands on a broker that
+// may have forgotten the producer's sequence numbers (kfake after a
+// SIGKILL keeps them only across a clean shutdown), which then stores the
+// records twice - while the next session's resume may even have read the
+// tails already. Refusing the connection makes the retry fail instead:
+// only the resume decides what is sent again. The hook closes lost
+// before franz-go sees the error, so no retry can dial ahead of it.
+func (s *kafkaSession) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	select {
+	case <-s.lost:
+		s.refused.Add(1)
+		return nil, errSessionLost
+	default:
+	}
+	return s.dialer.DialContext(ctx, network, addr)
 }
 
 // produceKey is the Kafka API key of Produce requests.
@@ -76,8 +105,9 @@ const produceKey = 0
 // OnBrokerWrite and OnBrokerRead implement kgo.HookBrokerWrite and
 // kgo.HookBrokerRead. A produce request whose write or response read
 // failed (the connection closed, the broker died) has an unknown outcome:
-// it ends the session (the acks still waiting fail), instead of leaving
-// its records to franz-go's retries on the next connection. Such a retry
+// it ends the session (the acks still waiting fail) and the session's
+// client dials no more (see dial), instead of leaving its records to
+// franz-go's retries on the next connection. Such a retry
 // is deduplicated only by a broker that kept its producer state, which a
 // restarted broker may not have (kfake after a SIGKILL does not: e2e
 // TestBridgeKafkaTarget/sigkill found records duplicated that way). The
@@ -124,9 +154,10 @@ func (a kafkaAck) Wait(ctx context.Context) error {
 // producer id): what the previous one left in flight is settled by the
 // resume, not by the producer's sequence numbers.
 func (t *KafkaTarget) Open(ctx context.Context) error {
-	sess := &kafkaSession{lost: make(chan struct{})}
+	sess := &kafkaSession{lost: make(chan struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}} // kgo's default dial timeout
 	cl, err := kgo.NewClient(
 		kgo.WithHooks(sess),
+		kgo.Dialer(sess.dial),
 		kgo.SeedBrokers(t.cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
