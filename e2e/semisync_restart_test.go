@@ -181,6 +181,10 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 	} else if old.Confirming {
 		t.Errorf("A's old connection %s still counts beside its new one %s", oldAddr, newAddr)
 	}
+	// /api/replication names the slave by the id in its data directory.
+	if nw, ok := slaveByAddr(r, newAddr); !ok || nw.InstanceID != strings.TrimSpace(string(id)) {
+		t.Errorf("A's new connection shows instance id %q, want %q (its instance.id)", nw.InstanceID, strings.TrimSpace(string(id)))
+	}
 	if err := c.pub("rs", w); !notConfirmed(err) {
 		t.Fatalf("the retry after A restarted: %v, want write not confirmed (A counted twice)", err)
 	}

@@ -117,6 +117,7 @@ type SyncInfo struct {
 
 // SlaveSync is one confirming slave's state in SyncInfo's tracker.
 type SlaveSync struct {
+	InstanceID     string // hex, as its hello sent it
 	Confirmed      int64
 	Fsynced        bool
 	LatencySeconds float64
@@ -140,7 +141,12 @@ type SlaveInfo struct {
 	// master's commit of a block (when its stream saw it) to the
 	// confirmation of the latest confirmed block, LastConfirm the ms time
 	// of the last confirmation.
-	Confirming            bool    `json:"confirming"`
+	Confirming bool `json:"confirming"`
+	// InstanceID is the instance id (hex) the slave sent in its hello:
+	// the one kept in its data directory's instance.id, so two
+	// connections with the same id are one slave restarted, or a copied
+	// directory (README, slave confirmations).
+	InstanceID            string  `json:"instanceId,omitempty"`
 	Confirmed             int64   `json:"confirmed,omitempty"`
 	Fsynced               bool    `json:"fsynced,omitempty"`
 	ConfirmLatencySeconds float64 `json:"confirmLatencySeconds,omitempty"`

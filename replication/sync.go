@@ -3,6 +3,7 @@ package replication
 import (
 	"container/heap"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -467,7 +468,7 @@ func (t *SyncTracker) Info() (metrics.SyncInfo, map[string]metrics.SlaveSync) {
 		in.DegradedSince = t.since.UnixMilli()
 	}
 	for _, s := range t.slaves {
-		slaves[s.addr] = metrics.SlaveSync{Confirmed: s.pos, Fsynced: s.fsynced,
+		slaves[s.addr] = metrics.SlaveSync{InstanceID: hex.EncodeToString(s.instance[:]), Confirmed: s.pos, Fsynced: s.fsynced,
 			LatencySeconds: s.latency.Seconds(), LastConfirm: s.at.UnixMilli(), Confirms: s.confirms}
 	}
 	t.mu.Unlock()
@@ -490,7 +491,7 @@ func (t *SyncTracker) Annotate(r *metrics.ReplicationInfo) {
 			continue
 		}
 		sl := &r.Slaves[i]
-		sl.Confirming, sl.Confirmed, sl.Fsynced = true, s.Confirmed, s.Fsynced
+		sl.Confirming, sl.InstanceID, sl.Confirmed, sl.Fsynced = true, s.InstanceID, s.Confirmed, s.Fsynced
 		sl.ConfirmLatencySeconds, sl.LastConfirm = s.LatencySeconds, s.LastConfirm
 	}
 }
