@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -168,26 +167,9 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		}
 	})
 
-	setup := dial(t, addr)
-	for _, topic := range loadTopics {
-		if err := setup.create(topic, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	load := &bridgeLoad{}
-	load.addr.Store(addr)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			load.run(t, stop, seed)
-		}(int64(i + 1))
-	}
+	load, stopLoad := startBridgeLoad(t, addr)
 	if !waitUntil(30*time.Second, func() bool { return kafkaHeld(kp.addr()) > 0 }) {
-		close(stop)
-		wg.Wait()
+		stopLoad()
 		t.Fatal("the bridge mirrored nothing before the first disturbance")
 	}
 
@@ -237,8 +219,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		}
 	}
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	stopLoad()
 
 	var want []mirrored
 	if !waitUntil(60*time.Second, func() bool {

@@ -139,28 +139,11 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		}
 	})
 
-	setup := dial(t, addr)
-	for _, topic := range loadTopics {
-		if err := setup.create(topic, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	load := &bridgeLoad{}
-	load.addr.Store(addr)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			load.run(t, stop, seed)
-		}(int64(i + 1))
-	}
+	load, stopLoad := startBridgeLoad(t, addr)
 	// Let the bridge create the stream and mirror something first, so the
 	// first kill hits a stream with content.
 	if !waitUntil(30*time.Second, func() bool { return streamMsgs(ns.url()) > 0 }) {
-		close(stop)
-		wg.Wait()
+		stopLoad()
 		t.Fatal("the bridge mirrored nothing before the first kill")
 	}
 
@@ -198,8 +181,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 	}
 	// Load continues a little after the last restart, then stops.
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	stopLoad()
 
 	var want []mirrored
 	if !waitUntil(60*time.Second, func() bool {

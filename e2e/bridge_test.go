@@ -371,6 +371,32 @@ func readKafkaTopics(t *testing.T, brokers []string, prefix string) []mirrored {
 
 var loadTopics = []string{"mir.a", "mir.b", "mir.skip1", "other"}
 
+// startBridgeLoad creates the load topics on the master at addr and starts
+// three bridgeLoad workers; stopLoad stops them and waits until they are
+// done. load.addr may be re-pointed (a failover) while they run.
+func startBridgeLoad(t *testing.T, addr string) (load *bridgeLoad, stopLoad func()) {
+	t.Helper()
+	setup := dial(t, addr)
+	for _, topic := range loadTopics {
+		if err := setup.create(topic, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load = &bridgeLoad{}
+	load.addr.Store(addr)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			load.run(t, stop, seed)
+		}(int64(i + 1))
+	}
+	var once sync.Once
+	return load, func() { once.Do(func() { close(stop); wg.Wait() }) }
+}
+
 // bridgeLoad publishes a mix to the master at addr until stop is closed
 // or pause is set: singles, batches, delays, and short-lived topics that
 // are created, written and deleted.
@@ -534,23 +560,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 		}
 	})
 
-	setup := dial(t, addr)
-	for _, topic := range loadTopics {
-		if err := setup.create(topic, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	load := &bridgeLoad{}
-	load.addr.Store(addr)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			load.run(t, stop, seed)
-		}(int64(i + 1))
-	}
+	load, stopLoad := startBridgeLoad(t, addr)
 	// The killer: SIGKILL the bridge at random moments and restart it.
 	kills := 0
 	killStop := make(chan struct{})
@@ -609,8 +619,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	_ = promoted
 	load.paused.Store(false)
 	time.Sleep(loadFor / 2)
-	close(stop)
-	wg.Wait()
+	stopLoad()
 	endKiller()
 
 	// Every delay must have fired before the final comparison.
