@@ -655,6 +655,21 @@ func (b *Broker) ValidTopics(eventID int64) ([]meta.Topic, error) {
 // again once descriptors are freed.
 var ErrDescriptorLimit = protocol.NewBizError("too many open files: the server is at its descriptor limit, retry later (raise ulimit -n or lower store.maxOpenTopics)")
 
+// descriptorRefusal turns a rolled-back group's failure to open a file
+// for want of descriptors (a topic's next file, a directory to fsync, the
+// binlog's next file) into ErrDescriptorLimit, as topicLog does for a
+// topic's first file: the client learns why without the server's paths,
+// the log keeps the detail (sampled). A fatal error stays what it is.
+func (b *Broker) descriptorRefusal(err error) error {
+	if errors.Is(err, segment.ErrFatal) || !(errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		return err
+	}
+	if b.sample() {
+		b.log.Warn("write refused: descriptor limit reached", "err", err)
+	}
+	return ErrDescriptorLimit
+}
+
 func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 	if t.log != nil {
 		return t.log, nil

@@ -2,9 +2,17 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/segment"
 )
 
 // TestOpenTopicLRU: with more topics written than MaxOpenTopics, the least
@@ -65,5 +73,53 @@ func TestOpenTopicLRU(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDescriptorLimitOnReopen: a write whose topic file must be reopened
+// (closed by the open-topic LRU) while the process is out of descriptors is
+// refused with ErrDescriptorLimit - the reason, without the server's paths
+// - and rolled back; once descriptors are back, writes succeed and exactly
+// the acknowledged messages are stored. (e2e TestDescriptorLimitAnswers met
+// the raw "segment: open dir ...: too many open files" here.)
+func TestDescriptorLimitOnReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var out atomic.Bool
+	b := openTest(t, dir, func(o *Options) {
+		o.MaxOpenTopics, o.Logger = 1, quietLog
+		o.OpenFile = func(path string, flag int, perm os.FileMode) (segment.File, error) {
+			if out.Load() && strings.Contains(path, string(filepath.Separator)+"topic"+string(filepath.Separator)) {
+				return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EMFILE}
+			}
+			return os.OpenFile(path, flag, perm)
+		}
+	})
+	for _, name := range []string{"a", "b"} {
+		if _, err := b.CreateTopic(ctx, []byte(name), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPub := func(topic, body string) {
+		t.Helper()
+		if _, err := b.Publish(ctx, []byte(topic), rec(body), 1); err != nil {
+			t.Fatalf("publish %s to %s: %v", body, topic, err)
+		}
+	}
+	mustPub("a", "a1")
+	mustPub("b", "b1") // closes a's file: one open topic at most
+	out.Store(true)
+	_, err := b.Publish(ctx, []byte("a"), rec("refused"), 1)
+	if !errors.Is(err, ErrDescriptorLimit) || strings.Contains(err.Error(), dir) {
+		t.Fatalf("publish needing a reopen at the descriptor limit: %v, want ErrDescriptorLimit without the server's paths", err)
+	}
+	out.Store(false)
+	mustPub("a", "a2")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, recs := readTopic(t, dir, "a")
+	if got, want := fmt.Sprint(recs), fmt.Sprint([][]byte{rec("a1"), rec("a2")}); got != want {
+		t.Fatalf("topic a on disk: %s, want a1 and a2 only (%s)", got, want)
 	}
 }

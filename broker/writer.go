@@ -207,6 +207,7 @@ func (w *writer) process(group []*command) {
 	if len(w.ok) > 0 && (len(w.binBuf) > 0 || !w.mb.Empty()) {
 		if err := w.apply(binStart); err != nil {
 			m.Error(metrics.KindStorage)
+			err = w.b.descriptorRefusal(err)
 			for _, c := range w.ok {
 				c.err, c.eventID = err, 0
 			}
