@@ -68,8 +68,14 @@ func New(cfg Config, target Target, opts Options) (*Bridge, error) {
 	if b.dial == nil {
 		b.dial = (&net.Dialer{}).DialContext
 	}
+	if lu, ok := target.(loggerUser); ok {
+		lu.useLogger(b.log)
+	}
 	return b, nil
 }
+
+// loggerUser is a target that logs through the bridge's logger.
+type loggerUser interface{ useLogger(*slog.Logger) }
 
 // Stats returns a snapshot of the progress.
 func (b *Bridge) Stats() Stats { return b.m.stats() }

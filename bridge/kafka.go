@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ type KafkaTarget struct {
 	cl   *kgo.Client
 	adm  *kadm.Client
 	sess *kafkaSession
+	prev *kafkaSession // the last closed session, until it is drained
+	log  *slog.Logger
 
 	mu         sync.Mutex
 	partitions map[string]int32 // Kafka topic -> partition count
@@ -72,7 +75,8 @@ type kafkaSession struct {
 	once sync.Once
 
 	dialer  net.Dialer
-	refused atomic.Int64 // connections refused after lost (for tests)
+	refused atomic.Int64   // connections refused after lost (for tests)
+	conns   sync.WaitGroup // connections not yet drained (kafka_drain.go)
 }
 
 // errSessionLost is what the session's dialer answers once a produce
@@ -96,7 +100,16 @@ func (s *kafkaSession) dial(ctx context.Context, network, addr string) (net.Conn
 		return nil, errSessionLost
 	default:
 	}
-	return s.dialer.DialContext(ctx, network, addr)
+	nc, err := s.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nc, nil // not TCP (never with kgo's dialer): nothing to half-close
+	}
+	s.conns.Add(1)
+	return &drainConn{TCPConn: tc, sess: s}, nil
 }
 
 // produceKey is the Kafka API key of Produce requests.
@@ -154,6 +167,13 @@ func (a kafkaAck) Wait(ctx context.Context) error {
 // producer id): what the previous one left in flight is settled by the
 // resume, not by the producer's sequence numbers.
 func (t *KafkaTarget) Open(ctx context.Context) error {
+	if t.prev != nil {
+		// Before anything of this session reaches the broker (kafka_drain.go).
+		if err := t.prev.drained(ctx, t.logger()); err != nil {
+			return fmt.Errorf("wait for the previous session's connections: %w", err)
+		}
+		t.prev = nil
+	}
 	sess := &kafkaSession{lost: make(chan struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}} // kgo's default dial timeout
 	cl, err := kgo.NewClient(
 		kgo.WithHooks(sess),
@@ -188,7 +208,18 @@ func (t *KafkaTarget) Close() {
 	if t.cl != nil {
 		t.cl.Close()
 		t.cl = nil
+		t.prev = t.sess
 	}
+}
+
+// useLogger implements loggerUser: the bridge hands its logger over.
+func (t *KafkaTarget) useLogger(l *slog.Logger) { t.log = l }
+
+func (t *KafkaTarget) logger() *slog.Logger {
+	if t.log != nil {
+		return t.log
+	}
+	return slog.Default()
 }
 
 // partitionCount returns the partitions of a Kafka topic, creating the

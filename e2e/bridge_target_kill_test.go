@@ -194,7 +194,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		t.Fatal("delayed messages did not all fire")
 	}
 	read := func() []mirrored { return readJetStream(t, ns.url(), "SMSS") }
-	if !waitUntil(60*time.Second, func() bool { return len(read()) >= len(want) }) {
+	if !waitCaughtUp(30*time.Second, int64(len(want)), func() int64 { return int64(len(read())) }) {
 		t.Fatalf("the target did not catch up: %d of %d messages", len(read()), len(want))
 	}
 	compareMirror(t, read(), want, false)

@@ -633,7 +633,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	}) {
 		t.Fatal("delayed messages did not all fire")
 	}
-	if !waitUntil(60*time.Second, func() bool { return len(read()) >= len(want) }) {
+	if !waitCaughtUp(30*time.Second, int64(len(want)), func() int64 { return int64(len(read())) }) {
 		t.Fatalf("the target did not catch up: %d of %d messages", len(read()), len(want))
 	}
 	got := read()

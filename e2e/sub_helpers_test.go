@@ -294,3 +294,23 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// waitCaughtUp waits until count() reaches want, for as long as it keeps
+// growing: it gives up only when count stands still for stall. A mirror
+// that catches up slowly on a loaded machine is not a failure; one that
+// stopped is.
+func waitCaughtUp(stall time.Duration, want int64, count func() int64) bool {
+	last, since := int64(-1), time.Now()
+	for {
+		n := count()
+		if n >= want {
+			return true
+		}
+		if n > last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
