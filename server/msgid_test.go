@@ -34,7 +34,7 @@ func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1}
+	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Epoll: epollMode}
 	if so != nil {
 		so(&opts, b)
 	}
