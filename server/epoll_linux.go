@@ -42,6 +42,11 @@ import (
 // poller does not wake for its bytes, and a new net.Conn is made from the
 // descriptor when the connection goes back.
 
+// testSendBuffer, set by tests before any connection, shrinks the send
+// buffer of the sockets the loop takes, so that a client that does not
+// read fills it quickly.
+var testSendBuffer int
+
 // epConn is a connection's state in the loop; only the loop touches it.
 type epConn struct {
 	fd   int
@@ -77,8 +82,8 @@ type epollLoop struct {
 	stopping bool
 
 	// For tests: publishes the loop served, connections it handed back,
-	// connections it holds.
-	served, handed, owned atomic.Int64
+	// connections it holds, replies the socket did not take at once.
+	served, handed, owned, stalls atomic.Int64
 
 	// Loop only.
 	conns  map[int32]*conn
@@ -157,6 +162,9 @@ func (e *epollLoop) adopt(c *conn) bool {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return false
+	}
+	if testSendBuffer > 0 {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, testSendBuffer)
 	}
 	// Closing Go's copy takes the socket out of Go's poller; the socket
 	// itself lives on in fd (no FIN is sent while a descriptor is open).
@@ -449,6 +457,7 @@ func (e *epollLoop) reply() {
 				// the write timeout, then serves what follows.
 				ep.out = ep.out[:copy(ep.out, ep.out[n:])]
 				ep.back = true
+				e.stalls.Add(1)
 			default:
 				ep.out = ep.out[:0]
 			}

@@ -259,6 +259,9 @@ func TestEpollPeerReset(t *testing.T) {
 		c.(*net.TCPConn).SetLinger(0) // close sends a RST
 		c.Close()
 		waitFor(t, "the reset connection to be closed", func() bool { return ts.connCount() == 1 })
+		if !beforeReply && !strings.Contains(ts.logs.String(), "connection read failed") {
+			t.Error("the reset was not logged as a failed read")
+		}
 		// The slot is free again (limit.maxConnsPerIP 2).
 		send(t, keep, pubReq("t", record("d")))
 		expect(t, keep, okReply())
@@ -308,6 +311,9 @@ func TestEpollShutdownDrains(t *testing.T) {
 				send(t, c, pubReq("t", record("warm")))
 				expect(t, c, okReply())
 			}
+			late := ts.dial(t) // idle (in the loop) when Shutdown begins
+			send(t, late, pubReq("t", record("warm")))
+			expect(t, late, okReply())
 			slow := ts.dial(t)
 			send(t, slow, pubReq("slow", record("a")))
 			<-entered
@@ -323,9 +329,18 @@ func TestEpollShutdownDrains(t *testing.T) {
 			waitFor(t, "Shutdown to begin", ts.isShutting)
 			close(release)
 			expect(t, slow, okReply())
-			expectClosed(t, slow)
 			for _, c := range others {
 				expect(t, c, bytes.Repeat(okReply(), 2))
+			}
+			if on {
+				waitFor(t, "the loop to hand its connections back", func() bool { return ts.ep.ownCount() == 0 })
+			}
+			// Within DrainGrace of Shutdown: a request on an idle
+			// connection is still served (by the goroutine the loop
+			// handed it back to).
+			send(t, late, pubReq("t", record("late")))
+			expect(t, late, okReply())
+			for _, c := range append(others, slow, late) {
 				expectClosed(t, c)
 			}
 			if err := <-done; err != nil {
@@ -364,5 +379,41 @@ func TestSuiteWithEpoll(t *testing.T) {
 				t.Fatalf("with epoll: no test ran\n%s", out)
 			}
 		})
+	}
+}
+
+// A client that pipelines publishes without reading its replies fills the
+// socket: the loop hands the connection back with the replies it could not
+// write, and the goroutine writes them (with the write timeout) before
+// serving the rest; every reply arrives, in order.
+func TestEpollFullSocketHandsBackReplies(t *testing.T) {
+	testSendBuffer = 4096
+	t.Cleanup(func() { testSendBuffer = 0 })
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll = true })
+	// Requests of exactly 64 bytes: the loop's 16 KiB reads then always
+	// end between two requests, so only the full socket hands back.
+	var req []byte
+	for n := 1; len(req) != 64; n++ {
+		if req = pubReq("t", record(strings.Repeat("x", n))); len(req) > 64 {
+			t.Fatalf("no 64-byte pub request (%d bytes at body %d)", len(req), n)
+		}
+	}
+	c := ts.dial(t)
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	const n = 20000
+	wrote := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := c.Write(req); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	waitFor(t, "a reply the socket did not take", func() bool { return ts.ep.stalls.Load() > 0 })
+	expect(t, c, bytes.Repeat(okReply(), n))
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
 	}
 }
