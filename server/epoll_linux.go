@@ -34,10 +34,11 @@ import (
 // buffered (conn.run). Anything else goes back to a goroutine, with the
 // bytes already read, where the usual path serves it exactly as before: any
 // other command, a request that fails to parse (the reader refuses it the
-// same way there), a request split across reads (the goroutine applies the
-// read and request timeouts to the rest), a reply the socket does not take
-// at once (the goroutine writes it with the write timeout), and every
-// connection at Shutdown (the goroutine drains it). The loop owns a
+// same way there), a request longer than maxHeld, a reply the socket does
+// not take at once (the goroutine writes it with the write timeout), and every
+// connection at Shutdown (the goroutine drains it). A request split across
+// reads is kept until its rest comes (up to maxHeld bytes), under the same
+// read and request timeouts as on the goroutine path. The loop owns a
 // duplicate of the socket's descriptor; Go's copy is closed so that Go's
 // poller does not wake for its bytes, and a new net.Conn is made from the
 // descriptor when the connection goes back.
@@ -47,11 +48,20 @@ import (
 // read fills it quickly.
 var testSendBuffer int
 
+// maxHeld bounds the bytes of a request the loop keeps while the rest of
+// it arrives (a batch publish spans reads); a longer request goes back to
+// the goroutine, whose reader takes any size up to the limits.
+const maxHeld = 64 << 10
+
 // epConn is a connection's state in the loop; only the loop touches it.
 type epConn struct {
 	fd   int
 	out  []byte    // this turn's replies, in request order
-	last time.Time // when bytes last came: IdleTimeout
+	last time.Time // when bytes last came: IdleTimeout, ReadTimeout
+	// in holds the start of a request whose rest has not come yet, since
+	// partSince (RequestTimeout).
+	in        []byte
+	partSince time.Time
 	// rest: bytes read that the loop does not serve; non-nil hands the
 	// connection back after the turn's replies.
 	rest   []byte
@@ -254,18 +264,36 @@ func (e *epollLoop) waitMs() int {
 	return max(int(time.Until(e.scanAt)/time.Millisecond)+1, 0)
 }
 
-// scanEvery is how often idle connections are looked for: IdleTimeout/8
-// (the slack the goroutine path's deadlines have), at most once a second.
+// scanEvery is how often timeouts are checked: an eighth of the shorter of
+// IdleTimeout and ReadTimeout (the slack the goroutine path's deadlines
+// have), at most once a second.
 func (e *epollLoop) scanEvery() time.Duration {
-	return max(min(e.s.opts.IdleTimeout/deadlineSlackDiv, time.Second), time.Millisecond)
+	o := e.s.opts
+	return max(min(o.IdleTimeout/deadlineSlackDiv, o.ReadTimeout/deadlineSlackDiv, time.Second), time.Millisecond)
 }
 
-// scanIdle closes the connections that sent nothing for IdleTimeout.
+// scanIdle closes the connections that sent nothing for IdleTimeout
+// between requests, or within a request nothing for ReadTimeout or not the
+// whole request within RequestTimeout, with the goroutine path's log
+// lines and metrics.
 func (e *epollLoop) scanIdle(now time.Time) {
 	e.scanAt = now.Add(e.scanEvery())
+	o := e.s.opts
 	for _, c := range e.conns {
-		if now.Sub(c.ep.last) >= e.s.opts.IdleTimeout {
-			c.log.Debug("closing idle connection", "idle", e.s.opts.IdleTimeout)
+		ep := c.ep
+		switch {
+		case len(ep.in) == 0:
+			if now.Sub(ep.last) >= o.IdleTimeout {
+				c.log.Debug("closing idle connection", "idle", o.IdleTimeout)
+				e.finish(c)
+			}
+		case now.Sub(ep.last) >= o.ReadTimeout || now.Sub(ep.partSince) >= o.RequestTimeout:
+			cmd := "?"
+			if len(ep.in) >= protocol.HeaderSize {
+				cmd = protocol.ParseHeader((*[protocol.HeaderSize]byte)(ep.in)).Cmd.String()
+			}
+			o.Metrics.Error(metrics.KindTimeout)
+			c.log.Warn("closing connection: incomplete request", "cmd", cmd, "err", os.ErrDeadlineExceeded)
 			e.finish(c)
 		}
 	}
@@ -309,6 +337,14 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 	case m > 0:
 	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
 		return
+	case len(ep.in) > 0:
+		// The stream ended or failed inside a request: the goroutine
+		// reads its start and meets the end, and closes as it does for
+		// any incomplete request.
+		ep.rest = append(ep.rest[:0], ep.in...)
+		ep.in = ep.in[:0]
+		e.mark(c).back = true
+		return
 	case err == nil: // end of stream, between requests
 		c.log.Debug("connection closed by peer")
 		e.mark(c).dead = true
@@ -320,14 +356,31 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 	}
 	e.mark(c)
 	ep.last = now
-	e.rd.b, e.rd.off = e.rbuf[:m], 0
-	for e.rd.off < m {
+	data := e.rbuf[:m]
+	held := len(ep.in) > 0
+	if held {
+		ep.in = append(ep.in, data...)
+		data = ep.in
+	}
+	e.rd.b, e.rd.off = data, 0
+	for e.rd.off < len(data) {
 		start := e.rd.off
-		if err := e.rr.Read(&e.req); err != nil || e.req.Header.Cmd != protocol.CmdPub {
+		err := e.rr.Read(&e.req)
+		if (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) && len(data)-start <= maxHeld {
+			// Cut short by the end of what came so far: kept until the
+			// rest comes (scanIdle applies the read timeouts meanwhile).
+			if start > 0 || !held {
+				ep.partSince = now
+			}
+			ep.in = append(ep.in[:0], data[start:]...) // copy: data may alias ep.in, start <= its offset
+			return
+		}
+		if err != nil || e.req.Header.Cmd != protocol.CmdPub {
 			// Not the loop's to serve (another command, a refusal, or
-			// a request cut short): the goroutine reads it again from
-			// these bytes.
-			ep.rest = append(ep.rest[:0], e.rbuf[start:m]...)
+			// a request too long to hold): the goroutine reads it again
+			// from these bytes.
+			ep.rest = append(ep.rest[:0], data[start:]...)
+			ep.in = ep.in[:0]
 			ep.back = true
 			return
 		}
@@ -336,6 +389,10 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 		p.trace = e.keep(e.req.TraceID)
 		p.recs = e.keep(e.req.Payload)
 		e.pubs = append(e.pubs, p)
+	}
+	ep.in = ep.in[:0]
+	if cap(ep.in) > maxHeld {
+		ep.in = nil // do not pin a long request's buffer
 	}
 }
 
@@ -548,6 +605,10 @@ func (e *epollLoop) handBack(c *conn) {
 	e.s.mu.Unlock()
 	c.dr.armed.forget()
 	c.wdl.forget()
+	if len(ep.in) > 0 { // Shutdown with a request partly read
+		ep.rest = append(ep.rest, ep.in...)
+		ep.in = ep.in[:0]
+	}
 	c.dr.pending = ep.rest
 	ep.rest, ep.back = nil, false
 	unsent := ep.out

@@ -83,8 +83,9 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 		closed  bool // the server closes the connection after the steps
 		served  int64
 		handed  bool // the loop handed the connection back at least once
-		noLoop  bool // nothing for the loop to serve
-		timeout time.Duration
+		timeout    time.Duration
+		closeWrite bool   // the client half-closes after the steps
+		logs       string // the server logs this
 	}{
 		{name: "one pub", steps: func(*testing.T) []step {
 			return []step{{pubReq("t", record("a")), okReply()}}
@@ -110,20 +111,27 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 		{name: "records the reader refuses", steps: func(t *testing.T) []step {
 			return []step{{badRecords, refusal(t, badRecords)}, {pubReq("t", record("a")), okReply()}}
 		}, handed: true},
-		{name: "pub larger than a read", steps: func(*testing.T) []step {
+		{name: "pub spanning reads", steps: func(*testing.T) []step {
 			return []step{{pubReq("t", bigRecord(40000)), okReply()}, {pubReq("t", record("a")), okReply()}}
+		}, served: 2},
+		{name: "pub longer than the loop holds", steps: func(*testing.T) []step {
+			return []step{{pubReq("t", bigRecord(maxHeld+2*readBufferSize)), okReply()}, {pubReq("t", record("a")), okReply()}}
 		}, handed: true},
 		{name: "many pipelined pubs across reads", steps: func(*testing.T) []step {
 			return []step{{bytes.Join(manyPubs, nil), bytes.Repeat(okReply(), len(manyPubs))}}
-		}, handed: true},
+		}, served: int64(len(manyPubs))},
 		{name: "half a request then the rest", steps: func(*testing.T) []step {
 			r := pubReq("t", record("a"))
 			return []step{{r[:len(r)/2], nil}, {r[len(r)/2:], okReply()}}
-		}},
+		}, served: 1},
 		{name: "half a request then silence", timeout: 300 * time.Millisecond, steps: func(*testing.T) []step {
 			r := pubReq("t", record("a"))
 			return []step{{pubReq("t", record("a")), okReply()}, {r[:len(r)/2], nil}}
-		}, closed: true, served: 1, handed: true},
+		}, closed: true, served: 1, logs: "closing connection: incomplete request"},
+		{name: "half a request then the end", steps: func(*testing.T) []step {
+			r := pubReq("t", record("a"))
+			return []step{{pubReq("t", record("a")), okReply()}, {r[:len(r)/2], nil}}
+		}, closeWrite: true, closed: true, served: 1, handed: true, logs: "closing connection: incomplete request"},
 	}
 	for _, tc := range cases {
 		for _, on := range []bool{false, true} {
@@ -144,8 +152,14 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 						expect(t, c, s.want)
 					}
 				}
+				if tc.closeWrite {
+					c.(*net.TCPConn).CloseWrite()
+				}
 				if tc.closed {
 					expectClosed(t, c)
+				}
+				if tc.logs != "" {
+					waitFor(t, "the log line "+tc.logs, func() bool { return strings.Contains(ts.logs.String(), tc.logs) })
 				}
 				if !on {
 					return
