@@ -77,12 +77,12 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 		want []byte // reply bytes read after send
 	}
 	cases := []struct {
-		name    string
-		slave   bool
-		steps   func(t *testing.T) []step
-		closed  bool // the server closes the connection after the steps
-		served  int64
-		handed  bool // the loop handed the connection back at least once
+		name       string
+		slave      bool
+		steps      func(t *testing.T) []step
+		closed     bool // the server closes the connection after the steps
+		served     int64
+		handed     bool // the loop handed the connection back at least once
 		timeout    time.Duration
 		closeWrite bool   // the client half-closes after the steps
 		logs       string // the server logs this
