@@ -9,10 +9,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +23,7 @@ import (
 
 // The epoll front-end (server.epoll, issue 24; BENCHMARKS.md "Issue 24:
 // the epoll front-end"). Redis's shape for the publishing connections: one
-// goroutine locked to its thread runs an epoll loop over their sockets.
+// goroutine runs an epoll loop over their sockets.
 // Each turn it reads every ready socket once, parses every whole request,
 // submits the turn's publishes to the broker as one batch (the broker runs
 // its writer on this thread when the token is free, lead.go), then writes
@@ -83,9 +83,11 @@ type epPub struct {
 }
 
 type epollLoop struct {
-	s    *Server
-	epfd int
-	evfd int // eventfd: wakes the loop for adopted connections and stop
+	s     *Server
+	epfd  int
+	epf   *os.File // epfd, registered in Go's poller
+	epraw syscall.RawConn
+	evfd  int // eventfd: wakes the loop for adopted connections and stop
 
 	mu       sync.Mutex
 	pending  []*conn
@@ -140,7 +142,20 @@ func newEpollLoop(s *Server) (*epollLoop, error) {
 		unix.Close(evfd)
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
-	e := &epollLoop{s: s, epfd: epfd, evfd: evfd, conns: map[int32]*conn{},
+	// The loop waits for the epoll descriptor in Go's poller (wait).
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	epf := os.NewFile(uintptr(epfd), "epoll")
+	epraw, err := epf.SyscallConn()
+	if err != nil {
+		epf.Close()
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	e := &epollLoop{s: s, epfd: epfd, epf: epf, epraw: epraw, evfd: evfd, conns: map[int32]*conn{},
 		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, readBufferSize)}
 	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
 	return e, nil
@@ -204,7 +219,6 @@ func (e *epollLoop) stop() {
 }
 
 func (e *epollLoop) run() {
-	runtime.LockOSThread() // one thread for every publishing connection, as Redis's main thread
 	defer e.s.wg.Done()
 	defer func() {
 		if r := recover(); r != nil {
@@ -229,9 +243,9 @@ func (e *epollLoop) run() {
 		}
 	}()
 	for {
-		n, err := unix.EpollWait(e.epfd, e.events, e.waitMs())
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			panic(fmt.Sprintf("epoll_wait: %v", err))
+		n, err := e.wait()
+		if err != nil {
+			panic(err.Error())
 		}
 		now := time.Now()
 		stopping := false
@@ -256,12 +270,44 @@ func (e *epollLoop) run() {
 	}
 }
 
-// waitMs is epoll_wait's timeout: until the next idle scan.
-func (e *epollLoop) waitMs() int {
+// wait returns the ready events, waiting for some until the next scan is
+// due. It never blocks in epoll_wait itself: a goroutine blocked in a
+// system call keeps its P, and the goroutines the last turn woke (a
+// subscriber of what it wrote) would wait on that P's run queue until the
+// runtime's monitor takes the P back, up to milliseconds later (measured:
+// p99 of e2e in tens of ms with a blocking epoll_wait on a locked thread).
+// So it polls, and with nothing ready it parks in Go's own poller on the
+// epoll descriptor, which is readable while events are ready.
+func (e *epollLoop) wait() (int, error) {
 	if e.scanAt.IsZero() {
 		e.scanAt = time.Now().Add(e.scanEvery())
 	}
-	return max(int(time.Until(e.scanAt)/time.Millisecond)+1, 0)
+	n, err := unix.EpollWait(e.epfd, e.events, 0)
+	if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+		return max(n, 0), wrapEpoll(err)
+	}
+	if err := e.epf.SetReadDeadline(e.scanAt); err != nil {
+		return 0, fmt.Errorf("epoll descriptor deadline: %w", err)
+	}
+	err = nil
+	rerr := e.epraw.Read(func(fd uintptr) bool {
+		n, err = unix.EpollWait(int(fd), e.events, 0)
+		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+	})
+	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		return 0, fmt.Errorf("wait for the epoll descriptor: %w", rerr)
+	}
+	if errors.Is(err, unix.EINTR) {
+		err = nil
+	}
+	return max(n, 0), wrapEpoll(err)
+}
+
+func wrapEpoll(err error) error {
+	if err != nil {
+		return fmt.Errorf("epoll_wait: %w", err)
+	}
+	return nil
 }
 
 // scanEvery is how often timeouts are checked: an eighth of the shorter of
@@ -626,7 +672,7 @@ func (e *epollLoop) handBackAll() {
 }
 
 func (e *epollLoop) closeFDs() {
-	unix.Close(e.epfd)
+	e.epf.Close() // closes epfd
 	unix.Close(e.evfd)
 }
 

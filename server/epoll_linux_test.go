@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,26 +175,6 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// batchBackend is the real broker behind the server with its batch
-// publish, as cmd/smss serves it; it counts the batches.
-type batchBackend struct {
-	fzBackend
-	batches, pubs atomic.Int64
-}
-
-func (b *batchBackend) PublishBatch(ctx context.Context, ps []Pub) {
-	b.batches.Add(1)
-	b.pubs.Add(int64(len(ps)))
-	bs := make([]broker.Pub, len(ps))
-	for i, p := range ps {
-		bs[i] = broker.Pub{Topic: p.Topic, Records: p.Records, Count: p.Count}
-	}
-	b.Broker.PublishBatch(ctx, bs)
-	for i := range ps {
-		ps[i].EventID, ps[i].Err = bs[i].EventID, bs[i].Err
 	}
 }
 
