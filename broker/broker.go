@@ -491,16 +491,7 @@ func (b *Broker) submit(ctx context.Context, c *command) error {
 func (b *Broker) Publish(ctx context.Context, topicName, records []byte, count int) (int64, error) {
 	// The name first, then the role: the order of the replies on the
 	// wire (docs/protocol.md §11), which the server does not check itself.
-	if err := protocol.ValidateTopicName(topicName); err != nil {
-		return 0, err
-	}
-	if b.IsSlave() {
-		return 0, protocol.ErrSlavePub
-	}
-	if string(topicName) == CursorTopic {
-		return 0, ErrReservedTopic
-	}
-	if err := b.diskRefusal(len(records)); err != nil {
+	if err := b.checkPub(topicName, records); err != nil {
 		return 0, err
 	}
 	msgID, err := b.publishID(records)

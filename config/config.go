@@ -31,6 +31,8 @@ type Config struct {
 	Auth        Auth              `yaml:"auth"`
 	TLS         TLS               `yaml:"tls"`
 	Replication ReplicationClient `yaml:"replication"`
+	// Server: the client listener's serving shape (epoll.go).
+	Server ServerSection `yaml:"server"`
 
 	// Source says where the values came from (a file path or
 	// SourceEmbedded); set by Load, never read from YAML.

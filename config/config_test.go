@@ -82,6 +82,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"limit.maxFrameBytes":       int64(16777216),
 		"cursor.enabled":            true,
 		"cursor.flushMs":            int64(1000),
+		"server.epoll":              false,
 	} {
 		if got, ok := keys[key]; !ok || got != want {
 			t.Errorf("summary %s = %v (%T), want %v", key, got, got, want)
@@ -93,9 +94,9 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// 46 keys (with dedupe.*, the three capacity keys of issue 23 and
 	// limit.maxDiscard) + 21 security/replication keys (security.go, with the
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
-	// 18 + 5 cursor keys of issue 22 + source
-	if len(s) != 83 {
-		t.Errorf("summary has %d entries, want 83", len(s))
+	// 18 + 5 cursor keys of issue 22 + server.epoll of issue 24 + source
+	if len(s) != 84 {
+		t.Errorf("summary has %d entries, want 84", len(s))
 	}
 }
 

@@ -102,6 +102,7 @@ func (c *Config) Validate() error {
 
 	c.validateAdmin(&v)
 	c.validateCursor(&v)
+	c.validateServer(&v)
 	c.validateSecurity(&v)
 	return errors.Join(v.errs...)
 }

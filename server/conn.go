@@ -45,9 +45,19 @@ type deadlineReader struct {
 	timeout time.Duration
 	until   time.Time
 	armed   lazyDeadline
+	// pending holds bytes the epoll loop read from the socket before it
+	// handed the connection back (epoll_linux.go): they are read first.
+	pending []byte
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
+	if len(d.pending) > 0 {
+		n := copy(p, d.pending)
+		if d.pending = d.pending[n:]; len(d.pending) == 0 {
+			d.pending = nil
+		}
+		return n, nil
+	}
 	if d.timeout > 0 {
 		now := time.Now()
 		want, slack := now.Add(d.timeout), d.timeout/deadlineSlackDiv
@@ -104,6 +114,9 @@ type conn struct {
 	drainUntil time.Time
 	auth       connAuth // auth.go
 	ipKey      string   // remote address as limit.maxConnsPerIP counts it
+	// ep is the connection's state in the epoll loop (epoll_linux.go); nil
+	// until the loop first takes it.
+	ep *epConn
 }
 
 func newConn(s *Server, nc net.Conn, ipKey string) *conn {
@@ -120,23 +133,44 @@ func newConn(s *Server, nc net.Conn, ipKey string) *conn {
 }
 
 func (c *conn) serve() {
-	defer c.s.wg.Done()
-	defer c.s.removeConn(c)
-	defer c.nc.Close()
-	defer func() {
-		if r := recover(); r != nil {
-			c.s.opts.Metrics.Error(metrics.KindPanic)
-			c.log.Error("panic while serving connection; closing it",
-				"panic", r, "cmd", c.req.Header.Cmd.String(), "topic", string(c.req.Topic),
-				"traceId", string(c.req.TraceID), "stack", string(debug.Stack()))
-		}
-	}()
+	looped := false
+	defer func() { c.end(recover(), looped) }()
 	c.log.Debug("connection opened")
 	if !c.handshakeTLS() {
 		return
 	}
-	for c.waitRequest() && c.serveRequest() {
+	looped = c.run()
+}
+
+// run serves requests until the connection ends (false) or the epoll loop
+// takes it over (true), at a point where it waits for a request with
+// nothing buffered. From then on the loop owns c: the caller must not
+// touch it.
+func (c *conn) run() (looped bool) {
+	for {
+		if c.s.ep != nil && c.br.Buffered() == 0 && len(c.dr.pending) == 0 && c.s.ep.adopt(c) {
+			return true
+		}
+		if !c.waitRequest() || !c.serveRequest() {
+			return false
+		}
 	}
+}
+
+// end closes the connection when its goroutine returns (r is what it
+// panicked with), unless the epoll loop owns it now.
+func (c *conn) end(r any, looped bool) {
+	if r != nil {
+		c.s.opts.Metrics.Error(metrics.KindPanic)
+		c.log.Error("panic while serving connection; closing it",
+			"panic", r, "cmd", c.req.Header.Cmd.String(), "topic", string(c.req.Topic),
+			"traceId", string(c.req.TraceID), "stack", string(debug.Stack()))
+	} else if looped {
+		return
+	}
+	c.nc.Close()
+	c.s.removeConn(c)
+	c.s.wg.Done()
 }
 
 // waitRequest blocks until a request's first byte is available (or the

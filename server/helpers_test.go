@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +17,10 @@ import (
 )
 
 const testDeadline = 10 * time.Second
+
+// epollMode runs every test server with Options.Epoll (SMSS_SERVER_EPOLL=1;
+// TestSuiteWithEpoll sets it for a re-run of this package's tests).
+var epollMode = os.Getenv("SMSS_SERVER_EPOLL") == "1"
 
 // syncBuffer collects log output from many goroutines.
 type syncBuffer struct {
@@ -51,6 +56,7 @@ func startServer(t *testing.T, be *fakeBackend, tweak func(*Options)) *testServe
 		Backend:   be,
 		Logger:    slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		LogSample: 1,
+		Epoll:     epollMode,
 	}
 	if tweak != nil {
 		tweak(&opts)
@@ -64,6 +70,12 @@ func startServer(t *testing.T, be *fakeBackend, tweak func(*Options)) *testServe
 	}
 	ts := &testServer{Server: s, backend: be, logs: logs, serveErr: make(chan error, 1)}
 	go func() { ts.serveErr <- s.Serve() }()
+	if opts.Epoll && opts.Security.Auth == nil && !opts.Sync.Enabled() {
+		waitServing(t, s)
+		if s.ep == nil {
+			t.Fatal("Options.Epoll but the epoll loop did not start")
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
@@ -155,4 +167,22 @@ func topicJSON(name string, id, expireAt int64) string {
 	return `{"name":"` + name + `","createTimeStamp":1795950274737,"expireAt":` + strconv.FormatInt(expireAt, 10) +
 		`,"createEventId":` + strconv.FormatInt(id, 10) + `,"stateChangeTime":1795950274737,"stateChangeEventId":` +
 		strconv.FormatInt(id, 10) + `,"state":0,"topicRoot":"/3/3/` + name + `"}`
+}
+
+// waitServing waits until Serve has started (and with it the epoll loop).
+func waitServing(t *testing.T, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(testDeadline)
+	for {
+		s.mu.Lock()
+		serving := s.serving
+		s.mu.Unlock()
+		if serving {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Serve did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

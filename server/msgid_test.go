@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,11 @@ func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1}
+	opts := Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Epoll: epollMode}
+	if epollMode {
+		// As cmd/smss serves it: the loop's publishes go in batches.
+		opts.Backend = &batchBackend{fzBackend: fzBackend{b}}
+	}
 	if so != nil {
 		so(&opts, b)
 	}
@@ -110,5 +115,25 @@ func TestMessageIDOverTCP(t *testing.T) {
 	}
 	if n := b.DedupeIDs(); n != 3 {
 		t.Fatalf("window holds %d ids, want 3 (id-1, the 128-byte id, id-d)", n)
+	}
+}
+
+// batchBackend is the real broker behind the server with its batch
+// publish, as cmd/smss serves it; it counts the batches.
+type batchBackend struct {
+	fzBackend
+	batches, pubs atomic.Int64
+}
+
+func (b *batchBackend) PublishBatch(ctx context.Context, ps []Pub) {
+	b.batches.Add(1)
+	b.pubs.Add(int64(len(ps)))
+	bs := make([]broker.Pub, len(ps))
+	for i, p := range ps {
+		bs[i] = broker.Pub{Topic: p.Topic, Records: p.Records, Count: p.Count}
+	}
+	b.Broker.PublishBatch(ctx, bs)
+	for i := range ps {
+		ps[i].EventID, ps[i].Err = bs[i].EventID, bs[i].Err
 	}
 }

@@ -43,6 +43,25 @@ type Backend interface {
 	PublishDelay(ctx context.Context, topic, records []byte, count int, delayMs int64) (eventID int64, err error)
 }
 
+// BatchPublisher is implemented by a Backend that takes several publishes
+// in one call (the broker's leader/follower writer): the epoll loop
+// submits every publish of a turn that way. Without it the loop calls
+// Publish once per publish.
+type BatchPublisher interface {
+	// PublishBatch publishes each ps[i] as Publish would, in order, and
+	// fills in its EventID or Err; it returns when all are done.
+	PublishBatch(ctx context.Context, ps []Pub)
+}
+
+// Pub is one publish of a batch: Topic, Records and Count in, EventID
+// (the first record's) or Err out.
+type Pub struct {
+	Topic, Records []byte
+	Count          int
+	EventID        int64
+	Err            error
+}
+
 // Subscription is one registered subscriber of a topic.
 type Subscription interface {
 	// Next appends up to max §2.4 message units to dst and returns how many.
@@ -115,6 +134,11 @@ type Options struct {
 	// Security turns on authentication, permissions and the TLS listener
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security
+	// Epoll serves plain connections on one epoll loop while they publish
+	// (server.epoll; epoll_linux.go). Ignored, with a warning, off Linux,
+	// with Security.Auth and with semi-synchronous replication (Sync
+	// waiting for slaves).
+	Epoll bool
 }
 
 // Defaults applied by New.

@@ -43,6 +43,8 @@ type Server struct {
 	conns    map[*conn]struct{}
 	perIP    map[string]int // open connections per conn.ipKey
 	wg       sync.WaitGroup // Serve's accept loop and every connection
+	// ep is the epoll loop (Options.Epoll, epoll_linux.go); nil when off.
+	ep *epollLoop
 }
 
 // New validates opts and returns an unstarted server.
@@ -114,6 +116,7 @@ func (s *Server) Serve() error {
 	}
 	s.serving = true
 	ln := s.ln
+	s.startEpollLocked()
 	s.wg.Add(1)
 	s.serveTLS(s.tlsLn, ln)
 	s.mu.Unlock()
@@ -345,6 +348,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	graceEnd := time.Now().Add(DrainGrace)
 	if first {
 		s.drainEnd = graceEnd
+		if s.ep != nil {
+			// The loop answers what it has read, then hands every
+			// connection back to a goroutine, which drains it as below.
+			s.ep.stop()
+		}
 	}
 	for c := range s.conns {
 		switch {
@@ -420,4 +428,32 @@ func (s *sampler) sample() bool {
 		return false
 	}
 	return (s.n.Add(1)-1)%s.every == 0
+}
+
+// startEpollLocked starts the epoll loop when Options.Epoll asks for it and
+// nothing rules it out; s.mu is held.
+func (s *Server) startEpollLocked() {
+	if !s.opts.Epoll {
+		return
+	}
+	var why string
+	switch {
+	case s.opts.Security.Auth != nil:
+		why = "authentication checks every request on the connection's goroutine"
+	case s.opts.Sync.Enabled():
+		why = "semi-synchronous replies wait for slaves, which would stall the loop"
+	}
+	if why != "" {
+		s.log.Warn("server.epoll ignored", "reason", why)
+		return
+	}
+	ep, err := newEpollLoop(s)
+	if err != nil {
+		s.log.Warn("server.epoll ignored: cannot start the epoll loop", "err", err)
+		return
+	}
+	s.ep = ep
+	s.wg.Add(1)
+	go ep.run()
+	s.log.Info("serving plain connections on an epoll loop (server.epoll)")
 }

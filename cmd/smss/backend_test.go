@@ -56,4 +56,20 @@ func TestBackendAdapter(t *testing.T) {
 	if _, err := be.PublishDelay(ctx, []byte("t"), rec, 1, 1500); err != nil {
 		t.Fatalf("PublishDelay: %v", err)
 	}
+
+	// The epoll loop's batch publish (server.epoll): each publish gets its
+	// eventId or its refusal, in order.
+	bp, ok := be.(server.BatchPublisher)
+	if !ok {
+		t.Fatal("the adapter does not serve batch publishes")
+	}
+	ps := []server.Pub{{Topic: []byte("t"), Records: rec, Count: 1}, {Topic: []byte("nope"), Records: rec, Count: 1},
+		{Topic: []byte("t"), Records: rec, Count: 1}}
+	bp.PublishBatch(ctx, ps)
+	if ps[0].Err != nil || ps[2].Err != nil || ps[0].EventID <= id || ps[2].EventID <= ps[0].EventID {
+		t.Fatalf("batch: %+v", ps)
+	}
+	if !errors.Is(ps[1].Err, protocol.ErrTopicNotExist) {
+		t.Fatalf("batch publish to a missing topic: %v", ps[1].Err)
+	}
 }

@@ -37,6 +37,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -230,6 +231,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Control:           n,
 		Failover:          n,
 		Cursors:           backend{b},
+		Epoll:             cfg.Server.Epoll,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -324,6 +326,25 @@ func (b backend) Subscribe(topic, who []byte, after int64) (server.Subscription,
 		return nil, err // not a typed nil inside the interface
 	}
 	return s, nil
+}
+
+// brokerPubs recycles PublishBatch's lists.
+var brokerPubs = sync.Pool{New: func() any { s := make([]broker.Pub, 0, 64); return &s }}
+
+// PublishBatch serves the epoll loop's publishes (server.BatchPublisher).
+func (b backend) PublishBatch(ctx context.Context, ps []server.Pub) {
+	sp := brokerPubs.Get().(*[]broker.Pub)
+	bs := (*sp)[:0]
+	for _, p := range ps {
+		bs = append(bs, broker.Pub{Topic: p.Topic, Records: p.Records, Count: p.Count})
+	}
+	b.Broker.PublishBatch(ctx, bs)
+	for i := range ps {
+		ps[i].EventID, ps[i].Err = bs[i].EventID, bs[i].Err
+	}
+	clear(bs)
+	*sp = bs[:0]
+	brokerPubs.Put(sp)
 }
 
 // SubscribeResume serves a sub from eventId -1 (server.Cursors).

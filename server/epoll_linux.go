@@ -1,0 +1,692 @@
+//go:build linux
+
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
+)
+
+// The epoll front-end (server.epoll, issue 24; BENCHMARKS.md "Issue 24:
+// the epoll front-end"). Redis's shape for the publishing connections: one
+// goroutine runs an epoll loop over their sockets.
+// Each turn it reads every ready socket once, parses every whole request,
+// submits the turn's publishes to the broker as one batch (the broker runs
+// its writer on this thread when the token is free, lead.go), then writes
+// the replies. No goroutine is woken per message.
+//
+// The loop serves only what is cheap and common: whole pub requests. A
+// connection enters it when its goroutine waits for a request with nothing
+// buffered (conn.run). Anything else goes back to a goroutine, with the
+// bytes already read, where the usual path serves it exactly as before: any
+// other command, a request that fails to parse (the reader refuses it the
+// same way there), a request longer than maxHeld, a reply the socket does
+// not take at once (the goroutine writes it with the write timeout), and every
+// connection at Shutdown (the goroutine drains it). A request split across
+// reads is kept until its rest comes (up to maxHeld bytes), under the same
+// read and request timeouts as on the goroutine path. The loop owns a
+// duplicate of the socket's descriptor; Go's copy is closed so that Go's
+// poller does not wake for its bytes, and a new net.Conn is made from the
+// descriptor when the connection goes back.
+
+// testSendBuffer, set by tests before any connection, shrinks the send
+// buffer of the sockets the loop takes, so that a client that does not
+// read fills it quickly.
+var testSendBuffer int
+
+// maxHeld bounds the bytes of a request the loop keeps while the rest of
+// it arrives (a batch publish spans reads); a longer request goes back to
+// the goroutine, whose reader takes any size up to the limits.
+const maxHeld = 64 << 10
+
+// epConn is a connection's state in the loop; only the loop touches it.
+type epConn struct {
+	fd   int
+	out  []byte    // this turn's replies, in request order
+	last time.Time // when bytes last came: IdleTimeout, ReadTimeout
+	// in holds the start of a request whose rest has not come yet, since
+	// partSince (RequestTimeout).
+	in        []byte
+	partSince time.Time
+	// rest: bytes read that the loop does not serve; non-nil hands the
+	// connection back after the turn's replies.
+	rest   []byte
+	back   bool
+	dead   bool // close after the turn
+	inTurn bool
+}
+
+// epPub is one publish of the turn: topic, trace id and records are
+// spans of the loop's arena.
+type epPub struct {
+	c                      *conn
+	start                  time.Time
+	topic, trace, recs     [2]int
+	count                  int
+	eventID                int64
+	err                    error
+	loggedPanic, observeOK bool
+}
+
+type epollLoop struct {
+	s     *Server
+	epfd  int
+	epf   *os.File // epfd, registered in Go's poller
+	epraw syscall.RawConn
+	evfd  int // eventfd: wakes the loop for adopted connections and stop
+
+	mu       sync.Mutex
+	pending  []*conn
+	stopping bool
+
+	// For tests: publishes the loop served, connections it handed back,
+	// connections it holds, replies the socket did not take at once.
+	served, handed, owned, stalls atomic.Int64
+
+	// Loop only.
+	conns  map[int32]*conn
+	events []unix.EpollEvent
+	rbuf   []byte
+	rd     sliceReader
+	rr     *protocol.RequestReader
+	req    protocol.Request
+	arena  []byte
+	pubs   []epPub
+	batch  []Pub
+	turn   []*conn
+	scanAt time.Time
+}
+
+// sliceReader reads from b[off:] and then reports io.EOF, so that a request
+// cut short by the end of what was read fails as incomplete.
+type sliceReader struct {
+	b   []byte
+	off int
+}
+
+func (r *sliceReader) Read(p []byte) (int, error) {
+	if r.off >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func newEpollLoop(s *Server) (*epollLoop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(evfd)}); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
+	}
+	// The loop waits for the epoll descriptor in Go's poller (wait).
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	epf := os.NewFile(uintptr(epfd), "epoll")
+	epraw, err := epf.SyscallConn()
+	if err != nil {
+		epf.Close()
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	e := &epollLoop{s: s, epfd: epfd, epf: epf, epraw: epraw, evfd: evfd, conns: map[int32]*conn{},
+		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, readBufferSize)}
+	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
+	return e, nil
+}
+
+// adopt hands c, a plain connection waiting for a request with nothing
+// buffered, to the loop; false leaves it with its goroutine (TLS, Shutdown,
+// or the descriptor could not be duplicated). It runs on c's goroutine,
+// which must return at once when it reports true.
+func (e *epollLoop) adopt(c *conn) bool {
+	tc, ok := c.nc.(*net.TCPConn)
+	if !ok || !c.s.setState(c, stateIdle) {
+		return false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping {
+		return false
+	}
+	fd := -1
+	if cerr := raw.Control(func(s uintptr) { fd, err = unix.Dup(int(s)) }); cerr != nil || err != nil {
+		return false
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return false
+	}
+	if testSendBuffer > 0 {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, testSendBuffer)
+	}
+	// Closing Go's copy takes the socket out of Go's poller; the socket
+	// itself lives on in fd (no FIN is sent while a descriptor is open).
+	c.nc.Close()
+	if c.ep == nil {
+		c.ep = &epConn{}
+	}
+	c.ep.fd, c.ep.last = fd, time.Now()
+	e.pending = append(e.pending, c)
+	e.wake()
+	return true
+}
+
+func (e *epollLoop) wake() {
+	var one [8]byte // the eventfd counter is a native-endian uint64
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(e.evfd, one[:])
+}
+
+// stop makes the loop answer what it has read, hand every connection back
+// and return. It does not wait (Shutdown holds s.mu; the loop takes it).
+func (e *epollLoop) stop() {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
+	e.wake()
+}
+
+func (e *epollLoop) run() {
+	defer e.s.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			// The loop's own state is in doubt: close its connections (as
+			// a panicking goroutine closes its one) and serve from
+			// goroutines from now on.
+			e.s.opts.Metrics.Error(metrics.KindPanic)
+			e.s.log.Error("panic in the epoll loop; closing its connections", "panic", r, "stack", string(debug.Stack()))
+			e.mu.Lock()
+			e.stopping = true
+			pend := e.pending
+			e.pending = nil
+			e.mu.Unlock()
+			for _, c := range e.conns {
+				e.finish(c)
+			}
+			for _, c := range pend {
+				e.register(c)
+				e.finish(c)
+			}
+			e.closeFDs()
+		}
+	}()
+	for {
+		n, err := e.wait()
+		if err != nil {
+			panic(err.Error())
+		}
+		now := time.Now()
+		stopping := false
+		for _, ev := range e.events[:max(n, 0)] {
+			if ev.Fd == int32(e.evfd) {
+				stopping = e.takePending()
+				continue
+			}
+			if c := e.conns[ev.Fd]; c != nil {
+				e.read(c, now)
+			}
+		}
+		e.publish()
+		e.reply()
+		if stopping {
+			e.handBackAll()
+			return
+		}
+		if !now.Before(e.scanAt) {
+			e.scanIdle(now)
+		}
+	}
+}
+
+// wait returns the ready events, waiting for some until the next scan is
+// due. It never blocks in epoll_wait itself: a goroutine blocked in a
+// system call keeps its P, and the goroutines the last turn woke (a
+// subscriber of what it wrote) would wait on that P's run queue until the
+// runtime's monitor takes the P back, up to milliseconds later (measured:
+// p99 of e2e in tens of ms with a blocking epoll_wait on a locked thread).
+// So it polls, and with nothing ready it parks in Go's own poller on the
+// epoll descriptor, which is readable while events are ready.
+func (e *epollLoop) wait() (int, error) {
+	if e.scanAt.IsZero() {
+		e.scanAt = time.Now().Add(e.scanEvery())
+	}
+	n, err := unix.EpollWait(e.epfd, e.events, 0)
+	if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+		return max(n, 0), wrapEpoll(err)
+	}
+	if err := e.epf.SetReadDeadline(e.scanAt); err != nil {
+		return 0, fmt.Errorf("epoll descriptor deadline: %w", err)
+	}
+	err = nil
+	rerr := e.epraw.Read(func(fd uintptr) bool {
+		n, err = unix.EpollWait(int(fd), e.events, 0)
+		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+	})
+	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		return 0, fmt.Errorf("wait for the epoll descriptor: %w", rerr)
+	}
+	if errors.Is(err, unix.EINTR) {
+		err = nil
+	}
+	return max(n, 0), wrapEpoll(err)
+}
+
+func wrapEpoll(err error) error {
+	if err != nil {
+		return fmt.Errorf("epoll_wait: %w", err)
+	}
+	return nil
+}
+
+// scanEvery is how often timeouts are checked: an eighth of the shorter of
+// IdleTimeout and ReadTimeout (the slack the goroutine path's deadlines
+// have), at most once a second.
+func (e *epollLoop) scanEvery() time.Duration {
+	o := e.s.opts
+	return max(min(o.IdleTimeout/deadlineSlackDiv, o.ReadTimeout/deadlineSlackDiv, time.Second), time.Millisecond)
+}
+
+// scanIdle closes the connections that sent nothing for IdleTimeout
+// between requests, or within a request nothing for ReadTimeout or not the
+// whole request within RequestTimeout, with the goroutine path's log
+// lines and metrics.
+func (e *epollLoop) scanIdle(now time.Time) {
+	e.scanAt = now.Add(e.scanEvery())
+	o := e.s.opts
+	for _, c := range e.conns {
+		ep := c.ep
+		switch {
+		case len(ep.in) == 0:
+			if now.Sub(ep.last) >= o.IdleTimeout {
+				c.log.Debug("closing idle connection", "idle", o.IdleTimeout)
+				e.finish(c)
+			}
+		case now.Sub(ep.last) >= o.ReadTimeout || now.Sub(ep.partSince) >= o.RequestTimeout:
+			cmd := "?"
+			if len(ep.in) >= protocol.HeaderSize {
+				cmd = protocol.ParseHeader((*[protocol.HeaderSize]byte)(ep.in)).Cmd.String()
+			}
+			o.Metrics.Error(metrics.KindTimeout)
+			c.log.Warn("closing connection: incomplete request", "cmd", cmd, "err", os.ErrDeadlineExceeded)
+			e.finish(c)
+		}
+	}
+}
+
+// takePending registers the connections adopt queued; it reports whether
+// the loop must stop (then the list is final: adopt refuses from then on).
+func (e *epollLoop) takePending() bool {
+	var cnt [8]byte
+	unix.Read(e.evfd, cnt[:])
+	e.mu.Lock()
+	pend, stopping := e.pending, e.stopping
+	e.pending = nil
+	e.mu.Unlock()
+	for _, c := range pend {
+		if err := e.register(c); err != nil {
+			c.log.Info("epoll loop cannot take the connection; serving it from a goroutine", "err", err)
+			e.handBack(c)
+		}
+	}
+	return stopping
+}
+
+func (e *epollLoop) register(c *conn) error {
+	e.conns[int32(c.ep.fd)] = c
+	e.owned.Add(1)
+	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, c.ep.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.ep.fd)}); err != nil {
+		return fmt.Errorf("epoll_ctl add: %w", err)
+	}
+	return nil
+}
+
+// read reads what c's socket has (once) and queues its whole pub requests.
+func (e *epollLoop) read(c *conn, now time.Time) {
+	ep := c.ep
+	if ep.dead || ep.back {
+		return
+	}
+	m, err := unix.Read(ep.fd, e.rbuf)
+	switch {
+	case m > 0:
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+		return
+	case len(ep.in) > 0:
+		// The stream ended or failed inside a request: the goroutine
+		// reads its start and meets the end, and closes as it does for
+		// any incomplete request.
+		ep.rest = append(ep.rest[:0], ep.in...)
+		ep.in = ep.in[:0]
+		e.mark(c).back = true
+		return
+	case err == nil: // end of stream, between requests
+		c.log.Debug("connection closed by peer")
+		e.mark(c).dead = true
+		return
+	default:
+		c.log.Info("connection read failed", "err", err)
+		e.mark(c).dead = true
+		return
+	}
+	e.mark(c)
+	ep.last = now
+	data := e.rbuf[:m]
+	held := len(ep.in) > 0
+	if held {
+		ep.in = append(ep.in, data...)
+		data = ep.in
+	}
+	e.rd.b, e.rd.off = data, 0
+	for e.rd.off < len(data) {
+		start := e.rd.off
+		err := e.rr.Read(&e.req)
+		if (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) && len(data)-start <= maxHeld {
+			// Cut short by the end of what came so far: kept until the
+			// rest comes (scanIdle applies the read timeouts meanwhile).
+			if start > 0 || !held {
+				ep.partSince = now
+			}
+			ep.in = append(ep.in[:0], data[start:]...) // copy: data may alias ep.in, start <= its offset
+			return
+		}
+		if err != nil || e.req.Header.Cmd != protocol.CmdPub {
+			// Not the loop's to serve (another command, a refusal, or
+			// a request too long to hold): the goroutine reads it again
+			// from these bytes.
+			ep.rest = append(ep.rest[:0], data[start:]...)
+			ep.in = ep.in[:0]
+			ep.back = true
+			return
+		}
+		p := epPub{c: c, start: now, count: e.req.RecordCount}
+		p.topic = e.keep(e.req.Topic)
+		p.trace = e.keep(e.req.TraceID)
+		p.recs = e.keep(e.req.Payload)
+		e.pubs = append(e.pubs, p)
+	}
+	ep.in = ep.in[:0]
+	if cap(ep.in) > maxHeld {
+		ep.in = nil // do not pin a long request's buffer
+	}
+}
+
+// mark adds c to the turn's connections (once) and returns its state.
+func (e *epollLoop) mark(c *conn) *epConn {
+	if !c.ep.inTurn {
+		c.ep.inTurn = true
+		e.turn = append(e.turn, c)
+	}
+	return c.ep
+}
+
+// keep copies b into the turn's arena (the request reader reuses its
+// buffers) and returns its span.
+func (e *epollLoop) keep(b []byte) [2]int {
+	off := len(e.arena)
+	e.arena = append(e.arena, b...)
+	return [2]int{off, len(e.arena)}
+}
+
+func (e *epollLoop) span(s [2]int) []byte { return e.arena[s[0]:s[1]:s[1]] }
+
+// publish submits the turn's publishes as one batch and queues each reply
+// on its connection, in request order.
+func (e *epollLoop) publish() {
+	if len(e.pubs) == 0 {
+		return
+	}
+	e.runBatch()
+	e.served.Add(int64(len(e.pubs))) // before the replies: tests read it once answered
+	for i := range e.pubs {
+		p := &e.pubs[i]
+		ep := p.c.ep
+		if p.loggedPanic {
+			ep.dead = true
+			continue
+		}
+		err := p.err
+		if err != nil {
+			ep.out = protocol.AppendReplyError(ep.out, err.Error())
+			if !protocol.IsBizError(err) {
+				p.c.log.Warn("request failed", e.attrs(p, err.Error())...)
+			} else {
+				e.s.opts.Metrics.Error(metrics.KindBusiness)
+				if e.s.sampler.sample() {
+					p.c.log.Info("request refused", e.attrs(p, err.Error())...)
+				}
+			}
+		} else {
+			ep.out = protocol.AppendReplyOK(ep.out)
+			if e.s.sampler.sample() {
+				p.c.log.Info("request served", append(e.attrs(p, ""), "eventId", p.eventID)...)
+			}
+		}
+		p.observeOK = err == nil
+	}
+}
+
+// runBatch publishes e.pubs through the Backend, one call when it takes
+// batches. A panic is confined to the connections of the batch, which are
+// closed, as a panicking goroutine closes its own.
+func (e *epollLoop) runBatch() {
+	defer func() {
+		if r := recover(); r != nil {
+			e.s.opts.Metrics.Error(metrics.KindPanic)
+			stack := string(debug.Stack())
+			for i := range e.pubs {
+				p := &e.pubs[i]
+				if !p.loggedPanic {
+					p.c.log.Error("panic while serving connection; closing it", append(e.attrs(p, ""), "panic", r, "stack", stack)...)
+				}
+				p.loggedPanic = true
+			}
+		}
+	}()
+	be := e.s.opts.Backend
+	if bp, ok := be.(BatchPublisher); ok {
+		e.batch = e.batch[:0]
+		for i := range e.pubs {
+			p := &e.pubs[i]
+			e.batch = append(e.batch, Pub{Topic: e.span(p.topic), Records: e.span(p.recs), Count: p.count})
+		}
+		bp.PublishBatch(e.s.ctx, e.batch)
+		for i := range e.pubs {
+			e.pubs[i].eventID, e.pubs[i].err = e.batch[i].EventID, e.batch[i].Err
+		}
+		clear(e.batch)
+		return
+	}
+	for i := range e.pubs {
+		p := &e.pubs[i]
+		p.eventID, p.err = be.Publish(e.s.ctx, e.span(p.topic), e.span(p.recs), p.count)
+	}
+}
+
+func (e *epollLoop) attrs(p *epPub, errText string) []any {
+	a := []any{"cmd", protocol.CmdPub.String(), "topic", string(e.span(p.topic)),
+		"traceId", string(e.span(p.trace)), "elapsed", time.Since(p.start)}
+	if errText != "" {
+		a = append(a, "err", errText)
+	}
+	return a
+}
+
+// reply writes every replied connection's replies without waiting, then
+// closes, hands back or keeps each.
+func (e *epollLoop) reply() {
+	for _, c := range e.turn {
+		ep := c.ep
+		if len(ep.out) > 0 && !ep.dead {
+			n, err := writeNow(ep.fd, ep.out)
+			switch {
+			case err != nil:
+				e.s.opts.Metrics.Error(metrics.KindIO)
+				c.log.Info("closing connection: reply write failed", "cmd", protocol.CmdPub.String(), "err", err)
+				ep.dead = true
+			case n < len(ep.out):
+				// The socket is full: the goroutine writes the rest with
+				// the write timeout, then serves what follows.
+				ep.out = ep.out[:copy(ep.out, ep.out[n:])]
+				ep.back = true
+				e.stalls.Add(1)
+			default:
+				ep.out = ep.out[:0]
+			}
+		}
+	}
+	for i := range e.pubs {
+		p := &e.pubs[i]
+		if !p.loggedPanic {
+			e.s.opts.Metrics.ObserveRequest(protocol.CmdPub, time.Since(p.start), p.observeOK)
+		}
+		p.c = nil
+	}
+	e.pubs, e.arena = e.pubs[:0], e.arena[:0]
+	for _, c := range e.turn {
+		ep := c.ep
+		ep.inTurn = false
+		switch {
+		case ep.dead:
+			e.finish(c)
+		case ep.back:
+			e.handBack(c)
+		}
+	}
+	clear(e.turn)
+	e.turn = e.turn[:0]
+	if cap(e.arena) > 4<<20 {
+		e.arena = nil // do not pin one large turn's buffer
+	}
+}
+
+// writeNow writes as much of b as the socket takes without blocking.
+func writeNow(fd int, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Write(fd, b[n:])
+		if m > 0 {
+			n += m
+			continue
+		}
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			return n, nil
+		case err != nil:
+			return n, fmt.Errorf("write socket: %w", err)
+		default:
+			return n, io.ErrShortWrite
+		}
+	}
+	return n, nil
+}
+
+// finish closes a connection the loop owns.
+func (e *epollLoop) finish(c *conn) {
+	e.unregister(c)
+	unix.Close(c.ep.fd)
+	c.ep.fd = -1
+	e.s.removeConn(c)
+	e.s.wg.Done()
+}
+
+func (e *epollLoop) unregister(c *conn) {
+	unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.ep.fd, nil)
+	if e.conns[int32(c.ep.fd)] == c {
+		delete(e.conns, int32(c.ep.fd))
+		e.owned.Add(-1)
+	}
+}
+
+// handBack returns c to a goroutine of its own, with the bytes read but
+// not served and the replies not yet written.
+func (e *epollLoop) handBack(c *conn) {
+	ep := c.ep
+	e.unregister(c)
+	e.handed.Add(1)
+	f := os.NewFile(uintptr(ep.fd), "")
+	nc, err := net.FileConn(f) // a duplicate, in Go's poller
+	f.Close()
+	ep.fd = -1
+	if err != nil {
+		c.log.Warn("closing connection: cannot hand it back from the epoll loop", "err", err)
+		e.s.removeConn(c)
+		e.s.wg.Done()
+		return
+	}
+	e.s.mu.Lock()
+	c.nc, c.dr.nc = nc, nc
+	e.s.mu.Unlock()
+	c.dr.armed.forget()
+	c.wdl.forget()
+	if len(ep.in) > 0 { // Shutdown with a request partly read
+		ep.rest = append(ep.rest, ep.in...)
+		ep.in = ep.in[:0]
+	}
+	c.dr.pending = ep.rest
+	ep.rest, ep.back = nil, false
+	unsent := ep.out
+	ep.out = nil
+	go c.resume(unsent)
+}
+
+// handBackAll ends the loop at Shutdown: every connection goes back to a
+// goroutine, which drains it as Shutdown does for any idle connection.
+func (e *epollLoop) handBackAll() {
+	for _, c := range e.conns {
+		e.handBack(c)
+	}
+	e.closeFDs()
+}
+
+func (e *epollLoop) closeFDs() {
+	e.epf.Close() // closes epfd
+	unix.Close(e.evfd)
+}
+
+// resume is the goroutine of a connection the epoll loop handed back:
+// it writes the replies the loop could not, then serves as usual.
+func (c *conn) resume(unsent []byte) {
+	looped := false
+	defer func() { c.end(recover(), looped) }()
+	if len(unsent) > 0 {
+		c.req = protocol.Request{Header: protocol.Header{Cmd: protocol.CmdPub}} // for write's log line
+		c.out = append(c.out[:0], unsent...)
+		if !c.write(c.s.opts.WriteTimeout) {
+			return
+		}
+	}
+	looped = c.run()
+}

@@ -1,0 +1,436 @@
+//go:build linux
+
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
+)
+
+// The epoll front-end (epoll_linux.go) must answer exactly as the
+// goroutine path does. Every case runs against a server with the key off
+// and one with it on; the replies must be the expected bytes in both, and
+// with the key on the loop must have served (or handed back) what the case
+// says.
+
+func (ts *testServer) connCount() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.conns)
+}
+
+// loopCounts reports what the epoll loop served and handed back.
+func (ts *testServer) loopCounts() (served, handed int64) {
+	if ts.ep == nil {
+		return 0, 0
+	}
+	return ts.ep.served.Load(), ts.ep.handed.Load()
+}
+
+// refusal is the 400 the request reader gives req.
+func refusal(t *testing.T, req []byte) []byte {
+	t.Helper()
+	_, err := protocol.ReadRequest(bytes.NewReader(req), protocol.DefaultLimits())
+	var re *protocol.RequestError
+	if !errors.As(err, &re) {
+		t.Fatalf("request is not refused by the reader: %v", err)
+	}
+	return errReply(re.Error())
+}
+
+// topicsBackend is a fake backend holding the topics t, u and slow.
+func topicsBackend(t *testing.T) *fakeBackend {
+	t.Helper()
+	be := newFakeBackend()
+	for _, name := range []string{"t", "u", "slow"} {
+		if _, err := be.CreateTopic(context.Background(), []byte(name), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return be
+}
+
+func bigRecord(n int) []byte { return record(strings.Repeat("x", n)) }
+
+func TestEpollRepliesAsGoroutines(t *testing.T) {
+	badRecords := enc(protocol.AppendPub(nil, []byte("t"), []byte("tid"), []byte("not records")))
+	manyPubs := make([][]byte, 200)
+	for i := range manyPubs {
+		manyPubs[i] = pubReq("t", bigRecord(300+i)) // ~60 KB: crosses the loop's 16 KiB reads mid-request
+	}
+	type step struct {
+		send []byte
+		want []byte // reply bytes read after send
+	}
+	cases := []struct {
+		name       string
+		slave      bool
+		steps      func(t *testing.T) []step
+		closed     bool // the server closes the connection after the steps
+		served     int64
+		handed     bool // the loop handed the connection back at least once
+		timeout    time.Duration
+		closeWrite bool   // the client half-closes after the steps
+		logs       string // the server logs this
+	}{
+		{name: "one pub", steps: func(*testing.T) []step {
+			return []step{{pubReq("t", record("a")), okReply()}}
+		}, served: 1},
+		{name: "pipelined pubs", steps: func(*testing.T) []step {
+			return []step{{bytes.Join([][]byte{pubReq("t", record("a")), pubReq("t", record("b"), record("c")), pubReq("u", record("d"))}, nil),
+				bytes.Repeat(okReply(), 3)}}
+		}, served: 3},
+		{name: "pub, alive, pub pipelined", steps: func(*testing.T) []step {
+			return []step{{bytes.Join([][]byte{pubReq("t", record("a")), aliveReq(), pubReq("t", record("b"))}, nil),
+				bytes.Join([][]byte{okReply(), aliveReply(), okReply()}, nil)}}
+		}, served: 1, handed: true},
+		{name: "create then pubs", steps: func(*testing.T) []step {
+			return []step{{createReq("n", 0), okReply()}, {pubReq("n", record("a")), okReply()}}
+		}, served: 1, handed: true},
+		{name: "bad topic name", steps: func(*testing.T) []step {
+			return []step{{pubReq("bad name!", record("a")), errReply(protocol.ValidateTopicName([]byte("bad name!")).Error())},
+				{pubReq("t", record("a")), okReply()}}
+		}, served: 2},
+		{name: "slave refuses pub", slave: true, steps: func(*testing.T) []step {
+			return []step{{pubReq("t", record("a")), errReply(protocol.ErrSlavePub.Error())}}
+		}, served: 1},
+		{name: "records the reader refuses", steps: func(t *testing.T) []step {
+			return []step{{badRecords, refusal(t, badRecords)}, {pubReq("t", record("a")), okReply()}}
+		}, handed: true},
+		{name: "pub spanning reads", steps: func(*testing.T) []step {
+			return []step{{pubReq("t", bigRecord(40000)), okReply()}, {pubReq("t", record("a")), okReply()}}
+		}, served: 2},
+		{name: "pub longer than the loop holds", steps: func(*testing.T) []step {
+			return []step{{pubReq("t", bigRecord(maxHeld+2*readBufferSize)), okReply()}, {pubReq("t", record("a")), okReply()}}
+		}, handed: true},
+		{name: "many pipelined pubs across reads", steps: func(*testing.T) []step {
+			return []step{{bytes.Join(manyPubs, nil), bytes.Repeat(okReply(), len(manyPubs))}}
+		}, served: int64(len(manyPubs))},
+		{name: "half a request then the rest", steps: func(*testing.T) []step {
+			r := pubReq("t", record("a"))
+			return []step{{r[:len(r)/2], nil}, {r[len(r)/2:], okReply()}}
+		}, served: 1},
+		{name: "half a request then silence", timeout: 300 * time.Millisecond, steps: func(*testing.T) []step {
+			r := pubReq("t", record("a"))
+			return []step{{pubReq("t", record("a")), okReply()}, {r[:len(r)/2], nil}}
+		}, closed: true, served: 1, logs: "closing connection: incomplete request"},
+		{name: "half a request then the end", steps: func(*testing.T) []step {
+			r := pubReq("t", record("a"))
+			return []step{{pubReq("t", record("a")), okReply()}, {r[:len(r)/2], nil}}
+		}, closeWrite: true, closed: true, served: 1, handed: true, logs: "closing connection: incomplete request"},
+	}
+	for _, tc := range cases {
+		for _, on := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/epoll=%v", tc.name, on), func(t *testing.T) {
+				be := topicsBackend(t)
+				be.slave.Store(tc.slave)
+				ts := startServer(t, be, func(o *Options) {
+					o.Epoll = on
+					o.ReadTimeout = tc.timeout
+				})
+				if on && ts.ep == nil {
+					t.Fatal("the epoll loop did not start")
+				}
+				c := ts.dial(t)
+				for _, s := range tc.steps(t) {
+					send(t, c, s.send)
+					if len(s.want) > 0 {
+						expect(t, c, s.want)
+					}
+				}
+				if tc.closeWrite {
+					c.(*net.TCPConn).CloseWrite()
+				}
+				if tc.closed {
+					expectClosed(t, c)
+				}
+				if tc.logs != "" {
+					waitFor(t, "the log line "+tc.logs, func() bool { return strings.Contains(ts.logs.String(), tc.logs) })
+				}
+				if !on {
+					return
+				}
+				served, handed := ts.loopCounts()
+				if served < tc.served {
+					t.Errorf("the loop served %d publishes, want at least %d", served, tc.served)
+				}
+				if tc.handed && handed == 0 {
+					t.Error("the loop never handed the connection back")
+				}
+				if !tc.handed && !tc.closed && handed != 0 {
+					t.Errorf("the loop handed the connection back %d times, want none", handed)
+				}
+			})
+		}
+	}
+}
+
+// Many connections pipelining publishes into a real broker: every one is
+// answered OK, stored once, and the loop submits them in batches (fewer
+// calls than publishes).
+func TestEpollBatchesIntoRealBroker(t *testing.T) {
+	var bb *batchBackend
+	ts, b := startRealServerWith(t, nil, func(o *Options, b *broker.Broker) {
+		bb = &batchBackend{fzBackend: fzBackend{b}}
+		o.Backend, o.Epoll = bb, true
+	})
+	if _, err := b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	first := b.LastEventID()
+	const conns, each = 16, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for range conns {
+		c := ts.dial(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var reqs [][]byte
+			for j := range each {
+				reqs = append(reqs, pubReq("t", record(fmt.Sprint("m", j))))
+			}
+			if _, err := c.Write(bytes.Join(reqs, nil)); err != nil {
+				errs <- err
+				return
+			}
+			want := bytes.Repeat(okReply(), each)
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("replies %q, %v", got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := b.LastEventID() - first; got != conns*each {
+		t.Errorf("%d messages stored, want %d", got, conns*each)
+	}
+	served, _ := ts.loopCounts()
+	if served != conns*each || bb.pubs.Load() != conns*each {
+		t.Errorf("the loop served %d publishes, the batches held %d, want %d", served, bb.pubs.Load(), conns*each)
+	}
+	if n := bb.batches.Load(); n >= conns*each {
+		t.Errorf("%d batches for %d publishes: the loop did not batch", n, conns*each)
+	}
+}
+
+// A peer that resets, idle in the loop or before reading its reply, is
+// closed and its slot freed; the others go on.
+func TestEpollPeerReset(t *testing.T) {
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll = true; o.MaxConnsPerIP = 2 })
+	keep := ts.dial(t)
+	send(t, keep, pubReq("t", record("a")))
+	expect(t, keep, okReply())
+	for _, beforeReply := range []bool{false, true} {
+		c := ts.dial(t)
+		waitFor(t, "the connection to be accepted", func() bool { return ts.connCount() == 2 })
+		if !beforeReply {
+			send(t, c, pubReq("t", record("b")))
+			expect(t, c, okReply())
+			waitFor(t, "the loop to own the connection", func() bool { return ts.ep.ownCount() == 2 })
+		}
+		if beforeReply {
+			send(t, c, pubReq("t", record("c")))
+		}
+		c.(*net.TCPConn).SetLinger(0) // close sends a RST
+		c.Close()
+		waitFor(t, "the reset connection to be closed", func() bool { return ts.connCount() == 1 })
+		if !beforeReply && !strings.Contains(ts.logs.String(), "connection read failed") {
+			t.Error("the reset was not logged as a failed read")
+		}
+		// The slot is free again (limit.maxConnsPerIP 2).
+		send(t, keep, pubReq("t", record("d")))
+		expect(t, keep, okReply())
+	}
+	c := ts.dial(t)
+	send(t, c, pubReq("t", record("e")))
+	expect(t, c, okReply())
+}
+
+// A connection idle in the loop is closed after IdleTimeout, as by its
+// goroutine.
+func TestEpollIdleTimeout(t *testing.T) {
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll = true; o.IdleTimeout = 200 * time.Millisecond })
+	c := ts.dial(t)
+	send(t, c, pubReq("t", record("a")))
+	expect(t, c, okReply())
+	start := time.Now()
+	expectClosed(t, c)
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("closed after %v, before the idle timeout", d)
+	}
+	waitFor(t, "the connection to be removed", func() bool { return ts.connCount() == 0 })
+	if !strings.Contains(ts.logs.String(), "closing idle connection") {
+		t.Error("no idle close logged")
+	}
+}
+
+// Shutdown while publishes are in the loop: the one being written and
+// those read or sent before Shutdown get their replies, then every
+// connection is closed and Shutdown returns.
+func TestEpollShutdownDrains(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("epoll=%v", on), func(t *testing.T) {
+			be := topicsBackend(t)
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			be.onPublish = func(topic string) error {
+				if topic == "slow" {
+					once.Do(func() { close(entered) })
+					<-release
+				}
+				return nil
+			}
+			ts := startServer(t, be, func(o *Options) { o.Epoll = on })
+			others := []net.Conn{ts.dial(t), ts.dial(t)}
+			for _, c := range others {
+				send(t, c, pubReq("t", record("warm")))
+				expect(t, c, okReply())
+			}
+			late := ts.dial(t) // idle (in the loop) when Shutdown begins
+			send(t, late, pubReq("t", record("warm")))
+			expect(t, late, okReply())
+			slow := ts.dial(t)
+			send(t, slow, pubReq("slow", record("a")))
+			<-entered
+			for _, c := range others {
+				send(t, c, bytes.Join([][]byte{pubReq("t", record("b")), pubReq("t", record("c"))}, nil))
+			}
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+				defer cancel()
+				done <- ts.Shutdown(ctx)
+			}()
+			waitFor(t, "Shutdown to begin", ts.isShutting)
+			close(release)
+			expect(t, slow, okReply())
+			for _, c := range others {
+				expect(t, c, bytes.Repeat(okReply(), 2))
+			}
+			if on {
+				waitFor(t, "the loop to hand its connections back", func() bool { return ts.ep.ownCount() == 0 })
+			}
+			// Within DrainGrace of Shutdown: a request on an idle
+			// connection is still served (by the goroutine the loop
+			// handed it back to).
+			send(t, late, pubReq("t", record("late")))
+			expect(t, late, okReply())
+			for _, c := range append(others, slow, late) {
+				expectClosed(t, c)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		})
+	}
+}
+
+// ownCount is how many connections the loop holds.
+func (e *epollLoop) ownCount() int { return int(e.owned.Load()) }
+
+// TestSuiteWithEpoll runs this package's request/reply, lifecycle,
+// metrics and subscription tests again in a child process of this test
+// binary with every test server's Options.Epoll on.
+func TestSuiteWithEpoll(t *testing.T) {
+	if epollMode {
+		t.Skip("already the run with epoll")
+	}
+	families := []struct{ name, run string }{
+		{"commands", "^(TestMasterCommands|TestSlaveCommands|TestInfoReplyMatchesAppendixA|TestBackendErrors|TestLongErrorTextTruncated|TestPipelinedRequests|TestRequestSplitAcrossSmallWrites|TestLargePayloadAtCap|TestOversizeBodyRefusalIsReadable|TestRefusalClosesOnlyItsConnection|TestStatusCommand|TestPromoteAndFollowCommands)$"},
+		{"lifecycle", "^(TestIdleConnectionClosed|TestTimeoutMidRequestCloses|TestPanicInBackendIsContained|TestShutdownLetsInFlightRequestFinish|TestShutdownGivesUpAtDeadline|TestMaxConns|TestMaxConnsPerIPRefusedAtAccept|TestLogSampling)$"},
+		{"metrics", "^TestMetrics"},
+		{"real broker", "^(TestRefusalsFromARealBroker|TestMessageIDOverTCP|TestLastEventID)$"},
+		{"subscriptions", "^(TestSubBatchesAcksAndLiveTail|TestSubEndsInCommandLoop|TestSubRefusals|TestSubVanishedClientFreesSlot|TestShutdownEndsStreams)$"},
+	}
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run", f.run, "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), "SMSS_SERVER_EPOLL=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("with epoll: %v\n%s", err, out)
+			}
+			if !bytes.Contains(out, []byte("--- PASS")) {
+				t.Fatalf("with epoll: no test ran\n%s", out)
+			}
+		})
+	}
+}
+
+// A client that pipelines publishes without reading its replies fills the
+// socket: the loop hands the connection back with the replies it could not
+// write, and the goroutine writes them (with the write timeout) before
+// serving the rest; every reply arrives, in order.
+func TestEpollFullSocketHandsBackReplies(t *testing.T) {
+	testSendBuffer = 4096
+	t.Cleanup(func() { testSendBuffer = 0 })
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll = true })
+	// Requests of exactly 64 bytes: the loop's 16 KiB reads then always
+	// end between two requests, so only the full socket hands back.
+	var req []byte
+	for n := 1; len(req) != 64; n++ {
+		if req = pubReq("t", record(strings.Repeat("x", n))); len(req) > 64 {
+			t.Fatalf("no 64-byte pub request (%d bytes at body %d)", len(req), n)
+		}
+	}
+	c := ts.dial(t)
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	const n = 20000
+	wrote := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := c.Write(req); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	waitFor(t, "a reply the socket did not take", func() bool { return ts.ep.stalls.Load() > 0 })
+	expect(t, c, bytes.Repeat(okReply(), n))
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With semi-synchronous replies the loop is not started (a reply waiting
+// for slaves would stall it): the key is ignored with a warning and the
+// connections are served by goroutines.
+func TestEpollIgnoredWithSemiSync(t *testing.T) {
+	tr, err := replication.NewSyncTracker(replication.SyncOptions{Slaves: 1, Timeout: time.Second,
+		LastEventID: func() int64 { return 0 }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.Sync = true, tr })
+	waitServing(t, ts.Server)
+	if ts.ep != nil {
+		t.Fatal("the epoll loop started with syncSlaves 1")
+	}
+	if !strings.Contains(ts.logs.String(), "server.epoll ignored") {
+		t.Error("no warning that server.epoll is ignored")
+	}
+	c := ts.dial(t)
+	send(t, c, aliveReq())
+	expect(t, c, aliveReply())
+}

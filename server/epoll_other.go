@@ -1,0 +1,19 @@
+//go:build !linux
+
+package server
+
+import "errors"
+
+// The epoll front-end is Linux only (epoll_linux.go): elsewhere
+// Options.Epoll is ignored with a warning (startEpollLocked).
+type epollLoop struct{}
+
+type epConn struct{}
+
+func newEpollLoop(*Server) (*epollLoop, error) {
+	return nil, errors.New("the epoll front-end is Linux only")
+}
+
+func (*epollLoop) adopt(*conn) bool { return false }
+func (*epollLoop) stop()            {}
+func (*epollLoop) run()             {}
