@@ -43,6 +43,11 @@ type Server struct {
 	conns    map[*conn]struct{}
 	perIP    map[string]int // open connections per conn.ipKey
 	wg       sync.WaitGroup // Serve's accept loop and every connection
+
+	// inlineFrames counts the subscription frames that commit hooks wrote
+	// whole, inlinePartial those they started and handed back because the
+	// socket would block (subinline.go); for tests and profiling.
+	inlineFrames, inlinePartial atomic.Int64
 }
 
 // New validates opts and returns an unstarted server.
