@@ -54,6 +54,7 @@ package server
 
 import (
 	"errors"
+	"net"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -122,8 +123,15 @@ func (st *subStream) startInline() {
 	if !ok {
 		return
 	}
-	sc, ok := st.c.nc.(syscall.Conn)
-	if !ok {
+	// Only a plain socket: a wrapper (TLS, or anything that counts or
+	// transforms what is written) must see every byte.
+	var sc syscall.Conn
+	switch nc := st.c.nc.(type) {
+	case *net.TCPConn:
+		sc = nc
+	case *net.UnixConn:
+		sc = nc
+	default:
 		return
 	}
 	raw, err := sc.SyscallConn()
