@@ -366,3 +366,55 @@ func TestSubInlineAliveAndDelete(t *testing.T) {
 		break
 	}
 }
+
+// The watcher of an inline stream reads with raw system calls (readRaw):
+// its ack rules, timeouts and hand-over to the command loop stay those of
+// subwatch.go, over the real broker.
+func TestSubInlineWatcherRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, is *inlineSetup, pub, sub net.Conn)
+	}{
+		{"ack 1 keeps a pipelined request", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
+			publish(t, pub, "w", "last")
+			readData(t, sub)
+			send(t, sub, append(ack(ackEnd), aliveReq()...))
+			expect(t, sub, aliveReply())
+			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+			send(t, sub, aliveReq())
+			expect(t, sub, aliveReply())
+		}},
+		{"ack timeout closes", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
+			publish(t, pub, "w", "never acked")
+			readData(t, sub)
+			expectClosed(t, sub)
+			waitFor(t, "the log", func() bool { return strings.Contains(is.logs.String(), "ack timeout after") })
+		}},
+		{"stray byte while idle closes", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
+			send(t, sub, []byte{7})
+			expectClosed(t, sub)
+			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+		}},
+		{"EOF while idle frees the who", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
+			sub.Close()
+			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+			publish(t, pub, "w", "nobody")
+		}},
+		{"invalid ack closes", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
+			publish(t, pub, "w", "one")
+			readData(t, sub)
+			send(t, sub, ack(9))
+			expectClosed(t, sub)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := startInline(t, 4, nil)
+			is.create(t, "w")
+			pub, sub := is.dial(t), is.dial(t)
+			send(t, sub, subReq("w", "w1", 0, 4, 400*time.Millisecond))
+			waitFor(t, "the subscription", func() bool { return is.acked("w", "w1") == 0 })
+			is.settle(t, pub, sub, "w", "w1")
+			tc.run(t, is, pub, sub)
+		})
+	}
+}
