@@ -250,13 +250,17 @@ func (st *subStream) parked() (r inlineResult, ok bool) {
 				w.mu.Unlock()
 				continue
 			}
-			// Whether an alive goes out or is skipped (a frame awaits
-			// its ack), the next one is an interval away.
-			w.lastOut = int64(now)
 			w.mu.Unlock()
 			if !st.reclaim(true) {
+				// If the hook sends no frame, the next park finds the
+				// alive due at once.
 				return st.awaitBack()
 			}
+			// Whether the alive goes out or is skipped (a frame awaits
+			// its ack), the next one is an interval away.
+			w.mu.Lock()
+			w.lastOut = int64(time.Since(w.base))
+			w.mu.Unlock()
 			in.p.Rest() // hold no descriptor while idle, as Next does
 			return inlineResult{written: -1}, true
 		case <-in.deleted:
