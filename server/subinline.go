@@ -79,7 +79,7 @@ type parker interface {
 
 // Holders of a stream (watch.owner).
 const (
-	ownStream uint8 = iota
+	ownStream uint32 = iota
 	ownParked
 	ownInline
 )
@@ -175,7 +175,7 @@ func (st *subStream) next() inlineResult {
 		}
 		w := &st.w
 		w.mu.Lock()
-		w.owner = ownParked
+		w.owner.Store(ownParked)
 		w.mu.Unlock()
 		select {
 		case <-changed:
@@ -284,8 +284,8 @@ func (st *subStream) reclaim(want bool) bool {
 	w := &st.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.owner == ownParked {
-		w.owner = ownStream
+	if w.owner.Load() == ownParked {
+		w.owner.Store(ownStream)
 		return true
 	}
 	w.giveBack = want
@@ -313,12 +313,17 @@ func (st *subStream) takeBack() (inlineResult, bool) {
 // or hands it to the stream goroutine; it reports whether it served.
 func (st *subStream) onCommit(inline bool) bool {
 	w := &st.w
+	if w.owner.Load() != ownParked {
+		// Not parked (busy, or ended): every commit of the topic calls
+		// the hook, so skip the lock.
+		return false
+	}
 	w.mu.Lock()
-	if w.owner != ownParked {
+	if w.owner.Load() != ownParked {
 		w.mu.Unlock()
 		return false
 	}
-	w.owner = ownInline
+	w.owner.Store(ownInline)
 	w.mu.Unlock()
 	if !inline {
 		st.handBack(inlineResult{})
@@ -397,14 +402,14 @@ func (st *subStream) repark(changed <-chan struct{}) bool {
 		st.handBack(inlineResult{})
 		return true
 	}
-	w.owner = ownParked
+	w.owner.Store(ownParked)
 	w.mu.Unlock()
 	select {
 	case <-changed:
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if w.owner == ownParked {
-			w.owner = ownInline
+		if w.owner.Load() == ownParked {
+			w.owner.Store(ownInline)
 			return false
 		}
 		return true // someone else holds it now
@@ -418,12 +423,13 @@ func (st *subStream) repark(changed <-chan struct{}) bool {
 func (st *subStream) handBack(r inlineResult) {
 	w := &st.w
 	w.mu.Lock()
-	if w.owner != ownInline {
+	if w.owner.Load() != ownInline {
 		w.mu.Unlock()
 		return // already handed back (a panic after handBack)
 	}
 	r.set = r.n > 0 || r.err != nil || r.fail != nil
-	w.owner, w.giveBack, w.ret = ownStream, false, r
+	w.owner.Store(ownStream)
+	w.giveBack, w.ret = false, r
 	w.mu.Unlock()
 	// One kick per hand-back, taken before the stream can be parked and
 	// claimed again: the slot is always free.

@@ -60,6 +60,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/metrics"
@@ -121,10 +122,10 @@ type watch struct {
 	done    chan struct{} // closed when the watcher has exited
 
 	// Inline delivery (subinline.go).
-	owner    uint8        // ownStream, ownParked or ownInline
-	giveBack bool         // the stream goroutine waits for a commit hook to hand the stream back
-	ret      inlineResult // what the hook handed back
-	lastOut  int64        // time since base when the last frame (or alive) went out
+	owner    atomic.Uint32 // ownStream, ownParked or ownInline; written under mu
+	giveBack bool          // the stream goroutine waits for a commit hook to hand the stream back
+	ret      inlineResult  // what the hook handed back
+	lastOut  int64         // time since base when the last frame (or alive) went out
 }
 
 func (w *watch) init() {
