@@ -101,3 +101,52 @@ func TestCommitHooks(t *testing.T) {
 		})
 	}
 }
+
+// On a slave the applier that commits replicated blocks calls the hooks,
+// as a publisher does on a master.
+func TestCommitHooksOnSlave(t *testing.T) {
+	ctx := context.Background()
+	m := openTest(t, t.TempDir(), func(o *Options) { o.Logger = quietLog })
+	defer m.Close()
+	if _, err := m.CreateTopic(ctx, []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	s := openTest(t, t.TempDir(), func(o *Options) { o.Slave = true; o.Logger = quietLog })
+	defer s.Close()
+	replicateAll(t, m, s, 0)
+	sub, err := s.Subscribe([]byte("a"), []byte("w"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var mu sync.Mutex
+	var seen []int
+	if !sub.SetCommitHook(func(inline bool) bool {
+		_, n, err := sub.Next(ctx, nil, 255, 0)
+		if err != nil {
+			t.Errorf("Next: %v", err)
+		}
+		mu.Lock()
+		seen = append(seen, n)
+		mu.Unlock()
+		return inline
+	}) {
+		t.Fatal("SetCommitHook refused on a slave")
+	}
+	after := s.LastEventID()
+	for i := range 3 {
+		if _, err := m.Publish(ctx, []byte("a"), rec(string(rune('x'+i))), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicateAll(t, m, s, after)
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range seen {
+		total += n
+	}
+	if len(seen) == 0 || total != 3 {
+		t.Fatalf("hook calls %v: want the 3 replicated messages seen by the hooks", seen)
+	}
+}
