@@ -76,6 +76,13 @@ type Options struct {
 	// single larger message is still delivered alone. Default
 	// protocol.DefaultMaxFrameBytes.
 	MaxFrameBytes int
+	// InlineDeliveries (worker.inlineDeliveries) is how many waiting
+	// subscribers of a topic the goroutine that committed a group to it
+	// may serve itself, right after the commit, instead of waking their
+	// own goroutines (subinline.go). Default DefaultInlineDeliveries; a
+	// negative value turns inline delivery off (every subscriber waits in
+	// Subscription.Next).
+	InlineDeliveries int
 	// MaxOpenTopics (store.maxOpenTopics) bounds the topics whose current
 	// file (and its index: two descriptors) the writer keeps open; the
 	// least recently appended one is closed beyond it. Default
@@ -127,6 +134,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxGroupBytes <= 0 {
 		o.MaxGroupBytes = 4 << 20
+	}
+	if o.InlineDeliveries == 0 {
+		o.InlineDeliveries = DefaultInlineDeliveries
 	}
 	if o.MaxFrameBytes <= 0 {
 		o.MaxFrameBytes = protocol.DefaultMaxFrameBytes
@@ -250,6 +260,10 @@ type topic struct {
 	subMu   sync.Mutex
 	subs    map[string]struct{} // active subscribers by who
 	lastUse int64               // writer only: ms of the last append
+
+	// hooks are the subscriptions with a commit hook (subinline.go),
+	// replaced whole under subMu, read without it by committers.
+	hooks atomic.Pointer[[]*Subscription]
 
 	count msgcount.Counter // messages the writer appended, per file (writer.commit)
 

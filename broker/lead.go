@@ -104,24 +104,31 @@ func (b *Broker) await(c *command) {
 			return
 		}
 		c.lead = false
-		b.lead(c.gather)
+		var buf [4]*topic
+		// The commit hooks run here, with the token handed on and outside
+		// lead's fail-stop guard (subinline.go).
+		b.notifyCommits(b.lead(c.gather, buf[:0]))
 	}
 }
 
 // lead runs one group with the token held (the caller's command is at the
-// front of the queue, so it is in that group), then hands the token on.
-func (b *Broker) lead(gather bool) {
+// front of the queue, so it is in that group), then hands the token on. It
+// returns notify with the committed topics that have commit hooks appended.
+func (b *Broker) lead(gather bool, notify []*topic) []*topic {
 	defer failStop()
 	w := b.w
 	if gather {
 		w.gather()
 	}
 	w.process(w.collect())
+	notify = append(notify, w.notify...)
+	clear(w.notify)
+	w.notify = w.notify[:0]
 	b.qmu.Lock()
 	if w.final {
 		// The drain ran: the token is kept for good, for shutdown.
 		b.qmu.Unlock()
-		return
+		return notify
 	}
 	var next *command
 	if len(b.queue) > 0 {
@@ -134,6 +141,7 @@ func (b *Broker) lead(gather bool) {
 		next.lead, next.gather = true, true
 		next.done <- struct{}{}
 	}
+	return notify
 }
 
 // failStop ends the process when the writer panics. A group runs on a

@@ -22,6 +22,9 @@ type Subscription struct {
 	reader *segment.Reader
 	timer  *time.Timer // Next's wait, reused
 	closed bool
+	// hook is the commit hook (subinline.go), set once before it is
+	// registered; committers call it.
+	hook func(inline bool) bool
 
 	since, start int64                  // ms the subscription began; the eventId asked to start after
 	delivered    atomic.Int64           // last eventId handed out by Next
@@ -235,6 +238,7 @@ func (s *Subscription) Close() {
 		return
 	}
 	s.closed = true
+	s.dropHook()
 	if s.timer != nil {
 		s.timer.Stop()
 	}

@@ -53,6 +53,10 @@ type writer struct {
 	wakes     []chan struct{} // readers of this group's commits (commit)
 	syncErrs  []error
 
+	// notify holds the committed topics that have commit hooks, for the
+	// leader to call once it handed the token on (lead, subinline.go).
+	notify []*topic
+
 	// openLRU orders the topics whose current file the writer holds open,
 	// most recently appended first (lru.go).
 	openLRU list.List
@@ -432,6 +436,9 @@ func (w *writer) commit(now int64) error {
 		// topic's readers: counted first, a count never lags them.
 		tb.t.count.Add(tb.start, int64(len(tb.buf)), tb.marks)
 		w.wakes = append(w.wakes, tb.log.CommitQuiet())
+		if tb.t.hooks.Load() != nil {
+			w.notify = append(w.notify, tb.t)
+		}
 	}
 	w.b.lastID.Store(w.next - 1)
 	for _, f := range w.post {

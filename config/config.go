@@ -103,6 +103,10 @@ type Worker struct {
 	// GroupWaitUs is how long, in microseconds, a flushLevel 2 group may
 	// wait for the requests the writer expects next (new key).
 	GroupWaitUs int64 `yaml:"groupWaitUs"`
+	// InlineDeliveries is how many idle subscribers of a topic the
+	// goroutine that committed to it serves itself (new key); 0 turns
+	// inline delivery off.
+	InlineDeliveries int `yaml:"inlineDeliveries"`
 }
 
 // Timeout is the timeout.* section; every value is in milliseconds.
@@ -220,6 +224,7 @@ func Default() *Config {
 			MaxGroup:                512,
 			MaxGroupBytes:           4194304,
 			GroupWaitUs:             500,
+			InlineDeliveries:        4,
 		},
 		Timeout: Timeout{
 			Net:    NetTimeout{Write: 1000, Read: 5000, Idle: 1800000, Reply: 5000, Request: 60000},

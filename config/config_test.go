@@ -69,6 +69,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"delay.maxDelay":            int64(2592000000),
 		"worker.maxGroupBytes":      int64(4194304),
 		"worker.groupWaitUs":        int64(500),
+		"worker.inlineDeliveries":   int64(4),
 		"store.maxSlaveKeepFiles":   int64(64),
 		"admin.listen":              "",
 		"admin.token":               "",
@@ -94,9 +95,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// 46 keys (with dedupe.*, the three capacity keys of issue 23 and
 	// limit.maxDiscard) + 21 security/replication keys (security.go, with the
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
-	// 18 + 5 cursor keys of issue 22 + server.epoll of issue 24 + source
-	if len(s) != 84 {
-		t.Errorf("summary has %d entries, want 84", len(s))
+	// 18 + 5 cursor keys of issue 22 + server.epoll and
+	// worker.inlineDeliveries of issue 24 + source
+	if len(s) != 85 {
+		t.Errorf("summary has %d entries, want 85", len(s))
 	}
 }
 

@@ -54,6 +54,7 @@ func TestPackageDefaultsMatchConfig(t *testing.T) {
 		{"store.maxSlaveKeepFiles", lifecycle.DefaultMaxSlaveKeepFiles, c.Store.MaxSlaveKeepFiles},
 		{"dedupe.window", broker.DefaultDedupeWindow, ms(c.Dedupe.Window)},
 		{"dedupe.maxIds", broker.DefaultDedupeMaxIDs, c.Dedupe.MaxIDs},
+		{"worker.inlineDeliveries", broker.DefaultInlineDeliveries, c.Worker.InlineDeliveries},
 		{"replication.lingerMs", replication.DefaultLinger, ms(c.Replication.LingerMs)},
 		{"replication.syncTimeoutMs", replication.DefaultSyncTimeout, ms(c.Replication.SyncTimeoutMs)},
 		{"replication.rejoinMaxProbes", int64(replication.DefaultMaxProbes), c.Replication.RejoinMaxProbes},

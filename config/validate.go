@@ -68,6 +68,7 @@ func (c *Config) Validate() error {
 	v.atLeast("worker.maxGroup", int64(c.Worker.MaxGroup), 1, "")
 	v.atLeast("worker.maxGroupBytes", int64(c.Worker.MaxGroupBytes), 65536, "bytes")
 	v.between("worker.groupWaitUs", c.Worker.GroupWaitUs, 0, 100000, "µs; 0 never waits")
+	v.between("worker.inlineDeliveries", int64(c.Worker.InlineDeliveries), 0, 1024, "0 turns inline delivery off")
 
 	v.between("timeout.net.write", c.Timeout.Net.Write, 1, maxMs, "ms")
 	v.between("timeout.net.read", c.Timeout.Net.Read, 1, maxMs, "ms")

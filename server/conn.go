@@ -326,12 +326,15 @@ func (c *conn) attrs(errText string, start time.Time) []any {
 	return a
 }
 
-func (c *conn) write(timeout time.Duration) bool {
+func (c *conn) write(timeout time.Duration) bool { return c.writeFrom(0, timeout) }
+
+// writeFrom is write of c.out[off:].
+func (c *conn) writeFrom(off int, timeout time.Duration) bool {
 	if err := c.wdl.arm(c.nc.SetWriteDeadline, time.Now().Add(timeout), timeout/deadlineSlackDiv); err != nil {
 		c.log.Info("set write deadline", "err", err)
 		return false
 	}
-	if _, err := c.nc.Write(c.out); err != nil {
+	if _, err := c.nc.Write(c.out[off:]); err != nil {
 		c.s.opts.Metrics.Error(ioKind(err))
 		c.log.Info("closing connection: reply write failed", "cmd", c.req.Header.Cmd.String(), "err", err)
 		return false

@@ -45,6 +45,11 @@ type Server struct {
 	wg       sync.WaitGroup // Serve's accept loop and every connection
 	// ep is the epoll loop (Options.Epoll, epoll_linux.go); nil when off.
 	ep *epollLoop
+
+	// inlineFrames counts the subscription frames that commit hooks wrote
+	// whole, inlinePartial those they started and handed back because the
+	// socket would block (subinline.go); for tests and profiling.
+	inlineFrames, inlinePartial atomic.Int64
 }
 
 // New validates opts and returns an unstarted server.

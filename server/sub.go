@@ -48,7 +48,8 @@ type subStream struct {
 	messages  int
 	lastEvent int64 // eventId of the last message delivered, 0 before any
 
-	w watch // subwatch.go
+	w  watch       // subwatch.go
+	in inlineState // subinline.go
 }
 
 // sub serves a subscribe request (§1.5.1, §2.4–2.7, §3): a stream of data
@@ -142,9 +143,11 @@ func (st *subStream) run() (reason string, keep bool) {
 	st.c.dr.timeout = 0
 	st.w.init()
 	defer st.w.cancel()
+	defer st.stopInline()
 	o := st.deliver()
 	if o.idle {
 		go st.watch()
+		st.startInline()
 		o = st.serveIdle()
 	}
 	return o.reason, o.keep
@@ -203,16 +206,26 @@ func (st *subStream) frameAndAck(n int, last int64) (o outcome, ok bool) {
 func (st *subStream) serveIdle() outcome {
 	c, w := st.c, &st.w
 	for {
-		out, n, err := st.sub.Next(w.ctx, frameStart(c.out), st.batch, c.s.opts.AliveInterval)
-		c.out = out
-		var last int64
-		if n > 0 {
-			var o outcome
-			var ok bool
-			if last, o, ok = st.prepareFrame(n, err); !ok {
+		r := st.next()
+		if r.fail != nil {
+			return st.closeWatcher(*r.fail)
+		}
+		if r.written >= 0 {
+			// A commit hook marked the frame in c.out as awaiting its ack
+			// and wrote only part of it (subinline.go): finish it.
+			w.mu.Lock()
+			end := w.end
+			w.mu.Unlock()
+			if end != nil {
+				<-w.done
+				return *end
+			}
+			if o, ok := st.sendRest(r.n, r.written); !ok {
 				return st.closeWatcher(o)
 			}
+			continue
 		}
+		out, n, last, err := c.out, r.n, r.last, r.err
 		w.mu.Lock()
 		if w.end != nil {
 			// The watcher ended the stream (ack 1, the client went away,
@@ -291,22 +304,41 @@ func (st *subStream) prepareFrame(n int, readErr error) (last int64, o outcome, 
 // The frame must already be marked as awaiting its ack (awaitAck), since
 // the ack may arrive before the write returns.
 func (st *subStream) sendFrame(n int, last int64) (o outcome, ok bool) {
+	st.countFrame(n, last)
+	return st.sendRest(n, 0)
+}
+
+// countFrame counts the frame of n messages prepared in c.out as sent.
+func (st *subStream) countFrame(n int, last int64) {
 	c := st.c
-	area := len(c.out) - protocol.RespHeaderSize
 	st.lastEvent = last
 	st.frames++
 	st.messages += n
 	if c.s.sampler.sample() {
 		c.log.Info("subscription batch", "topic", st.topic, "who", st.who, "messages", n,
-			"bytes", area, "lastEventId", last)
+			"bytes", len(c.out)-protocol.RespHeaderSize, "lastEventId", last)
 	}
-	if !c.write(c.s.opts.WriteTimeout) {
+}
+
+// sendRest writes the frame of n messages in c.out from byte off on (a
+// commit hook may have written the first off bytes), then starts its ack
+// timeout; ok false ends the stream.
+func (st *subStream) sendRest(n, off int) (o outcome, ok bool) {
+	c := st.c
+	area := len(c.out) - protocol.RespHeaderSize
+	if !c.writeFrom(off, c.s.opts.WriteTimeout) {
 		return outcome{reason: "frame write failed"}, false
 	}
+	st.frameOut(n, area)
+	return outcome{}, true
+}
+
+// frameOut starts the ack timeout of the frame of n messages (area bytes)
+// just written and records its delivery.
+func (st *subStream) frameOut(n, area int) {
 	st.ackTimerStart()
 	// Record bytes as published: each message less its fixed §2.4 fields.
-	c.s.opts.Metrics.Delivered(st.topic, n, area-n*protocol.SubMessageFixedSize)
-	return outcome{}, true
+	st.c.s.opts.Metrics.Delivered(st.topic, n, area-n*protocol.SubMessageFixedSize)
 }
 
 // lastEventID returns the eventId of the last of the n messages in a frame's

@@ -60,6 +60,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/metrics"
@@ -119,6 +120,12 @@ type watch struct {
 
 	handoff chan struct{} // the watcher hands the stream back, idle
 	done    chan struct{} // closed when the watcher has exited
+
+	// Inline delivery (subinline.go).
+	owner    atomic.Uint32 // ownStream, ownParked or ownInline; written under mu
+	giveBack bool          // the stream goroutine waits for a commit hook to hand the stream back
+	ret      inlineResult  // what the hook handed back
+	lastOut  int64         // time since base when the last frame (or alive) went out
 }
 
 func (w *watch) init() {
@@ -273,9 +280,11 @@ func (st *subStream) awaitAck(last int64) {
 // may already have been read; then there is nothing to do.
 func (st *subStream) ackTimerStart() {
 	w := &st.w
-	due := int64(time.Since(w.base) + st.ackTimeout)
+	now := time.Since(w.base)
+	due := int64(now + st.ackTimeout)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.lastOut = int64(now)
 	if w.due != dueWriting {
 		return
 	}

@@ -137,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
 		CursorRetention:        cfg.CursorRetention(),
 	}
+	bopts.InlineDeliveries = inlineDeliveries(cfg.Worker.InlineDeliveries)
 	b, err := broker.Open(bopts)
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
@@ -377,6 +378,15 @@ func exposure(addr net.Addr) string {
 // protocol.Limits.MaxDiscard (negative: close at once).
 func discardLimit(n int64) int64 {
 	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// inlineDeliveries maps worker.inlineDeliveries to broker.Options: 0 (off)
+// is negative there, where zero takes the default.
+func inlineDeliveries(n int) int {
+	if n == 0 {
 		return -1
 	}
 	return n
