@@ -94,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 
 	role := fl.resolveRole(logger)
 	logger.Info("config in effect", cfg.Summary()...)
+	logMaxProcs(cfg.Server.MaxProcs, logger)
 	warnFDBudget(cfg, logger)
 
 	adm, err := startAdmin(cfg, role, logger)
