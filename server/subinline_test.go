@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/smssmq/smss/auth/authtest"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -416,5 +418,45 @@ func TestSubInlineWatcherRules(t *testing.T) {
 			is.settle(t, pub, sub, "w", "w1")
 			tc.run(t, is, pub, sub)
 		})
+	}
+}
+
+// TestSubInlineNotOverTLS: a subscriber over TLS never takes the inline
+// path (a hook's raw write would bypass the TLS record layer); its stream
+// goroutine writes every frame, in order. A plain subscriber of the same
+// server does get inline frames, so the setup has inline delivery on.
+func TestSubInlineNotOverTLS(t *testing.T) {
+	pki := authtest.NewPKI(t)
+	is := startInline(t, 4, func(o *Options) {
+		o.Security = Security{TLS: pki.ServerConfig(t, false), TLSListen: "127.0.0.1:0"}
+	})
+	lockstep := func(sub net.Conn, topic string, n int) {
+		t.Helper()
+		is.create(t, topic)
+		pub := is.dial(t)
+		send(t, sub, subReq(topic, "w1", 0, 1, 30*time.Second))
+		waitFor(t, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
+		for i := 1; i <= n; i++ {
+			publish(t, pub, topic, fmt.Sprint("m", i))
+			msgs := readData(t, sub)
+			if len(msgs) != 1 || string(msgs[0].Body) != fmt.Sprint("m", i) {
+				t.Fatalf("%s message %d: got %d messages", topic, i, len(msgs))
+			}
+			id := msgs[0].EventID
+			send(t, sub, ack(ackContinue))
+			waitFor(t, "the ack", func() bool { return is.acked(topic, "w1") == id })
+		}
+	}
+	sub, err := tlsDial(t, is.srv.TLSAddr().String(), pki.ClientConfig(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockstep(sub, "overtls", 20)
+	if got := is.srv.inlineFrames.Load() + is.srv.inlinePartial.Load(); got != 0 {
+		t.Fatalf("%d frames written inline to a TLS subscriber", got)
+	}
+	lockstep(is.dial(t), "plain", 20)
+	if is.srv.inlineFrames.Load() == 0 {
+		t.Fatal("no frame inline to a plain subscriber: inline delivery is off in this setup")
 	}
 }
