@@ -660,17 +660,18 @@ func (b *Broker) ValidTopics(eventID int64) ([]meta.Topic, error) {
 // again once descriptors are freed.
 var ErrDescriptorLimit = protocol.NewBizError("too many open files: the server is at its descriptor limit, retry later (raise ulimit -n or lower store.maxOpenTopics)")
 
-// descriptorRefusal turns a rolled-back group's failure to open a file
-// for want of descriptors (a topic's next file, a directory to fsync, the
-// binlog's next file) into ErrDescriptorLimit, as topicLog does for a
-// topic's first file: the client learns why without the server's paths,
-// the log keeps the detail (sampled). A fatal error stays what it is.
+// descriptorRefusal turns a failure to open a file for want of descriptors
+// into ErrDescriptorLimit: a topic's first file (topicLog), or, in a
+// rolled-back group, a topic's reopened or next file, a directory to
+// fsync, the binlog's next file. The client learns why without the
+// server's paths, the log keeps the detail (sampled). Any other error, and
+// a fatal one, stays what it is.
 func (b *Broker) descriptorRefusal(err error) error {
 	if errors.Is(err, segment.ErrFatal) || !(errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
 		return err
 	}
 	if b.sample() {
-		b.log.Warn("write refused: descriptor limit reached", "err", err)
+		b.log.Warn("cannot open a file: descriptor limit reached", "err", err)
 	}
 	return ErrDescriptorLimit
 }
@@ -686,17 +687,11 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,
 		NoCache: b.opts.NoCache, Logger: b.log, OpenFile: b.opts.OpenFile, ReadOnly: b.ReadOnly() != nil})
 	if err != nil {
-		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			// The client gets a refusal that says why (not the server's
-			// paths); the log keeps the detail, sampled since every
-			// write to a closed topic fails the same way until
-			// descriptors are freed.
-			if b.sample() {
-				b.log.Warn("cannot open a topic's files: descriptor limit reached", "topic", t.meta.Name, "err", err)
-			}
-			return nil, ErrDescriptorLimit
-		}
-		return nil, err
+		// Out of descriptors: the client gets a refusal that says why
+		// (not the server's paths); the log keeps the detail, sampled
+		// since every write to a closed topic fails the same way until
+		// descriptors are freed.
+		return nil, b.descriptorRefusal(err)
 	}
 	b.mu.Lock()
 	t.log = l
