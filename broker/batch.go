@@ -43,7 +43,7 @@ func (b *Broker) PublishBatch(ctx context.Context, ps []Pub) {
 		}
 		c := getCommand()
 		c.op, c.topic, c.records, c.count, c.timestamp = opPub, string(p.Topic), p.Records, p.Count, now
-		c.msgID = msgID
+		c.msgID, c.batched = msgID, true
 		cs = append(cs, c)
 	}
 	var qerr error

@@ -100,6 +100,10 @@ type command struct {
 	done   chan struct{}
 	lead   bool
 	gather bool // with lead: gather a group first (writer.gather)
+	// batched: submitted by PublishBatch. Its connection's next request
+	// comes through the same batch caller, which is blocked in this group
+	// until it ends, so the group wait does not count on it (expectGroup).
+	batched bool
 }
 
 var commandPool = sync.Pool{New: func() any { return &command{done: make(chan struct{}, 1)} }}

@@ -90,9 +90,19 @@ func armTimer(t **time.Timer, d time.Duration) *time.Timer {
 // expectGroup records, after a flushLevel 2 fsync, how many commands the
 // next group should hold: the ones just answered (their connections are
 // about to send again) plus the ones that queued behind the fsync.
-func (w *writer) expectGroup(answered int, synced time.Duration) {
+// PublishBatch's commands are not counted: their connections send again
+// through the batch caller (the server's epoll loop), which is the one
+// waiting for this group, so waiting for them could only run out the clock;
+// the caller gathers them itself before its next batch.
+func (w *writer) expectGroup(synced time.Duration) {
 	if w.b.opts.GroupWait <= 0 {
 		return
+	}
+	answered := 0
+	for _, c := range w.group {
+		if !c.batched {
+			answered++
+		}
 	}
 	w.expect, w.expectAt, w.lastSync = answered+w.b.queued(), time.Now(), synced
 }

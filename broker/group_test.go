@@ -86,3 +86,31 @@ func TestGroupWaitLonePublisherNeverWaits(t *testing.T) {
 		t.Fatalf("a lone publisher made the writer wait %d times", w)
 	}
 }
+
+// A batch caller (the server's epoll loop) runs the groups of its own
+// batches, so the writer must not wait for the publishers of its last
+// batch: they can only come back through the caller, after the wait. A
+// smaller batch after a larger one is the case that waited.
+func TestGroupWaitNotForBatchCallers(t *testing.T) {
+	const syncTime = 20 * time.Millisecond
+	b, n := countBinlogSyncs(t, time.Second, syncTime)
+	before := n.Load()
+	for i := range 10 {
+		ps := make([]Pub, 4-3*(i%2)) // 4, 1, 4, 1, ...
+		for j := range ps {
+			ps[j] = Pub{Topic: []byte("t"), Records: rec("m"), Count: 1}
+		}
+		b.PublishBatch(context.Background(), ps)
+		for _, p := range ps {
+			if p.Err != nil {
+				t.Fatal(p.Err)
+			}
+		}
+	}
+	if w := b.w.waits.Load(); w != 0 {
+		t.Fatalf("the writer waited %d times for publishers only the batch caller could bring", w)
+	}
+	if syncs := n.Load() - before; syncs != 10 {
+		t.Fatalf("%d binlog fsyncs for 10 batches, want 10", syncs)
+	}
+}

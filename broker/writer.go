@@ -416,7 +416,7 @@ func (w *writer) commit(now int64) error {
 		if err := w.syncBinlog(); err != nil {
 			return err
 		}
-		w.expectGroup(len(w.group), time.Since(synced))
+		w.expectGroup(time.Since(synced))
 		if err := w.scheduleFlush(now); err != nil {
 			return err
 		}
