@@ -84,6 +84,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"cursor.enabled":            true,
 		"cursor.flushMs":            int64(1000),
 		"server.epoll":              false,
+		"server.epollMinConns":      int64(8),
 		"server.maxProcs":           int64(0),
 	} {
 		if got, ok := keys[key]; !ok || got != want {
@@ -97,9 +98,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// limit.maxDiscard) + 21 security/replication keys (security.go, with the
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
 	// 18 + 5 cursor keys of issue 22 + server.epoll and
-	// worker.inlineDeliveries and server.maxProcs of issue 24 + source
-	if len(s) != 86 {
-		t.Errorf("summary has %d entries, want 86", len(s))
+	// worker.inlineDeliveries and server.maxProcs and server.epollMinConns
+	// of issue 24 + source
+	if len(s) != 87 {
+		t.Errorf("summary has %d entries, want 87", len(s))
 	}
 }
 

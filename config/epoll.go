@@ -13,6 +13,10 @@ type ServerSection struct {
 	// epoll_linux.go); everything else the loop hands back to the usual
 	// goroutine. Linux only.
 	Epoll bool `yaml:"epoll"`
+	// EpollMinConns is how many client connections must be open before the
+	// loop takes a connection over; below it every connection keeps its
+	// goroutine (0 or 1: the loop takes them from the first).
+	EpollMinConns int `yaml:"epollMinConns"`
 	// MaxProcs is the server's GOMAXPROCS (maxprocs.go); 0 keeps Go's
 	// default (every core the process may use).
 	MaxProcs int `yaml:"maxProcs"`
@@ -22,5 +26,13 @@ func (c *Config) validateServer(v *validator) {
 	if c.Server.Epoll && runtime.GOOS != "linux" {
 		v.add(fmt.Sprintf("server.epoll must be false on %s (the epoll front-end is Linux only)", runtime.GOOS))
 	}
+	if n := c.Server.EpollMinConns; n < 0 || n > EpollMinConnsLimit {
+		v.add(fmt.Sprintf("server.epollMinConns must be between 0 and %d (got %d)", EpollMinConnsLimit, n))
+	}
 	c.validateMaxProcs(v)
 }
+
+// EpollMinConnsLimit bounds server.epollMinConns: limit.maxConns' own
+// order of magnitude; a larger value would turn the loop off in effect,
+// which server.epoll: false says plainly.
+const EpollMinConnsLimit = 1000000

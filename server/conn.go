@@ -148,7 +148,7 @@ func (c *conn) serve() {
 // touch it.
 func (c *conn) run() (looped bool) {
 	for {
-		if c.s.ep != nil && c.br.Buffered() == 0 && len(c.dr.pending) == 0 && c.s.ep.adopt(c) {
+		if c.s.ep != nil && c.br.Buffered() == 0 && len(c.dr.pending) == 0 && c.s.loopWanted() && c.s.ep.adopt(c) {
 			return true
 		}
 		if !c.waitRequest() || !c.serveRequest() {

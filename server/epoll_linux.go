@@ -53,6 +53,14 @@ var testSendBuffer int
 // the goroutine, whose reader takes any size up to the limits.
 const maxHeld = 64 << 10
 
+// loopReadSize is the loop's one read buffer (one per loop, not per
+// connection). It holds several whole batch requests of up to maxHeld, so
+// that a batch publish is read in one system call and served in the turn it
+// arrived in, instead of being held across turns and copied again as each
+// piece comes (with a 16 KiB buffer, 100-record batches of 200 bytes took
+// two turns each). A variable for tests, which make requests cross reads.
+var loopReadSize = 4 * maxHeld
+
 // epConn is a connection's state in the loop; only the loop touches it.
 type epConn struct {
 	fd   int
@@ -94,8 +102,9 @@ type epollLoop struct {
 	stopping bool
 
 	// For tests: publishes the loop served, connections it handed back,
-	// connections it holds, replies the socket did not take at once.
-	served, handed, owned, stalls atomic.Int64
+	// connections it holds, replies the socket did not take at once, group
+	// waits (gatherExpected).
+	served, handed, owned, stalls, gathers atomic.Int64
 
 	// Loop only.
 	conns  map[int32]*conn
@@ -109,6 +118,12 @@ type epollLoop struct {
 	batch  []Pub
 	turn   []*conn
 	scanAt time.Time
+	// flushLevel 2 group wait (gatherExpected): publishes the last batch
+	// answered on connections still in the loop, when, and how long the
+	// batch took.
+	expect    int
+	expectAt  time.Time
+	lastBatch time.Duration
 }
 
 // sliceReader reads from b[off:] and then reports io.EOF, so that a request
@@ -156,7 +171,7 @@ func newEpollLoop(s *Server) (*epollLoop, error) {
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
 	e := &epollLoop{s: s, epfd: epfd, epf: epf, epraw: epraw, evfd: evfd, conns: map[int32]*conn{},
-		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, readBufferSize)}
+		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, loopReadSize)}
 	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
 	return e, nil
 }
@@ -248,15 +263,12 @@ func (e *epollLoop) run() {
 			panic(err.Error())
 		}
 		now := time.Now()
-		stopping := false
-		for _, ev := range e.events[:max(n, 0)] {
-			if ev.Fd == int32(e.evfd) {
-				stopping = e.takePending()
-				continue
+		stopping := e.readEvents(n, now)
+		if len(e.pubs) > 0 {
+			if !stopping && len(e.pubs) < e.expect {
+				stopping = e.gatherExpected(now)
 			}
-			if c := e.conns[ev.Fd]; c != nil {
-				e.read(c, now)
-			}
+			e.expect = 0
 		}
 		e.publish()
 		e.reply()
@@ -268,6 +280,58 @@ func (e *epollLoop) run() {
 			e.scanIdle(now)
 		}
 	}
+}
+
+// readEvents reads the first n ready events: the connections' sockets, and
+// the eventfd (adopted connections, stop). It reports whether the loop must
+// stop.
+func (e *epollLoop) readEvents(n int, now time.Time) (stopping bool) {
+	for _, ev := range e.events[:max(n, 0)] {
+		if ev.Fd == int32(e.evfd) {
+			stopping = e.takePending() || stopping
+			continue
+		}
+		if c := e.conns[ev.Fd]; c != nil {
+			e.read(c, now)
+		}
+	}
+	return stopping
+}
+
+// gatherExpected is flushLevel 2's group wait (the broker's
+// waitForExpected, broker/group.go), done here because the broker cannot
+// do it for the loop: the connections it would wait for send through the
+// loop, which is the one running the group. After a batch's fsync the
+// connections just answered come back one by one; a batch sent with the
+// first few and the next with the rest would split them into two halves
+// that alternate, each paying a device flush. So when this turn has fewer
+// publishes than the last batch answered, the loop waits for more, up to
+// Options.EpollGroupWait and at most half the last batch's time (a fast
+// device is not held up for long), and not at all when the expectation is
+// stale. A lone publisher is what is expected and never waits. A wait
+// that brings no publish ends it.
+func (e *epollLoop) gatherExpected(now time.Time) (stopping bool) {
+	gw := e.s.opts.EpollGroupWait
+	wait := min(gw, e.lastBatch/2)
+	if wait <= 0 || now.Sub(e.expectAt) > 10*e.lastBatch+gw {
+		return false
+	}
+	e.gathers.Add(1)
+	deadline := now.Add(wait)
+	for len(e.pubs) < e.expect {
+		n, err := e.waitUntil(deadline)
+		if err != nil {
+			panic(err.Error()) // as run
+		}
+		had := len(e.pubs)
+		if stopping = e.readEvents(n, time.Now()) || stopping; stopping {
+			return true
+		}
+		if len(e.pubs) == had && (n > 0 || !time.Now().Before(deadline)) {
+			return false
+		}
+	}
+	return false
 }
 
 // wait returns the ready events, waiting for some until the next scan is
@@ -282,11 +346,16 @@ func (e *epollLoop) wait() (int, error) {
 	if e.scanAt.IsZero() {
 		e.scanAt = time.Now().Add(e.scanEvery())
 	}
+	return e.waitUntil(e.scanAt)
+}
+
+// waitUntil is wait with its own deadline.
+func (e *epollLoop) waitUntil(deadline time.Time) (int, error) {
 	n, err := unix.EpollWait(e.epfd, e.events, 0)
 	if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
 		return max(n, 0), wrapEpoll(err)
 	}
-	if err := e.epf.SetReadDeadline(e.scanAt); err != nil {
+	if err := e.epf.SetReadDeadline(deadline); err != nil {
 		return 0, fmt.Errorf("epoll descriptor deadline: %w", err)
 	}
 	err = nil
@@ -467,7 +536,9 @@ func (e *epollLoop) publish() {
 	if len(e.pubs) == 0 {
 		return
 	}
+	start := time.Now()
 	e.runBatch()
+	e.lastBatch = time.Since(start)
 	e.served.Add(int64(len(e.pubs))) // before the replies: tests read it once answered
 	for i := range e.pubs {
 		p := &e.pubs[i]
@@ -566,12 +637,19 @@ func (e *epollLoop) reply() {
 			}
 		}
 	}
+	answered := 0
 	for i := range e.pubs {
 		p := &e.pubs[i]
 		if !p.loggedPanic {
 			e.s.opts.Metrics.ObserveRequest(protocol.CmdPub, time.Since(p.start), p.observeOK)
 		}
+		if p.observeOK && !p.c.ep.dead && !p.c.ep.back {
+			answered++ // its connection stays and is about to send again
+		}
 		p.c = nil
+	}
+	if answered > 0 {
+		e.expect, e.expectAt = answered, time.Now()
 	}
 	e.pubs, e.arena = e.pubs[:0], e.arena[:0]
 	for _, c := range e.turn {

@@ -69,6 +69,10 @@ func bigRecord(n int) []byte { return record(strings.Repeat("x", n)) }
 
 func TestEpollRepliesAsGoroutines(t *testing.T) {
 	badRecords := enc(protocol.AppendPub(nil, []byte("t"), []byte("tid"), []byte("not records")))
+	// The loop's reads as small as the goroutine path's buffer, so that
+	// the ~60 KB of manyPubs cross reads mid-request.
+	defer func(n int) { loopReadSize = n }(loopReadSize)
+	loopReadSize = readBufferSize
 	manyPubs := make([][]byte, 200)
 	for i := range manyPubs {
 		manyPubs[i] = pubReq("t", bigRecord(300+i)) // ~60 KB: crosses the loop's 16 KiB reads mid-request
@@ -433,4 +437,119 @@ func TestEpollIgnoredWithSemiSync(t *testing.T) {
 	c := ts.dial(t)
 	send(t, c, aliveReq())
 	expect(t, c, aliveReply())
+}
+
+// slowBatches is a batch backend whose every batch takes at least syncTime,
+// as a flushLevel 2 batch waits for its fsync, and which records the batch
+// sizes.
+type slowBatches struct {
+	batchBackend
+	syncTime time.Duration
+	mu       sync.Mutex
+	sizes    []int
+}
+
+func (b *slowBatches) PublishBatch(ctx context.Context, ps []Pub) {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(ps))
+	b.mu.Unlock()
+	time.Sleep(b.syncTime)
+	b.batchBackend.PublishBatch(ctx, ps)
+}
+
+// With flushLevel 2's group wait, publishers that each wait for their
+// reply and come back a network round trip later share one batch (one
+// fsync) per round: the loop waits for the connections it just answered.
+// Without it, the ones that come back first start the next batch alone,
+// and the publishers settle into two halves that alternate, a batch each.
+// A lone publisher is what the loop expects and never waits.
+func TestEpollGroupWait(t *testing.T) {
+	const syncTime, roundTrip, rounds = 30 * time.Millisecond, 300 * time.Microsecond, 12
+	run := func(t *testing.T, publishers int) (batches int, gathers int64) {
+		var sb *slowBatches
+		ts, b := startRealServerWith(t, nil, func(o *Options, b *broker.Broker) {
+			sb = &slowBatches{batchBackend: batchBackend{fzBackend: fzBackend{b}}, syncTime: syncTime}
+			o.Backend, o.Epoll, o.EpollGroupWait = sb, true, time.Second
+		})
+		if _, err := b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, publishers)
+		for p := range publishers {
+			c := ts.dial(t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Staggered starts: without the wait, these would never line up.
+				time.Sleep(time.Duration(p) * syncTime / 3)
+				reply := make([]byte, len(okReply()))
+				for i := range rounds {
+					if _, err := c.Write(pubReq("t", record(fmt.Sprint("m", i)))); err != nil {
+						errs <- err
+						return
+					}
+					if _, err := io.ReadFull(c, reply); err != nil || !bytes.Equal(reply, okReply()) {
+						errs <- fmt.Errorf("reply %q, %v", reply, err)
+						return
+					}
+					time.Sleep(roundTrip) // the reply's and the next request's trip
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		t.Logf("%d publishers, %d rounds: batches of %v, %d group waits", publishers, rounds, sb.sizes, ts.ep.gathers.Load())
+		return len(sb.sizes), ts.ep.gathers.Load()
+	}
+	t.Run("publishers", func(t *testing.T) {
+		// The staggered start and each connection's first request (served
+		// by its goroutine before the loop adopts it) cost a few extra
+		// batches, then one per round; alternating halves would need
+		// about two per round.
+		batches, gathers := run(t, 4)
+		if gathers == 0 {
+			t.Fatal("the loop never waited for the publishers it answered")
+		}
+		if most := rounds + 5; batches > most {
+			t.Fatalf("%d batches for %d rounds of 4 publishers; want at most %d", batches, rounds, most)
+		}
+	})
+	t.Run("lone", func(t *testing.T) {
+		if _, gathers := run(t, 1); gathers != 0 {
+			t.Fatalf("a lone publisher made the loop wait %d times", gathers)
+		}
+	})
+}
+
+// Below server.epollMinConns open connections a connection keeps its
+// goroutine; once that many are open, the next time it waits for a request
+// the loop takes it over.
+func TestEpollMinConns(t *testing.T) {
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns = true, 3 })
+	c := ts.dial(t)
+	pub := func(body string) {
+		t.Helper()
+		send(t, c, pubReq("t", record(body)))
+		expect(t, c, okReply())
+	}
+	pub("alone")
+	pub("still alone")
+	if served, owned := ts.ep.served.Load(), ts.ep.ownCount(); served != 0 || owned != 0 {
+		t.Fatalf("with 1 of 3 connections open the loop served %d publishes and holds %d connections", served, owned)
+	}
+	ts.dial(t)
+	ts.dial(t)
+	waitFor(t, "3 connections open", func() bool { return ts.connCount() == 3 })
+	pub("third open") // served by the goroutine, which then hands c over
+	pub("in the loop")
+	pub("in the loop again")
+	if served := ts.ep.served.Load(); served != 2 {
+		t.Fatalf("with 3 of 3 connections open the loop served %d publishes, want 2", served)
+	}
 }

@@ -139,6 +139,18 @@ type Options struct {
 	// with Security.Auth and with semi-synchronous replication (Sync
 	// waiting for slaves).
 	Epoll bool
+	// EpollGroupWait is flushLevel 2's group wait (worker.groupWaitUs) as
+	// the epoll loop applies it: after a batch, the loop waits up to this
+	// long, and at most half the batch's own time, for the connections it
+	// just answered to send again, so that they share the next fsync
+	// instead of alternating in two halves (epoll_linux.go gatherExpected).
+	// Zero (the default, and at flushLevel 0 and 1) never waits.
+	EpollGroupWait time.Duration
+	// EpollMinConns: with Epoll, the loop takes a connection over only
+	// while at least this many client connections are open (conn.run);
+	// 0 or 1 from the first. Below it the loop costs more per request
+	// than a goroutine (an epoll_wait and a park against one read).
+	EpollMinConns int
 }
 
 // Defaults applied by New.

@@ -234,6 +234,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Failover:          n,
 		Cursors:           backend{b},
 		Epoll:             cfg.Server.Epoll,
+		EpollGroupWait:    epollGroupWait(cfg),
+		EpollMinConns:     cfg.Server.EpollMinConns,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
@@ -391,4 +393,13 @@ func inlineDeliveries(n int) int {
 		return -1
 	}
 	return n
+}
+
+// epollGroupWait is worker.groupWaitUs for the epoll loop: flushLevel 2's
+// group wait, which the broker applies at that level only.
+func epollGroupWait(cfg *config.Config) time.Duration {
+	if cfg.Store.FlushLevel < 2 {
+		return 0
+	}
+	return time.Duration(cfg.Worker.GroupWaitUs) * time.Microsecond
 }
