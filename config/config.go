@@ -239,7 +239,7 @@ func Default() *Config {
 		Cursor:      defaultCursor(),
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, RejoinMaxProbes: 64},
-		Server:      ServerSection{EpollMinConns: 8},
+		Server:      ServerSection{Epoll: true, EpollMinConns: 8},
 	}
 	setSecurityDefaults(c)
 	return c

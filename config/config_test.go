@@ -83,7 +83,7 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"limit.maxFrameBytes":       int64(16777216),
 		"cursor.enabled":            true,
 		"cursor.flushMs":            int64(1000),
-		"server.epoll":              false,
+		"server.epoll":              true,
 		"server.epollMinConns":      int64(8),
 		"server.maxProcs":           int64(0),
 	} {

@@ -1,9 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"runtime"
-)
+import "fmt"
 
 // ServerSection is the server.* section: how the client listener serves
 // connections (issue 24).
@@ -11,7 +8,7 @@ type ServerSection struct {
 	// Epoll serves plain (non-TLS) publishing connections on one epoll loop
 	// thread instead of a goroutine each while they publish (server/
 	// epoll_linux.go); everything else the loop hands back to the usual
-	// goroutine. Linux only.
+	// goroutine. Linux only: elsewhere the server logs that it is not used.
 	Epoll bool `yaml:"epoll"`
 	// EpollMinConns is how many client connections must be open before the
 	// loop takes a connection over; below it every connection keeps its
@@ -23,9 +20,6 @@ type ServerSection struct {
 }
 
 func (c *Config) validateServer(v *validator) {
-	if c.Server.Epoll && runtime.GOOS != "linux" {
-		v.add(fmt.Sprintf("server.epoll must be false on %s (the epoll front-end is Linux only)", runtime.GOOS))
-	}
 	if n := c.Server.EpollMinConns; n < 0 || n > EpollMinConnsLimit {
 		v.add(fmt.Sprintf("server.epollMinConns must be between 0 and %d (got %d)", EpollMinConnsLimit, n))
 	}

@@ -458,13 +458,15 @@ func (s *Server) startEpollLocked() {
 	case s.opts.Sync.Enabled():
 		why = "semi-synchronous replies wait for slaves, which would stall the loop"
 	}
+	// Info, not a warning: server.epoll is on by default, and these
+	// servers are served correctly from goroutines, as with the key off.
 	if why != "" {
-		s.log.Warn("server.epoll ignored", "reason", why)
+		s.log.Info("epoll loop not used (server.epoll)", "reason", why)
 		return
 	}
 	ep, err := newEpollLoop(s)
 	if err != nil {
-		s.log.Warn("server.epoll ignored: cannot start the epoll loop", "err", err)
+		s.log.Info("epoll loop not used (server.epoll): cannot start it", "err", err)
 		return
 	}
 	s.ep = ep
