@@ -508,15 +508,14 @@ func TestEpollGroupWait(t *testing.T) {
 		return len(sb.sizes), ts.ep.gathers.Load()
 	}
 	t.Run("publishers", func(t *testing.T) {
-		// The staggered start and each connection's first request (served
-		// by its goroutine before the loop adopts it) cost a few extra
-		// batches, then one per round; alternating halves would need
-		// about two per round.
+		// The staggered start costs a few extra batches (more on a busy
+		// machine, where a publisher may miss a wait), then one per round;
+		// alternating halves need two per round (24).
 		batches, gathers := run(t, 4)
 		if gathers == 0 {
 			t.Fatal("the loop never waited for the publishers it answered")
 		}
-		if most := rounds + 5; batches > most {
+		if most := rounds + rounds/2; batches > most {
 			t.Fatalf("%d batches for %d rounds of 4 publishers; want at most %d", batches, rounds, most)
 		}
 	})
@@ -546,10 +545,13 @@ func TestEpollMinConns(t *testing.T) {
 	ts.dial(t)
 	ts.dial(t)
 	waitFor(t, "3 connections open", func() bool { return ts.connCount() == 3 })
-	pub("third open") // served by the goroutine, which then hands c over
+	// Served by the goroutine, which then hands c over (or already by the
+	// loop, if the goroutine looked again after the two dials).
+	pub("third open")
+	before := ts.ep.served.Load()
 	pub("in the loop")
 	pub("in the loop again")
-	if served := ts.ep.served.Load(); served != 2 {
-		t.Fatalf("with 3 of 3 connections open the loop served %d publishes, want 2", served)
+	if served := ts.ep.served.Load() - before; served != 2 {
+		t.Fatalf("with 3 of 3 connections open the loop served %d of 2 publishes", served)
 	}
 }
