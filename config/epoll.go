@@ -10,9 +10,9 @@ type ServerSection struct {
 	// epoll_linux.go); everything else the loop hands back to the usual
 	// goroutine. Linux only: elsewhere the server logs that it is not used.
 	Epoll bool `yaml:"epoll"`
-	// EpollMinConns is how many client connections must be open before the
-	// loop takes a connection over; below it every connection keeps its
-	// goroutine (0 or 1: the loop takes them from the first).
+	// EpollMinConns is how many open connections must have published before
+	// the loop takes a connection over; below it every connection keeps its
+	// goroutine (0: the loop takes them from the first).
 	EpollMinConns int `yaml:"epollMinConns"`
 	// MaxProcs is the server's GOMAXPROCS (maxprocs.go); 0 keeps Go's
 	// default (every core the process may use).

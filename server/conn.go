@@ -117,6 +117,18 @@ type conn struct {
 	// ep is the connection's state in the epoll loop (epoll_linux.go); nil
 	// until the loop first takes it.
 	ep *epConn
+	// publisher: c has sent a pub (Server.publishers counts it once). Only
+	// c's owner, its goroutine or the loop, touches it.
+	publisher bool
+}
+
+// notePublisher counts c among the publishing connections the first time
+// it publishes (Options.EpollMinConns).
+func (c *conn) notePublisher() {
+	if !c.publisher {
+		c.publisher = true
+		c.s.publishers.Add(1)
+	}
 }
 
 func newConn(s *Server, nc net.Conn, ipKey string) *conn {

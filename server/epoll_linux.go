@@ -499,6 +499,7 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 			ep.back = true
 			return
 		}
+		c.notePublisher()
 		p := epPub{c: c, start: now, count: e.req.RecordCount}
 		p.topic = e.keep(e.req.Topic)
 		p.trace = e.keep(e.req.TraceID)

@@ -526,32 +526,35 @@ func TestEpollGroupWait(t *testing.T) {
 	})
 }
 
-// Below server.epollMinConns open connections a connection keeps its
-// goroutine; once that many are open, the next time it waits for a request
-// the loop takes it over.
+// Below server.epollMinConns publishing connections a connection keeps its
+// goroutine (connections that never published, such as subscribers, do
+// not count); once that many have published, the next time it waits for a
+// request the loop takes it over.
 func TestEpollMinConns(t *testing.T) {
 	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns = true, 3 })
-	c := ts.dial(t)
-	pub := func(body string) {
+	pub := func(c net.Conn, body string) {
 		t.Helper()
 		send(t, c, pubReq("t", record(body)))
 		expect(t, c, okReply())
 	}
-	pub("alone")
-	pub("still alone")
-	if served, owned := ts.ep.served.Load(), ts.ep.ownCount(); served != 0 || owned != 0 {
-		t.Fatalf("with 1 of 3 connections open the loop served %d publishes and holds %d connections", served, owned)
-	}
-	ts.dial(t)
-	ts.dial(t)
+	c := ts.dial(t)
+	pub(c, "alone")
+	pub(c, "still alone")
+	d1, d2 := ts.dial(t), ts.dial(t)
 	waitFor(t, "3 connections open", func() bool { return ts.connCount() == 3 })
-	// Served by the goroutine, which then hands c over (or already by the
-	// loop, if the goroutine looked again after the two dials).
-	pub("third open")
+	pub(c, "3 open, 1 publishing")
+	if served, owned := ts.ep.served.Load(), ts.ep.ownCount(); served != 0 || owned != 0 {
+		t.Fatalf("with 1 of 3 publishing connections the loop served %d publishes and holds %d connections", served, owned)
+	}
+	pub(d1, "second publisher")
+	pub(d2, "third publisher")
+	// Served by c's goroutine, which then hands c over (or already by the
+	// loop, if the goroutine looked again after the others published).
+	pub(c, "3 publishing")
 	before := ts.ep.served.Load()
-	pub("in the loop")
-	pub("in the loop again")
+	pub(c, "in the loop")
+	pub(c, "in the loop again")
 	if served := ts.ep.served.Load() - before; served != 2 {
-		t.Fatalf("with 3 of 3 connections open the loop served %d of 2 publishes", served)
+		t.Fatalf("with 3 of 3 publishing connections the loop served %d of 2 publishes", served)
 	}
 }

@@ -115,6 +115,7 @@ func (c *conn) dispatch(start time.Time) bool {
 // refused its content, which the broker never sees.
 
 func (c *conn) pub() (int64, error) {
+	c.notePublisher()
 	req := &c.req
 	id, err := c.s.opts.Backend.Publish(c.s.ctx, req.Topic, req.Payload, req.RecordCount)
 	if err != nil {

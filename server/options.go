@@ -147,9 +147,10 @@ type Options struct {
 	// Zero (the default, and at flushLevel 0 and 1) never waits.
 	EpollGroupWait time.Duration
 	// EpollMinConns: with Epoll, the loop takes a connection over only
-	// while at least this many client connections are open (conn.run);
-	// 0 or 1 from the first. Below it the loop costs more per request
-	// than a goroutine (an epoll_wait and a park against one read).
+	// while at least this many open connections have published
+	// (conn.run; subscribers and other connections do not count); 0
+	// from the first. Below it the loop costs more per request than a
+	// goroutine (an epoll_wait and a park against one read).
 	EpollMinConns int
 }
 

@@ -45,8 +45,9 @@ type Server struct {
 	wg       sync.WaitGroup // Serve's accept loop and every connection
 	// ep is the epoll loop (Options.Epoll, epoll_linux.go); nil when off.
 	ep *epollLoop
-	// open is len(conns), readable without mu (loopWanted).
-	open atomic.Int64
+	// publishers counts the open connections that have published
+	// (conn.notePublisher, loopWanted).
+	publishers atomic.Int64
 
 	// inlineFrames counts the subscription frames that commit hooks wrote
 	// whole, inlinePartial those they started and handed back because the
@@ -262,7 +263,6 @@ func (s *Server) startConn(nc net.Conn) {
 	s.perIP[key]++
 	c := newConn(s, nc, key)
 	s.conns[c] = struct{}{}
-	s.open.Store(int64(len(s.conns)))
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.opts.Metrics.ConnOpened()
@@ -275,10 +275,10 @@ func (s *Server) isShutting() bool {
 	return s.shutting
 }
 
-// loopWanted reports whether enough connections are open for the epoll
-// loop to take one over (Options.EpollMinConns).
+// loopWanted reports whether enough publishing connections are open for
+// the epoll loop to take one over (Options.EpollMinConns).
 func (s *Server) loopWanted() bool {
-	return s.open.Load() >= int64(s.opts.EpollMinConns)
+	return s.publishers.Load() >= int64(s.opts.EpollMinConns)
 }
 
 // setState records a connection's phase. Moving to idle or active fails once
@@ -327,7 +327,9 @@ const DrainGrace = 500 * time.Millisecond
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.open.Store(int64(len(s.conns)))
+	if c.publisher {
+		s.publishers.Add(-1)
+	}
 	if s.perIP[c.ipKey]--; s.perIP[c.ipKey] <= 0 {
 		delete(s.perIP, c.ipKey)
 	}
