@@ -61,6 +61,14 @@ const maxHeld = 64 << 10
 // two turns each). A variable for tests, which make requests cross reads.
 var loopReadSize = 4 * maxHeld
 
+// maxTurnBytes bounds what one turn reads: once the turn's publishes hold
+// this many bytes, the sockets still ready wait for the next turn (epoll
+// reports them again), so a burst on many connections cannot make a turn
+// hold loopReadSize for each of them (10,000 connections × 256 KiB).
+// It is worker.maxGroupBytes' default: one group's worth. A variable for
+// tests.
+var maxTurnBytes = 4 << 20
+
 // epConn is a connection's state in the loop; only the loop touches it.
 type epConn struct {
 	fd   int
@@ -103,8 +111,8 @@ type epollLoop struct {
 
 	// For tests: publishes the loop served, connections it handed back,
 	// connections it holds, replies the socket did not take at once, group
-	// waits (gatherExpected).
-	served, handed, owned, stalls, gathers atomic.Int64
+	// waits (gatherExpected), the most bytes of publishes one turn held.
+	served, handed, owned, stalls, gathers, turnPeak atomic.Int64
 
 	// Loop only.
 	conns  map[int32]*conn
@@ -124,6 +132,7 @@ type epollLoop struct {
 	expect    int
 	expectAt  time.Time
 	lastBatch time.Duration
+	turnBytes int // maxTurnBytes when the loop started
 }
 
 // sliceReader reads from b[off:] and then reports io.EOF, so that a request
@@ -171,7 +180,7 @@ func newEpollLoop(s *Server) (*epollLoop, error) {
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
 	e := &epollLoop{s: s, epfd: epfd, epf: epf, epraw: epraw, evfd: evfd, conns: map[int32]*conn{},
-		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, loopReadSize)}
+		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, loopReadSize), turnBytes: maxTurnBytes}
 	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
 	return e, nil
 }
@@ -290,6 +299,9 @@ func (e *epollLoop) readEvents(n int, now time.Time) (stopping bool) {
 		if ev.Fd == int32(e.evfd) {
 			stopping = e.takePending() || stopping
 			continue
+		}
+		if len(e.arena) >= e.turnBytes {
+			continue // still ready next turn; the eventfd above is not skipped
 		}
 		if c := e.conns[ev.Fd]; c != nil {
 			e.read(c, now)
@@ -536,6 +548,9 @@ func (e *epollLoop) span(s [2]int) []byte { return e.arena[s[0]:s[1]:s[1]] }
 func (e *epollLoop) publish() {
 	if len(e.pubs) == 0 {
 		return
+	}
+	if n := int64(len(e.arena)); n > e.turnPeak.Load() {
+		e.turnPeak.Store(n) // only the loop stores
 	}
 	start := time.Now()
 	e.runBatch()

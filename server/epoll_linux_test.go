@@ -558,3 +558,48 @@ func TestEpollMinConns(t *testing.T) {
 		t.Fatalf("with 3 of 3 publishing connections the loop served %d of 2 publishes", served)
 	}
 }
+
+// A turn stops reading once its publishes hold maxTurnBytes; the sockets
+// still ready are read in the next turns, so nothing is lost or reordered
+// however small the budget (here: one socket per turn).
+func TestEpollTurnBudget(t *testing.T) {
+	old := maxTurnBytes
+	t.Cleanup(func() { maxTurnBytes = old })
+	maxTurnBytes = 1
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns = true, 0 })
+	const conns, each = 8, 30
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i := range conns {
+		c := ts.dial(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var reqs [][]byte
+			for j := range each {
+				reqs = append(reqs, pubReq("t", bigRecord(200+i*each+j)))
+			}
+			if _, err := c.Write(bytes.Join(reqs, nil)); err != nil {
+				errs <- err
+				return
+			}
+			want := bytes.Repeat(okReply(), each)
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("replies %q, %v", got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if served, _ := ts.loopCounts(); served != conns*each {
+		t.Fatalf("the loop served %d publishes, want %d", served, conns*each)
+	}
+	// One socket's read per turn: at most one connection's ~14 KB.
+	if peak := ts.ep.turnPeak.Load(); peak > 16<<10 {
+		t.Fatalf("a turn held %d bytes of publishes with a budget of 1 byte", peak)
+	}
+}
