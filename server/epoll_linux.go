@@ -61,13 +61,9 @@ const maxHeld = 64 << 10
 // two turns each). A variable for tests, which make requests cross reads.
 var loopReadSize = 4 * maxHeld
 
-// maxTurnBytes bounds what one turn reads: once the turn's publishes hold
-// this many bytes, the sockets still ready wait for the next turn (epoll
-// reports them again), so a burst on many connections cannot make a turn
-// hold loopReadSize for each of them (10,000 connections × 256 KiB).
-// It is worker.maxGroupBytes' default: one group's worth. A variable for
-// tests.
-var maxTurnBytes = 4 << 20
+// defaultTurnBytes is Options.EpollTurnBytes' default, worker.maxGroupBytes'
+// own: one group's worth.
+const defaultTurnBytes = 4 << 20
 
 // epConn is a connection's state in the loop; only the loop touches it.
 type epConn struct {
@@ -132,7 +128,12 @@ type epollLoop struct {
 	expect    int
 	expectAt  time.Time
 	lastBatch time.Duration
-	turnBytes int // maxTurnBytes when the loop started
+	// turnBytes bounds what one turn reads (Options.EpollTurnBytes): once
+	// the turn's publishes hold this many bytes, the sockets still ready
+	// wait for the next turn (epoll reports them again), so a burst on many
+	// connections cannot make a turn hold loopReadSize for each of them
+	// (10,000 connections × 256 KiB).
+	turnBytes int
 }
 
 // sliceReader reads from b[off:] and then reports io.EOF, so that a request
@@ -180,7 +181,10 @@ func newEpollLoop(s *Server) (*epollLoop, error) {
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
 	e := &epollLoop{s: s, epfd: epfd, epf: epf, epraw: epraw, evfd: evfd, conns: map[int32]*conn{},
-		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, loopReadSize), turnBytes: maxTurnBytes}
+		events: make([]unix.EpollEvent, 256), rbuf: make([]byte, loopReadSize), turnBytes: s.opts.EpollTurnBytes}
+	if e.turnBytes <= 0 {
+		e.turnBytes = defaultTurnBytes
+	}
 	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
 	return e, nil
 }

@@ -559,14 +559,11 @@ func TestEpollMinConns(t *testing.T) {
 	}
 }
 
-// A turn stops reading once its publishes hold maxTurnBytes; the sockets
+// A turn stops reading once its publishes hold EpollTurnBytes; the sockets
 // still ready are read in the next turns, so nothing is lost or reordered
 // however small the budget (here: one socket per turn).
 func TestEpollTurnBudget(t *testing.T) {
-	old := maxTurnBytes
-	t.Cleanup(func() { maxTurnBytes = old })
-	maxTurnBytes = 1
-	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns = true, 0 })
+	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns, o.EpollTurnBytes = true, 0, 1 })
 	const conns, each = 8, 30
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)

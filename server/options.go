@@ -152,6 +152,9 @@ type Options struct {
 	// from the first. Below it the loop costs more per request than a
 	// goroutine (an epoll_wait and a park against one read).
 	EpollMinConns int
+	// EpollTurnBytes bounds the bytes of publishes one loop turn reads
+	// (worker.maxGroupBytes); zero is 4 MiB.
+	EpollTurnBytes int
 }
 
 // Defaults applied by New.

@@ -236,6 +236,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Epoll:             cfg.Server.Epoll,
 		EpollGroupWait:    epollGroupWait(cfg),
 		EpollMinConns:     cfg.Server.EpollMinConns,
+		EpollTurnBytes:    cfg.Worker.MaxGroupBytes,
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
