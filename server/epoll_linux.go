@@ -61,6 +61,9 @@ const maxHeld = 64 << 10
 // two turns each). A variable for tests, which make requests cross reads.
 var loopReadSize = 4 * maxHeld
 
+// epollSupported: the loop exists on Linux (epoll_other.go elsewhere).
+const epollSupported = true
+
 // defaultTurnBytes is Options.EpollTurnBytes' default, worker.maxGroupBytes'
 // own: one group's worth.
 const defaultTurnBytes = 4 << 20

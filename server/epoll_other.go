@@ -8,6 +8,9 @@ import "errors"
 // Options.Epoll is ignored with a warning (startEpollLocked).
 type epollLoop struct{}
 
+// epollSupported: no epoll here (startEpollLocked logs that at Info).
+const epollSupported = false
+
 type epConn struct{}
 
 func newEpollLoop(*Server) (*epollLoop, error) {

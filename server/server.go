@@ -459,6 +459,8 @@ func (s *Server) startEpollLocked() {
 		why = "authentication checks every request on the connection's goroutine"
 	case s.opts.Sync.Enabled():
 		why = "semi-synchronous replies wait for slaves, which would stall the loop"
+	case !epollSupported:
+		why = "the epoll front-end is Linux only"
 	}
 	// Info, not a warning: server.epoll is on by default, and these
 	// servers are served correctly from goroutines, as with the key off.
@@ -468,7 +470,10 @@ func (s *Server) startEpollLocked() {
 	}
 	ep, err := newEpollLoop(s)
 	if err != nil {
-		s.log.Info("epoll loop not used (server.epoll): cannot start it", "err", err)
+		// A real failure (descriptors, memory): the operator asked for
+		// nothing unusual, so say it loudly; connections are served
+		// from goroutines.
+		s.log.Warn("epoll loop not used (server.epoll): cannot start it", "err", err)
 		return
 	}
 	s.ep = ep

@@ -120,7 +120,7 @@ type inlineState struct {
 // keeps waiting in Next) and a backend that has it on.
 func (st *subStream) startInline() {
 	p, ok := st.sub.(parker)
-	if !ok {
+	if !ok || !inlineSupported {
 		return
 	}
 	// Only a plain socket: a wrapper (TLS, or anything that counts or
@@ -450,26 +450,4 @@ func (st *subStream) tryWrite() (int, error) {
 		return 0, err
 	}
 	return in.wn, in.werr
-}
-
-func (st *subStream) rawWrite(fd uintptr) {
-	in, b := &st.in, st.c.out
-	for in.wn < len(b) {
-		k, err := syscall.Write(int(fd), b[in.wn:])
-		if k > 0 {
-			in.wn += k
-		}
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return
-		case err != nil:
-			in.werr = err
-			return
-		case k <= 0:
-			in.werr = errNoProgress
-			return
-		}
-	}
 }
