@@ -198,33 +198,7 @@ func TestEpollBatchesIntoRealBroker(t *testing.T) {
 	}
 	first := b.LastEventID()
 	const conns, each = 16, 20
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	for range conns {
-		c := ts.dial(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var reqs [][]byte
-			for j := range each {
-				reqs = append(reqs, pubReq("t", record(fmt.Sprint("m", j))))
-			}
-			if _, err := c.Write(bytes.Join(reqs, nil)); err != nil {
-				errs <- err
-				return
-			}
-			want := bytes.Repeat(okReply(), each)
-			got := make([]byte, len(want))
-			if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
-				errs <- fmt.Errorf("replies %q, %v", got, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	pipelinePubs(t, ts, conns, each, func(_, j int) []byte { return record(fmt.Sprint("m", j)) })
 	if got := b.LastEventID() - first; got != conns*each {
 		t.Errorf("%d messages stored, want %d", got, conns*each)
 	}
@@ -418,7 +392,7 @@ func TestEpollFullSocketHandsBackReplies(t *testing.T) {
 }
 
 // With semi-synchronous replies the loop is not started (a reply waiting
-// for slaves would stall it): the key is ignored with a warning and the
+// for slaves would stall it): the start-up log says so (at Info) and the
 // connections are served by goroutines.
 func TestEpollIgnoredWithSemiSync(t *testing.T) {
 	tr, err := replication.NewSyncTracker(replication.SyncOptions{Slaves: 1, Timeout: time.Second,
@@ -565,6 +539,21 @@ func TestEpollMinConns(t *testing.T) {
 func TestEpollTurnBudget(t *testing.T) {
 	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.EpollMinConns, o.EpollTurnBytes = true, 0, 1 })
 	const conns, each = 8, 30
+	pipelinePubs(t, ts, conns, each, func(i, j int) []byte { return bigRecord(200 + i*each + j) })
+	if served, _ := ts.loopCounts(); served != conns*each {
+		t.Fatalf("the loop served %d publishes, want %d", served, conns*each)
+	}
+	// One socket's read per turn: at most one connection's ~14 KB.
+	if peak := ts.ep.turnPeak.Load(); peak > 16<<10 {
+		t.Fatalf("a turn held %d bytes of publishes with a budget of 1 byte", peak)
+	}
+}
+
+// pipelinePubs has conns connections each write each publishes to topic t
+// at once (rec(i, j) is connection i's j-th record) and read their
+// replies, which must all be OK.
+func pipelinePubs(t *testing.T, ts *testServer, conns, each int, rec func(i, j int) []byte) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
 	for i := range conns {
@@ -574,7 +563,7 @@ func TestEpollTurnBudget(t *testing.T) {
 			defer wg.Done()
 			var reqs [][]byte
 			for j := range each {
-				reqs = append(reqs, pubReq("t", bigRecord(200+i*each+j)))
+				reqs = append(reqs, pubReq("t", rec(i, j)))
 			}
 			if _, err := c.Write(bytes.Join(reqs, nil)); err != nil {
 				errs <- err
@@ -591,12 +580,5 @@ func TestEpollTurnBudget(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	if served, _ := ts.loopCounts(); served != conns*each {
-		t.Fatalf("the loop served %d publishes, want %d", served, conns*each)
-	}
-	// One socket's read per turn: at most one connection's ~14 KB.
-	if peak := ts.ep.turnPeak.Load(); peak > 16<<10 {
-		t.Fatalf("a turn held %d bytes of publishes with a budget of 1 byte", peak)
 	}
 }

@@ -5,7 +5,8 @@ package server
 import "errors"
 
 // The epoll front-end is Linux only (epoll_linux.go): elsewhere
-// Options.Epoll is ignored with a warning (startEpollLocked).
+// Options.Epoll is not used, logged at Info (startEpollLocked), and these
+// stand-ins only let the shared code compile.
 type epollLoop struct{}
 
 // epollSupported: no epoll here (startEpollLocked logs that at Info).
@@ -13,6 +14,8 @@ const epollSupported = false
 
 type epConn struct{}
 
+// newEpollLoop is not reached here: startEpollLocked stops at
+// epollSupported.
 func newEpollLoop(*Server) (*epollLoop, error) {
 	return nil, errors.New("the epoll front-end is Linux only")
 }

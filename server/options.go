@@ -135,7 +135,7 @@ type Options struct {
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security
 	// Epoll serves plain connections on one epoll loop while they publish
-	// (server.epoll; epoll_linux.go). Ignored, with a warning, off Linux,
+	// (server.epoll; epoll_linux.go). Not used (logged at Info) off Linux,
 	// with Security.Auth and with semi-synchronous replication (Sync
 	// waiting for slaves).
 	Epoll bool

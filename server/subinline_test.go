@@ -167,6 +167,20 @@ func bigBody(i int) string {
 	return fmt.Sprintf("m%d-", i) + strings.Repeat(string(rune('a'+i%26)), 6<<20)
 }
 
+// settledSmallSubscriber creates topic, subscribes to it as w1 (batch 1)
+// on a connection with a small receive buffer, and settles the stream
+// (settle); it returns the publisher's and the subscriber's connections.
+func (is *inlineSetup) settledSmallSubscriber(t *testing.T, topic string) (pub, sub net.Conn) {
+	t.Helper()
+	is.create(t, topic)
+	pub, sub = is.dial(t), is.dial(t)
+	smallRcvBuf(sub)
+	send(t, sub, subReq(topic, "w1", 0, 1, time.Minute))
+	waitFor(t, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
+	is.settle(t, pub, sub, topic, "w1")
+	return pub, sub
+}
+
 // settle publishes small messages in lockstep with the subscriber until one
 // was delivered inline: the stream is then parked (a hook parks it again
 // before the publish is answered) and the next commit's hook claims it.
@@ -199,12 +213,7 @@ func smallRcvBuf(c net.Conn) {
 // in order, whole.
 func TestSubInlineStalledSubscriberDoesNotBlockPublisher(t *testing.T) {
 	is := startInline(t, 4, nil)
-	is.create(t, "slow")
-	pub, sub := is.dial(t), is.dial(t)
-	smallRcvBuf(sub)
-	send(t, sub, subReq("slow", "w1", 0, 1, time.Minute))
-	waitFor(t, "the subscription", func() bool { return is.acked("slow", "w1") == 0 })
-	is.settle(t, pub, sub, "slow", "w1")
+	pub, sub := is.settledSmallSubscriber(t, "slow")
 	// The subscriber reads nothing while these are published; each
 	// publish must still be answered promptly.
 	const n = 3
@@ -238,12 +247,7 @@ func TestSubInlineStalledSubscriberDoesNotBlockPublisher(t *testing.T) {
 // new subscription under that who gets every message from the start.
 func TestSubInlineSubscriberGoneMidFrame(t *testing.T) {
 	is := startInline(t, 4, nil)
-	is.create(t, "gone")
-	pub, sub := is.dial(t), is.dial(t)
-	smallRcvBuf(sub)
-	send(t, sub, subReq("gone", "w1", 0, 1, time.Minute))
-	waitFor(t, "the subscription", func() bool { return is.acked("gone", "w1") == 0 })
-	is.settle(t, pub, sub, "gone", "w1")
+	pub, sub := is.settledSmallSubscriber(t, "gone")
 	publish(t, pub, "gone", bigBody(1))
 	if got := is.srv.inlinePartial.Load(); got != 1 {
 		t.Fatalf("frames handed back part-written: %d, want 1", got)
