@@ -186,7 +186,9 @@ var ErrClosed = errors.New("broker closed")
 // the writer stopped on a fatal storage error.
 var ErrStopped = errors.New("writer stopped after a fatal storage error")
 
-// Broker is an open data directory with its writer running.
+// Broker is an open data directory with its writer running. Its state is
+// grouped by owner; the locks are taken in the order doc.go gives
+// ("Lock order").
 type Broker struct {
 	opts      Options
 	log       *slog.Logger
@@ -195,36 +197,15 @@ type Broker struct {
 	topicRoot string
 	trashDir  string
 
-	mu     sync.RWMutex // guards topics
+	mu     sync.RWMutex // guards topics; written by the writer only (lock order: doc.go)
 	topics map[string]*topic
 
-	// The writer's queue and token (lead.go), guarded by qmu: queue holds
-	// the commands waiting for a group, leading is true while a goroutine
-	// holds the token (queue is never left non-empty without one), closed
-	// refuses new commands after Close. room is closed when commands leave
-	// a full queue (roomWanted: someone waits for that); arrive wakes a
-	// flushLevel 2 group wait when a command is queued (arriveWanted).
-	// Nobody holds qmu while writing: it must not be b.mu, which the
-	// writer takes exclusively (opening a topic log, adding or removing a
-	// topic).
-	qmu          sync.Mutex
-	queue        []*command
-	leading      bool
-	closed       bool
-	room         chan struct{}
-	roomWanted   bool
-	arrive       chan struct{}
-	arriveWanted bool
-	contention   int // lead.go
-	closeOnce    sync.Once
+	writeQueue              // the writer's queue and token (lead.go)
+	w          *writer      // used by the token holder only (lead.go)
+	lastID     atomic.Int64 // last assigned eventId, for readers
+	life       lifecycle    // Close and the goroutines it waits for
+	sampled    atomic.Uint64
 
-	stop    chan struct{}
-	done    chan struct{}
-	fatal   chan error
-	lastID  atomic.Int64 // last assigned eventId, for readers
-	sampled atomic.Uint64
-
-	w     *writer
 	hooks atomic.Pointer[Hooks]
 	// slave is the role (IsSlave); only the writer changes it (promote.go).
 	slave atomic.Bool
@@ -237,11 +218,43 @@ type Broker struct {
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
 	disk      *diskGuard // store.minFreeMB (disk.go)
+	inst      instanceID // the data directory's instance id (instance.go)
+}
 
-	// The data directory's instance id, once read or made (instance.go).
-	instMu sync.Mutex
-	inst   [InstanceIDLen]byte
-	instOK bool
+// writeQueue is the writer's queue and token (lead.go), guarded by qmu:
+// queue holds the commands waiting for a group, leading is true while a
+// goroutine holds the token (queue is never left non-empty without one),
+// closed refuses new commands after Close. room is closed when commands
+// leave a full queue (roomWanted: someone waits for that); arrive wakes a
+// flushLevel 2 group wait when a command is queued (arriveWanted). qmu is
+// a leaf of the lock order (doc.go): nobody holds it while writing, or
+// while taking another lock.
+type writeQueue struct {
+	qmu          sync.Mutex
+	queue        []*command
+	leading      bool
+	closed       bool
+	room         chan struct{}
+	roomWanted   bool
+	arrive       chan struct{}
+	arriveWanted bool
+	contention   int // lead.go
+}
+
+// lifecycle is what Close stops and waits for.
+type lifecycle struct {
+	closeOnce sync.Once
+	stop      chan struct{} // closed by Close: the writer goroutine drains
+	done      chan struct{} // closed when the writer goroutine ended
+	fatal     chan error    // the error that stopped the writer (Fatal)
+}
+
+// instanceID is the data directory's instance id, once read or made
+// (instance.go). mu is a leaf of the lock order (doc.go).
+type instanceID struct {
+	mu sync.Mutex
+	id [InstanceIDLen]byte
+	ok bool
 }
 
 // topic is the broker's in-memory state of one topic. meta and deleted are
@@ -257,7 +270,7 @@ type topic struct {
 	// the running writer tracks unsynced topics in writer.dirty instead.
 	dirty bool
 
-	subMu   sync.Mutex
+	subMu   sync.Mutex          // a leaf (lock order: doc.go)
 	subs    map[string]struct{} // active subscribers by who
 	lastUse int64               // writer only: ms of the last append
 
@@ -278,16 +291,13 @@ func Open(opts Options) (*Broker, error) {
 		return nil, errors.New("broker: Options.Dir is required")
 	}
 	b := &Broker{
-		opts:      opts,
-		log:       opts.Logger,
-		topicRoot: filepath.Join(opts.Dir, "topic"),
-		trashDir:  filepath.Join(opts.Dir, "trash"),
-		topics:    map[string]*topic{},
-		room:      make(chan struct{}),
-		arrive:    make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		fatal:     make(chan error, 1),
+		opts:       opts,
+		log:        opts.Logger,
+		topicRoot:  filepath.Join(opts.Dir, "topic"),
+		trashDir:   filepath.Join(opts.Dir, "trash"),
+		topics:     map[string]*topic{},
+		writeQueue: writeQueue{room: make(chan struct{}), arrive: make(chan struct{}, 1)},
+		life:       lifecycle{stop: make(chan struct{}), done: make(chan struct{}), fatal: make(chan error, 1)},
 	}
 	if err := os.MkdirAll(opts.Dir, fsmode.Dir()); err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
@@ -423,11 +433,11 @@ func (b *Broker) emptyTrash() {
 // queued, fsyncs, writes a checkpoint and closes the files and the meta
 // store.
 func (b *Broker) Close() error {
-	b.closeOnce.Do(b.haltCursors) // writes pending positions while the writer runs
+	b.life.closeOnce.Do(b.haltCursors) // writes pending positions while the writer runs
 	b.qmu.Lock()
 	if b.closed {
 		b.qmu.Unlock()
-		<-b.done
+		<-b.life.done
 		return nil
 	}
 	b.closed = true
@@ -438,8 +448,8 @@ func (b *Broker) Close() error {
 	}
 	b.qmu.Unlock()
 	b.stats.counts.Halt() // a long message count ends while the writer drains
-	close(b.stop)
-	<-b.done
+	close(b.life.stop)
+	<-b.life.done
 	err := b.w.shutdown()
 	b.stats.counts.Finish()
 	// A fresh reading: on a disk filled to the last byte it deletes the
@@ -474,7 +484,7 @@ func (b *Broker) closeMeta() error {
 }
 
 // Fatal receives the error that stopped the writer, if one does.
-func (b *Broker) Fatal() <-chan error { return b.fatal }
+func (b *Broker) Fatal() <-chan error { return b.life.fatal }
 
 // IsSlave reports whether client writes are refused. It starts as
 // Options.Slave and turns false when Promote succeeds: callers must ask at

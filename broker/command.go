@@ -63,7 +63,10 @@ func (o writerOp) String() string {
 
 // command is one request to the writer. The submitter owns it until it is
 // queued and again after done fires; in between only the writer touches it.
+// Its fields are grouped by the stage of the group commit that reads or
+// writes them (writer.process).
 type command struct {
+	// The request, filled in by the submitter.
 	op        writerOp
 	topic     string
 	records   []byte
@@ -71,32 +74,48 @@ type command struct {
 	expireAt  int64 // create: the lifetime; delete: guard for expiry deletes
 	timestamp int64
 	trigger   int64  // delay: absolute trigger time
-	raw       []byte // replicated binlog block
-	replCmd   uint8  // command of raw
-	sync      *meta.Topic
-	prevLast  int64 // replicated: last eventId of the block that must precede, -1 = unchecked
+	epoch     uint64 // promote: the new epoch; learn epoch: the master's
+	synced    bgSync // opSynced: the background fsync's outcome
+	fromMaster
+	dedupeMark
+
+	// The outcome, filled in by the writer.
+	eventID int64
+	err     error
+
+	handoff
+}
+
+// fromMaster is what a slave's command carries from its master: a
+// replicated binlog block or a topic meta entry.
+type fromMaster struct {
+	raw      []byte // replicated binlog block
+	replCmd  uint8  // command of raw
+	prevLast int64  // replicated: last eventId of the block that must precede, -1 = unchecked
 	// replicated: raw decoded by the submitter (it validates raw before
 	// queueing it), so the writer does not parse it again. Aliases raw.
 	repl     binlog.Block
 	replLast int64
-	epoch    uint64 // promote: the new epoch; learn epoch: the master's
+	sync     *meta.Topic // opSyncTopic: the entry copied from the master
+}
 
-	// Dedupe (dedupe.go): the request's message id (zero for none), whether
-	// it was settled as a duplicate (of dupOf when that was in flight in
-	// the same group), and the window entry it adds if its group commits.
+// dedupeMark is the command's part in the dedupe window (dedupe.go): the
+// request's message id (zero for none), whether it was settled as a
+// duplicate (of dupOf when that was in flight in the same group), and the
+// window entry it adds if its group commits.
+type dedupeMark struct {
 	msgID   idKey
 	dup     bool
 	dupOf   *command
 	ddTopic *topic
 	ddID    int64
 	ddAt    int64
+}
 
-	synced bgSync // opSynced: the background fsync's outcome
-
-	eventID int64
-	err     error
+// handoff is how the command reaches its submitter again (lead.go).
+type handoff struct {
 	// done is signalled once the command was executed, or, with lead set,
-	// when the token is handed to its submitter (lead.go).
+	// when the token is handed to its submitter.
 	done   chan struct{}
 	lead   bool
 	gather bool // with lead: gather a group first (writer.gather)
@@ -106,13 +125,13 @@ type command struct {
 	batched bool
 }
 
-var commandPool = sync.Pool{New: func() any { return &command{done: make(chan struct{}, 1)} }}
+var commandPool = sync.Pool{New: func() any { return &command{handoff: handoff{done: make(chan struct{}, 1)}} }}
 
 func getCommand() *command { return commandPool.Get().(*command) }
 
 func putCommand(c *command) {
 	done := c.done
-	*c = command{done: done}
+	*c = command{handoff: handoff{done: done}}
 	commandPool.Put(c)
 }
 

@@ -110,7 +110,7 @@ type lagCache struct {
 }
 
 type cursorState struct {
-	mu        sync.Mutex
+	mu        sync.Mutex              // lock order: doc.go
 	committed map[cursorKey]cursorPos // as written in __cursors
 	live      map[cursorKey]cursorPos // acknowledged, not written yet
 	dirty     map[cursorKey]struct{}
@@ -118,12 +118,12 @@ type cursorState struct {
 	lastSnap  int64 // ms of the last snapshot (or of the start)
 	badRecs   int   // undecodable records seen, for sampled logging
 
-	wmu  sync.Mutex // serialises writes: flush, set, reset, snapshot
+	wmu  sync.Mutex // serialises writes: flush, set, reset, snapshot; outermost lock (doc.go)
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
 
-	lagMu sync.Mutex
+	lagMu sync.Mutex // a leaf (lock order: doc.go)
 	lags  map[cursorKey]*lagCache
 }
 

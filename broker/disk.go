@@ -60,7 +60,7 @@ type diskGuard struct {
 	done chan struct{}
 
 	startFree uint64     // the reading of a startRoom that found no room
-	checkMu   sync.Mutex // serializes check
+	checkMu   sync.Mutex // serializes check; taken before mu (lock order: doc.go)
 	noReserve bool       // fallocate failed once; under checkMu
 	mu        sync.Mutex
 	resumed   chan struct{} // closed when the disk leaves the low state

@@ -51,4 +51,30 @@
 //     persisted.
 //
 // The message counts and their sidecar files are package msgcount's.
+//
+// # Lock order
+//
+// This is the one place the order is written; comments at the locks refer
+// here. A goroutine that holds a lock of a line may take a lock of a later
+// line, never one of an earlier line:
+//
+//  1. cursorState.wmu (cursor.go): held across a write to __cursors, that
+//     is across queueing a command and waiting for the writer.
+//  2. The writer's token (lead.go). It is no mutex but the leading flag
+//     under qmu; a goroutine holds it from the moment it is handed the
+//     token until it hands it on, and runs writer.process meanwhile. No
+//     lock of a later line is held while waiting for it (enqueue, await).
+//  3. statsState.cacheMu (stats.go): a stats reader holds it while it
+//     read-locks Broker.mu (pruneFigures); the token holder never takes it.
+//  4. Broker.mu: written only by the token holder (opening a topic log,
+//     adding or removing a topic, shutdown); read by everyone else.
+//  5. cursorState.mu: taken by the token holder (stageCursorSnapshot) and
+//     under Broker.mu read (CursorList).
+//  6. Leaves, held without taking any other lock of this package: qmu (the
+//     writer's queue, lead.go; the token holder takes it to collect a
+//     group, never while writing), topic.subMu, cursorState.lagMu,
+//     replicaSet.mu, statsState's subsMu and delayMu,
+//     instanceID.mu, diskGuard.checkMu then diskGuard.mu (in that order),
+//     and msgcount.Counts.mu. They may take the locks of lower packages
+//     (segment, meta) inside.
 package broker

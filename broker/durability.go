@@ -19,16 +19,16 @@ import (
 // about FlushInterval (docs/protocol.md §6.4 level 1): now if the oldest unsynced write
 // is that old, else by the flush timer.
 func (w *writer) scheduleFlush(now int64) error {
-	if w.firstDirty == 0 {
-		w.firstDirty = now
+	if w.dur.firstDirty == 0 {
+		w.dur.firstDirty = now
 	}
-	if now-w.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
+	if now-w.dur.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
 		w.startBackgroundSync()
 		return nil
 	}
-	if !w.flushArmed {
-		w.flushTimer.Reset(w.b.opts.FlushInterval)
-		w.flushArmed = true
+	if !w.dur.flushArmed {
+		w.dur.flushTimer.Reset(w.b.opts.FlushInterval)
+		w.dur.flushArmed = true
 	}
 	return nil
 }
@@ -39,7 +39,7 @@ func (w *writer) syncBinlog() error {
 	start := time.Now()
 	var metaErr error
 	var wg sync.WaitGroup
-	if w.metaDirty {
+	if w.dur.metaDirty {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -57,7 +57,7 @@ func (w *writer) syncBinlog() error {
 		return metaErr
 	}
 	w.b.opts.Metrics.ObserveFsync(time.Since(start))
-	w.binDirty, w.metaDirty = false, false
+	w.dur.binDirty, w.dur.metaDirty = false, false
 	return nil
 }
 
@@ -66,29 +66,29 @@ func (w *writer) syncBinlog() error {
 // issuing them together lets the device overlap them, which is most of the
 // cost of flushLevel 2.
 func (w *writer) syncAll() error {
-	logs := w.syncBuf[:0]
-	if w.binDirty {
+	logs := w.dur.syncBuf[:0]
+	if w.dur.binDirty {
 		logs = append(logs, w.b.binlog)
 	}
-	for t := range w.dirty {
+	for t := range w.dur.dirty {
 		if t.log != nil && t.log.Unsynced() {
 			logs = append(logs, t.log)
 		}
 	}
-	w.syncBuf = logs
+	w.dur.syncBuf = logs
 	n := len(logs)
-	if w.metaDirty {
+	if w.dur.metaDirty {
 		n++
 	}
 	if n == 0 {
-		w.firstDirty = 0
+		w.dur.firstDirty = 0
 		return nil
 	}
-	errs := w.syncErrs[:0]
+	errs := w.dur.syncErrs[:0]
 	for i := 0; i < n; i++ {
 		errs = append(errs, nil)
 	}
-	w.syncErrs = errs
+	w.dur.syncErrs = errs
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {
@@ -106,15 +106,15 @@ func (w *writer) syncAll() error {
 		}
 	}
 	w.b.opts.Metrics.ObserveFsync(time.Since(start))
-	w.binDirty, w.metaDirty, w.firstDirty = false, false, 0
-	clear(w.dirty)
+	w.dur.binDirty, w.dur.metaDirty, w.dur.firstDirty = false, false, 0
+	clear(w.dur.dirty)
 	return nil
 }
 
 // syncOne fsyncs the i-th file of syncBuf, or meta past its end.
 func (w *writer) syncOne(i int) error {
-	if i < len(w.syncBuf) {
-		return w.syncBuf[i].Sync()
+	if i < len(w.dur.syncBuf) {
+		return w.dur.syncBuf[i].Sync()
 	}
 	if err := w.b.meta.Sync(); err != nil {
 		return fmt.Errorf("%w: sync meta: %v", segment.ErrFatal, err)
@@ -125,7 +125,7 @@ func (w *writer) syncOne(i int) error {
 // flush is the flushLevel 1 timer: everything written so far reaches disk,
 // then the checkpoint moves.
 func (w *writer) flush() {
-	if w.stopped != nil {
+	if w.life.stopped != nil {
 		return
 	}
 	w.startBackgroundSync()
@@ -144,31 +144,31 @@ type bgSync struct {
 // device flush; the checkpoint moves when it finishes. One runs at a time:
 // what is written meanwhile waits for the next.
 func (w *writer) startBackgroundSync() {
-	if w.syncing {
+	if w.dur.syncing {
 		return
 	}
 	var files []segment.File
-	if w.binDirty {
+	if w.dur.binDirty {
 		if f := w.b.binlog.SyncHandle(); f != nil {
 			files = append(files, f)
 		}
 	}
-	for t := range w.dirty {
+	for t := range w.dur.dirty {
 		if t.log != nil {
 			if f := t.log.SyncHandle(); f != nil {
 				files = append(files, f)
 			}
 		}
 	}
-	syncMeta := w.metaDirty
-	clear(w.dirty)
-	w.binDirty, w.metaDirty, w.firstDirty = false, false, 0
+	syncMeta := w.dur.metaDirty
+	clear(w.dur.dirty)
+	w.dur.binDirty, w.dur.metaDirty, w.dur.firstDirty = false, false, 0
 	pos := w.b.binlog.Position()
 	if len(files) == 0 && !syncMeta {
 		w.checkpointAt(w.b.opts.Now(), pos)
 		return
 	}
-	w.syncing = true
+	w.dur.syncing = true
 	ms := w.b.meta
 	go func() {
 		start := time.Now()
@@ -189,13 +189,13 @@ func (w *writer) startBackgroundSync() {
 			}
 		}
 		wg.Wait()
-		w.syncDone <- bgSync{pos: pos, dur: time.Since(start), err: errors.Join(errs...)}
+		w.dur.syncDone <- bgSync{pos: pos, dur: time.Since(start), err: errors.Join(errs...)}
 	}()
 }
 
 // syncFinished takes a background fsync's outcome in the writer.
 func (w *writer) syncFinished(r bgSync) {
-	w.syncing = false
+	w.dur.syncing = false
 	if r.err != nil {
 		w.b.opts.Metrics.Error(metrics.KindFsync)
 		w.die(r.err)
@@ -204,7 +204,7 @@ func (w *writer) syncFinished(r bgSync) {
 	w.b.opts.Metrics.ObserveFsync(r.dur)
 	now := w.b.opts.Now()
 	w.checkpointAt(now, r.pos)
-	if w.stopped == nil && w.firstDirty != 0 && now-w.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
+	if w.life.stopped == nil && w.dur.firstDirty != 0 && now-w.dur.firstDirty >= w.b.opts.FlushInterval.Milliseconds() {
 		w.startBackgroundSync()
 	}
 }
@@ -219,8 +219,8 @@ func (w *writer) checkpoint(now int64) {
 // files and meta. Its next eventId is the writer's current one: a high-water
 // mark may run ahead of the data, never behind it.
 func (w *writer) checkpointAt(now int64, pos segment.Position) {
-	w.lastCkpt = now
-	if pos == w.ckptPos {
+	w.dur.lastCkpt = now
+	if pos == w.dur.ckptPos {
 		return
 	}
 	mb := w.b.meta.NewBatch()
@@ -230,5 +230,5 @@ func (w *writer) checkpointAt(now int64, pos segment.Position) {
 		w.b.log.Warn("checkpoint not written", "err", err)
 		return
 	}
-	w.ckptPos = pos
+	w.dur.ckptPos = pos
 }

@@ -40,11 +40,11 @@ func (w *writer) collect() []*command {
 	b := w.b
 	b.qmu.Lock()
 	c := b.queue[0]
-	w.group = append(w.group[:0], c)
+	w.grp.group = append(w.grp.group[:0], c)
 	n := 1
 	if !c.exclusive() {
 		bytes, metaBytes := c.size(), c.metaSize()
-		for n < len(b.queue) && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
+		for n < len(b.queue) && len(w.grp.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
 			if !w.join(b.queue[n], &bytes, &metaBytes) {
 				break
 			}
@@ -53,15 +53,15 @@ func (w *writer) collect() []*command {
 		drained := n == len(b.queue) // nothing queued was left out
 		b.take(n)
 		b.qmu.Unlock()
-		if drained && w.expect > len(w.group) && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
+		if drained && w.gw.expect > len(w.grp.group) && len(w.grp.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
 			return w.waitForExpected(bytes, metaBytes)
 		}
-		w.expect = 0
-		return w.group
+		w.gw.expect = 0
+		return w.grp.group
 	}
 	b.take(n)
 	b.qmu.Unlock()
-	return w.group
+	return w.grp.group
 }
 
 // join adds n to the group and to its byte counts, or reports false when n
@@ -70,7 +70,7 @@ func (w *writer) join(n *command, bytes, metaBytes *int) bool {
 	if n.exclusive() || *metaBytes+n.metaSize() > maxGroupMetaBytes {
 		return false
 	}
-	w.group = append(w.group, n)
+	w.grp.group = append(w.grp.group, n)
 	*bytes += n.size()
 	*metaBytes += n.metaSize()
 	return true
@@ -99,12 +99,12 @@ func (w *writer) expectGroup(synced time.Duration) {
 		return
 	}
 	answered := 0
-	for _, c := range w.group {
+	for _, c := range w.grp.group {
 		if !c.batched {
 			answered++
 		}
 	}
-	w.expect, w.expectAt, w.lastSync = answered+w.b.queued(), time.Now(), synced
+	w.gw.expect, w.gw.expectAt, w.gw.lastSync = answered+w.b.queued(), time.Now(), synced
 }
 
 // waitForExpected lets a flushLevel 2 group wait, briefly, for the commands
@@ -114,14 +114,14 @@ func (w *writer) expectGroup(synced time.Duration) {
 // expectation costs one bounded wait and is then dropped.
 func (w *writer) waitForExpected(bytes, metaBytes int) []*command {
 	b := w.b
-	expect, since := w.expect, time.Since(w.expectAt)
-	w.expect = 0
-	wait := min(b.opts.GroupWait, w.lastSync/2)
-	if wait <= 0 || since > 10*w.lastSync+b.opts.GroupWait {
-		return w.group
+	expect, since := w.gw.expect, time.Since(w.gw.expectAt)
+	w.gw.expect = 0
+	wait := min(b.opts.GroupWait, w.gw.lastSync/2)
+	if wait <= 0 || since > 10*w.gw.lastSync+b.opts.GroupWait {
+		return w.grp.group
 	}
 	w.waits.Add(1)
-	defer armTimer(&w.waitTimer, wait).Stop()
+	defer armTimer(&w.gw.waitTimer, wait).Stop()
 	b.qmu.Lock()
 	b.arriveWanted = true
 	defer func() {
@@ -135,7 +135,7 @@ func (w *writer) waitForExpected(bytes, metaBytes int) []*command {
 	}()
 	for {
 		n, full := 0, false
-		for n < len(b.queue) && len(w.group) < expect && len(w.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
+		for n < len(b.queue) && len(w.grp.group) < expect && len(w.grp.group) < b.opts.MaxGroup && bytes < b.opts.MaxGroupBytes {
 			if !w.join(b.queue[n], &bytes, &metaBytes) {
 				full = true
 				break
@@ -144,13 +144,13 @@ func (w *writer) waitForExpected(bytes, metaBytes int) []*command {
 		}
 		b.take(n)
 		b.qmu.Unlock()
-		if full || len(w.group) >= expect || len(w.group) >= b.opts.MaxGroup || bytes >= b.opts.MaxGroupBytes {
-			return w.group
+		if full || len(w.grp.group) >= expect || len(w.grp.group) >= b.opts.MaxGroup || bytes >= b.opts.MaxGroupBytes {
+			return w.grp.group
 		}
 		select {
 		case <-b.arrive:
-		case <-w.waitTimer.C:
-			return w.group
+		case <-w.gw.waitTimer.C:
+			return w.grp.group
 		}
 		b.qmu.Lock()
 	}

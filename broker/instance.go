@@ -41,16 +41,16 @@ const InstanceIDLen = 6
 // and how to give the copy its own (delete the file before its first
 // start).
 func (b *Broker) InstanceID() ([InstanceIDLen]byte, error) {
-	b.instMu.Lock()
-	defer b.instMu.Unlock()
-	if b.instOK {
-		return b.inst, nil
+	b.inst.mu.Lock()
+	defer b.inst.mu.Unlock()
+	if b.inst.ok {
+		return b.inst.id, nil
 	}
 	path := filepath.Join(b.opts.Dir, InstanceFile)
 	id, err := readInstanceFile(path)
 	switch {
 	case err == nil:
-		b.inst, b.instOK = id, true
+		b.inst.id, b.inst.ok = id, true
 		return id, nil
 	case errors.Is(err, errBadInstanceFile):
 		b.log.Warn("the instance id file is unreadable; replacing it with a new id", "path", path, "err", err)
@@ -63,17 +63,17 @@ func (b *Broker) InstanceID() ([InstanceIDLen]byte, error) {
 	if b.ReadOnly() != nil {
 		b.log.Warn("started read-only: the new instance id is kept in memory only; a restart before a writable start gets another",
 			"instanceId", hex.EncodeToString(id[:]))
-		b.inst, b.instOK = id, true
+		b.inst.id, b.inst.ok = id, true
 		return id, nil
 	}
 	if err := writeInstanceFile(path, id); err != nil {
 		// Like a read-only start: this process keeps the id in memory
 		// (the caller logs the error), and a later process tries again.
-		b.inst, b.instOK = id, true
+		b.inst.id, b.inst.ok = id, true
 		return id, fmt.Errorf("broker: write the instance id %s (kept in memory for this process): %w", path, err)
 	}
 	b.log.Info("generated this data directory's instance id", "path", path, "instanceId", hex.EncodeToString(id[:]))
-	b.inst, b.instOK = id, true
+	b.inst.id, b.inst.ok = id, true
 	return id, nil
 }
 

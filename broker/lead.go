@@ -121,11 +121,11 @@ func (b *Broker) lead(gather bool, notify []*topic) []*topic {
 		w.gather()
 	}
 	w.process(w.collect())
-	notify = append(notify, w.notify...)
-	clear(w.notify)
-	w.notify = w.notify[:0]
+	notify = append(notify, w.grp.notify...)
+	clear(w.grp.notify)
+	w.grp.notify = w.grp.notify[:0]
 	b.qmu.Lock()
-	if w.final {
+	if w.life.final {
 		// The drain ran: the token is kept for good, for shutdown.
 		b.qmu.Unlock()
 		return notify

@@ -23,16 +23,16 @@ func DefaultMaxOpenTopics() int {
 // front of the LRU of open topic files.
 func (w *writer) touchOpen(t *topic) {
 	if t.lru != nil {
-		w.openLRU.MoveToFront(t.lru)
+		w.files.lru.MoveToFront(t.lru)
 		return
 	}
-	t.lru = w.openLRU.PushFront(t)
+	t.lru = w.files.lru.PushFront(t)
 }
 
 // forgetOpen takes t out of the LRU (its file was closed).
 func (w *writer) forgetOpen(t *topic) {
 	if t.lru != nil {
-		w.openLRU.Remove(t.lru)
+		w.files.lru.Remove(t.lru)
 		t.lru = nil
 	}
 }
@@ -43,8 +43,8 @@ func (w *writer) forgetOpen(t *topic) {
 // reopened by the topic's next append; a failure there is fatal, as any
 // failed fsync.
 func (w *writer) evictOpen() error {
-	for w.openLRU.Len() > w.b.opts.MaxOpenTopics {
-		t := w.openLRU.Back().Value.(*topic)
+	for w.files.lru.Len() > w.b.opts.MaxOpenTopics {
+		t := w.files.lru.Back().Value.(*topic)
 		w.forgetOpen(t)
 		if t.log == nil {
 			continue
@@ -52,7 +52,7 @@ func (w *writer) evictOpen() error {
 		if err := t.log.CloseIdle(); err != nil {
 			return fmt.Errorf("close the file of topic %s (store.maxOpenTopics): %w", t.meta.Name, err)
 		}
-		delete(w.dirty, t)
+		delete(w.dur.dirty, t)
 	}
 	return nil
 }

@@ -202,7 +202,7 @@ type BinlogStream struct {
 }
 
 type replicaSet struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // a leaf (lock order: doc.go)
 	next    uint64
 	pos     map[uint64]int64 // stream id → binlog file it reads
 	streams map[uint64]*BinlogStream

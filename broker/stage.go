@@ -46,7 +46,7 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 	w.appendTopicBlocks(tb, c.eventID, now, segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}, c.records)
 	if c.topic == CursorTopic {
 		recs := c.records
-		w.post = append(w.post, func() { w.b.applyCursorRecords(recs, tb) })
+		w.grp.post = append(w.grp.post, func() { w.b.applyCursorRecords(recs, tb) })
 	}
 	if w.b.sample() {
 		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
@@ -64,14 +64,14 @@ func (w *writer) stageCreate(c *command, now int64) error {
 		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: int64Payload(c.expireAt)})
 	m := meta.Topic{Name: c.topic, CreateTime: now, ExpireAt: c.expireAt, CreateEventID: c.eventID,
 		StateChangeTime: now, StateChangeEventID: c.eventID}
-	w.mb.PutTopic(&m)
+	w.grp.mb.PutTopic(&m)
 	dir := w.b.topicDir(c.topic)
 	eid := c.eventID
-	w.pre = append(w.pre, fsAction{
+	w.grp.pre = append(w.grp.pre, fsAction{
 		do:   func() error { return w.b.freshDir(dir, eid) },
 		undo: func() error { return removeAll(dir) },
 	})
-	w.post = append(w.post, func() {
+	w.grp.post = append(w.grp.post, func() {
 		w.b.addTopic(m, dir)
 		if f := w.b.hook().TopicExpiry; f != nil && m.ExpireAt > 0 {
 			f(m.ExpireAt)
@@ -115,9 +115,9 @@ func (w *writer) stageDelay(c *command, now int64) error {
 	value := meta.DelayValue(c.trigger, c.eventID, c.records)
 	w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelay, EventID: c.eventID,
 		Timestamp: c.timestamp, Topic: []byte(c.topic), Payload: value})
-	w.mb.PutDelay(meta.DelayKey(c.trigger, c.eventID, []byte(c.topic)), value)
+	w.grp.mb.PutDelay(meta.DelayKey(c.trigger, c.eventID, []byte(c.topic)), value)
 	trigger := c.trigger
-	w.post = append(w.post, func() {
+	w.grp.post = append(w.grp.post, func() {
 		if f := w.b.hook().DelayStored; f != nil {
 			f(trigger)
 		}
@@ -133,7 +133,7 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 	if err != nil {
 		return fmt.Errorf("delay apply: %w", err)
 	}
-	if w.applied[string(key)] {
+	if w.grp.applied[string(key)] {
 		return nil // the same key twice in one group
 	}
 	ok, err := w.b.meta.HasDelay(key)
@@ -149,8 +149,8 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 		// The topic it was stored for is gone; a topic created later
 		// under the same name must not inherit it (docs/protocol.md §11).
 		w.b.log.Info("delayed message dropped: its topic is gone", "topic", c.topic, "delayEventId", delayID)
-		w.applied[string(key)] = true
-		w.mb.DeleteDelay(key)
+		w.grp.applied[string(key)] = true
+		w.grp.mb.DeleteDelay(key)
 		return nil
 	}
 	records := c.records[binlog.DelayPrefixLen:]
@@ -164,8 +164,8 @@ func (w *writer) stageDelayApply(c *command, now int64, binStart segment.Positio
 	}
 	// Nothing below can fail: the key's removal is staged together with
 	// the publication it stands for, never without it.
-	w.applied[string(key)] = true
-	w.mb.DeleteDelay(key)
+	w.grp.applied[string(key)] = true
+	w.grp.mb.DeleteDelay(key)
 	c.eventID = w.next
 	w.next += int64(count)
 	off := w.appendBinlog(&binlog.Block{WriteTime: now, Cmd: binlog.CmdDelayApply, EventID: c.eventID,
@@ -186,9 +186,9 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 	if blk.EventID < w.next {
 		return fmt.Errorf("%w: block eventId %d, but the slave already has up to %d", ErrReplicaOrder, blk.EventID, w.next-1)
 	}
-	off := int64(len(w.binBuf))
-	w.binMarks = append(w.binMarks, segment.Mark{EventID: blk.EventID, Off: off})
-	w.binBuf = append(w.binBuf, c.raw...)
+	off := int64(len(w.grp.binBuf))
+	w.grp.binMarks = append(w.grp.binMarks, segment.Mark{EventID: blk.EventID, Off: off})
+	w.grp.binBuf = append(w.grp.binBuf, c.raw...)
 	w.next = last + 1
 	c.eventID = last
 	src := segment.Position{FileID: binStart.FileID, Offset: binStart.Offset + off}
@@ -206,10 +206,10 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 				// The positions a promoted slave resumes from (cursor.go);
 				// a snapshot is durable before the files it replaces go.
 				if startsWithSnapshot(blk.Payload) {
-					w.syncMeta = w.b.opts.FlushLevel > 0
+					w.grp.syncMeta = w.b.opts.FlushLevel > 0
 				}
 				recs := blk.Payload
-				w.post = append(w.post, func() { w.b.applyCursorRecords(recs, w.batchOf[t]) })
+				w.grp.post = append(w.grp.post, func() { w.b.applyCursorRecords(recs, w.grp.batchOf[t]) })
 			}
 			if err := w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload); err != nil {
 				return err
@@ -222,7 +222,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		if err != nil {
 			return fmt.Errorf("invalid replicated delay apply: %w", err)
 		}
-		w.mb.DeleteDelay(key)
+		w.grp.mb.DeleteDelay(key)
 		if t != nil {
 			c.count, c.records = int(last-blk.EventID+1), blk.Payload[binlog.DelayPrefixLen:]
 			return w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload[binlog.DelayPrefixLen:])
@@ -234,7 +234,7 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 				return fmt.Errorf("invalid replicated delay: %w", err)
 			}
 			// Stored, ready for a promotion, but not scheduled.
-			w.mb.PutDelay(key, append([]byte(nil), blk.Payload...))
+			w.grp.mb.PutDelay(key, append([]byte(nil), blk.Payload...))
 			w.replicatedID(t, c, blk.Payload[binlog.DelayPrefixLen:], blk.WriteTime)
 		}
 	case binlog.CmdCreate:
@@ -251,13 +251,13 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		}
 		m := meta.Topic{Name: name, CreateTime: now, ExpireAt: expireAt, CreateEventID: blk.EventID,
 			StateChangeTime: now, StateChangeEventID: blk.EventID}
-		w.mb.PutTopic(&m)
+		w.grp.mb.PutTopic(&m)
 		dir := w.b.topicDir(name)
-		w.pre = append(w.pre, fsAction{
+		w.grp.pre = append(w.grp.pre, fsAction{
 			do:   func() error { return w.b.freshDir(dir, blk.EventID) },
 			undo: func() error { return removeAll(dir) },
 		})
-		w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+		w.grp.post = append(w.grp.post, func() { w.b.addTopic(m, dir) })
 	case binlog.CmdDelete:
 		if t == nil {
 			return nil
@@ -272,12 +272,12 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 // everything the writer keeps for it (a delete on a master or applied on a
 // slave alike).
 func (w *writer) stageTopicRemoval(t *topic, eventID int64) {
-	w.mb.DeleteTopic(&t.meta)
+	w.grp.mb.DeleteTopic(&t.meta)
 	// Moving the files away must never become durable before the binlog
 	// block and meta removal that justify it.
-	w.syncMeta = w.b.opts.FlushLevel > 0
-	w.post = append(w.post, func() {
-		delete(w.dirty, t)
+	w.grp.syncMeta = w.b.opts.FlushLevel > 0
+	w.grp.post = append(w.grp.post, func() {
+		delete(w.dur.dirty, t)
 		w.dd.drop(t)
 		w.publishDedupeSize()
 		w.forgetOpen(t)
@@ -290,13 +290,13 @@ func (w *writer) stageSyncTopic(c *command) error {
 		return nil
 	}
 	m := *c.sync
-	w.mb.PutTopic(&m)
+	w.grp.mb.PutTopic(&m)
 	dir := w.b.topicDir(m.Name)
-	w.pre = append(w.pre, fsAction{
+	w.grp.pre = append(w.grp.pre, fsAction{
 		do:   func() error { return w.b.freshDir(dir, m.CreateEventID) },
 		undo: func() error { return removeAll(dir) },
 	})
-	w.post = append(w.post, func() { w.b.addTopic(m, dir) })
+	w.grp.post = append(w.grp.post, func() { w.b.addTopic(m, dir) })
 	c.eventID = m.CreateEventID
 	return nil
 }
@@ -342,6 +342,6 @@ func (w *writer) stageCursorSnapshot(c *command, now int64, binStart segment.Pos
 	c.op, c.records, c.count = opPub, recs, len(keys)+1
 	// The files before the snapshot are removed after it commits; that
 	// must never become durable before the snapshot does.
-	w.syncMeta = w.b.opts.FlushLevel > 0
+	w.grp.syncMeta = w.b.opts.FlushLevel > 0
 	return w.stagePub(c, now, binStart)
 }

@@ -26,16 +26,16 @@ type statsState struct {
 	// fatal is the error that stopped the writer, nil while it runs.
 	fatal atomic.Pointer[error]
 
-	subsMu sync.Mutex
+	subsMu sync.Mutex // a leaf (lock order: doc.go)
 	subs   map[*Subscription]struct{}
 
-	cacheMu sync.Mutex
+	cacheMu sync.Mutex // before Broker.mu (lock order: doc.go)
 	topics  map[string]*topicFigures
 	binlog  fileSizes
 
 	counts msgcount.Counts // message counts (topiccount.go, package msgcount)
 
-	delayMu   sync.Mutex
+	delayMu   sync.Mutex // a leaf (lock order: doc.go)
 	delayAt   time.Time
 	delayTook time.Duration
 	delays    metrics.DelayStats
