@@ -278,7 +278,7 @@ type topic struct {
 	// replaced whole under subMu, read without it by committers.
 	hooks atomic.Pointer[[]*Subscription]
 
-	count msgcount.Counter // messages the writer appended, per file (writer.commit)
+	count msgcount.Counter // messages the writer appended, per file (stage "visible", pipeline.go)
 
 	ids *dedupeSet    // writer only: the message ids of the window (dedupe.go)
 	lru *list.Element // writer only: in writer.openLRU while its file is open

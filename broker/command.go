@@ -64,7 +64,7 @@ func (o writerOp) String() string {
 // command is one request to the writer. The submitter owns it until it is
 // queued and again after done fires; in between only the writer touches it.
 // Its fields are grouped by the stage of the group commit that reads or
-// writes them (writer.process).
+// writes them (pipeline.go).
 type command struct {
 	// The request, filled in by the submitter.
 	op        writerOp

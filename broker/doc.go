@@ -52,6 +52,36 @@
 //
 // The message counts and their sidecar files are package msgcount's.
 //
+// # Group commit
+//
+// A group commit is a fixed sequence of named stages, the rows of
+// groupStages (pipeline.go), run in this order by writer.process after it
+// admitted the group (admit: the writer's own jobs, a stopped writer and a
+// read-only broker are answered at once):
+//
+//	stage       validate every command, assign eventIds, buffer its blocks (stage.go)
+//	fs          topic directories made or moved to the trash
+//	binlog      the group's one binlog write
+//	topics      one write per topic
+//	meta        the group's one meta transaction
+//	durable     fsync by flushLevel (durability.go)
+//	visible     message counts, then the group visible to readers
+//	effects     the staged in-memory effects (topic map, cursor table, hooks)
+//	roll        full logs move to their next file
+//	checkpoint  flushLevel 0 checkpoint (durability.go)
+//	metrics     a committed group counted
+//	evict       topic files beyond store.maxOpenTopics closed (lru.go)
+//	dedupe      the group's message ids kept or dropped by its outcome
+//	reply       submitters woken
+//	wake        readers woken
+//
+// A failure in fs..meta rolls back those stages (each row's undo, in
+// reverse) and fails the group's commands; a failure in durable..checkpoint
+// is fatal and fails them; a failure in metrics..evict is fatal but the
+// commands keep their success. The features that take part in a group
+// commit (dedupe, stored positions, message counts, commit hooks,
+// replication) do so at the stages pipeline.go's comment names.
+//
 // # Lock order
 //
 // This is the one place the order is written; comments at the locks refer

@@ -232,3 +232,42 @@ func (w *writer) checkpointAt(now int64, pos segment.Position) {
 	}
 	w.dur.ckptPos = pos
 }
+
+// makeDurable marks what the group appended as unsynced and makes it
+// durable as the flush level asks (durability.go).
+func (w *writer) makeDurable(g *groupRun) error {
+	now := g.now
+	w.dur.binDirty = true
+	for _, tb := range w.grp.batches {
+		w.dur.dirty[tb.t] = struct{}{}
+		tb.t.lastUse = now
+		w.touchOpen(tb.t)
+	}
+	switch {
+	case w.grp.syncMeta:
+		return w.syncAll()
+	case w.b.opts.FlushLevel >= 2:
+		// The reply waits for the binlog (and meta) only: the binlog is
+		// the truth, and recovery rebuilds topic files from it, so they
+		// are synced on the flushLevel 1 schedule. The checkpoint moves
+		// only after they are, so the rebuild always covers them.
+		synced := time.Now()
+		if err := w.syncBinlog(); err != nil {
+			return err
+		}
+		w.expectGroup(time.Since(synced))
+		return w.scheduleFlush(now)
+	case w.b.opts.FlushLevel == 1:
+		return w.scheduleFlush(now)
+	}
+	return nil
+}
+
+// checkpointLevel0 moves the checkpoint at flushLevel 0 once per
+// FlushInterval: nothing is fsynced, so the checkpoint follows the writes.
+func (w *writer) checkpointLevel0(g *groupRun) error {
+	if w.b.opts.FlushLevel == 0 && g.now-w.dur.lastCkpt >= w.b.opts.FlushInterval.Milliseconds() {
+		w.checkpoint(g.now)
+	}
+	return nil
+}

@@ -3,18 +3,18 @@ package broker
 // How commands reach the writer: leader/follower group commit (RocksDB's
 // WriteThread, MySQL's binlog group commit; issue 24, BENCHMARKS.md).
 //
-// There is one writer state (writer) and one token to touch it. A
-// submitter queues its command; if nobody holds the token it takes it and,
-// on its own goroutine, runs the writer for one group: every command queued
-// from the front, up to the group limits (collect), staged, written,
-// committed or rolled back as one (writer.process). It then wakes only the
-// submitters of that group and, if commands queued meanwhile, hands the
-// token to the first of them, whose goroutine runs the next group; else it
-// puts the token down. A lone publishing connection thus never wakes a
-// goroutine: it writes its own message and replies. Under load a submitter
-// sleeps once, until its group is written, as it did with a dedicated
-// writer goroutine, and one hand-over per group replaces the writer's
-// wake-up.
+// There is one writer state (writer) and one token to touch it. A submitter
+// queues its command; if nobody holds the token it takes it and, on its own
+// goroutine, runs the writer for one group: every command queued from the
+// front, up to the group limits (collect), staged, written, committed or
+// rolled back as one (writer.process, by the stages of groupStages,
+// pipeline.go). It then wakes only the submitters of that group and, if
+// commands queued meanwhile, hands the token to the first of them, whose
+// goroutine runs the next group; else it puts the token down. A lone
+// publishing connection thus never wakes a goroutine: it writes its own
+// message and replies. Under load a submitter sleeps once, until its group
+// is written, as it did with a dedicated writer goroutine, and one
+// hand-over per group replaces the writer's wake-up.
 //
 // The writer goroutine (writer.run) remains for what no submitter asks
 // for: the flushLevel 1 flush timer, the end of a background fsync, idle

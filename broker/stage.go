@@ -1,11 +1,11 @@
 package broker
 
-// The per-command staging steps of a write group, one function per writer
-// op (writer.process dispatches here). Staging assigns eventIds and
-// appends the command's binlog block, topic blocks, meta entries and
-// file-system actions to the group's buffers; it writes nothing. The group
-// is then applied (writer.apply) and committed (writer.commit), or rolled
-// back as a whole.
+// The stage "stage" of a group commit (pipeline.go): the per-command
+// staging steps, one function per writer op (stageGroup dispatches here).
+// Staging validates each command, assigns its eventIds and appends its
+// binlog block, topic blocks, meta entries and file-system actions to the
+// group's buffers; it writes nothing. The later stages then write,
+// sync and publish the group, or roll it back as a whole.
 
 import (
 	"encoding/binary"
@@ -18,6 +18,60 @@ import (
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 )
+
+// stageGroup stages every command of the group; the ones staged without
+// error and not answered by the dedupe window join w.grp.ok, which the
+// later stages write.
+func (w *writer) stageGroup(g *groupRun) error {
+	now, binStart := g.now, g.binStart
+	w.dd.from = w.next
+	w.reset()
+	for _, c := range g.group {
+		var err error
+		switch c.op {
+		case opPub:
+			err = w.stagePub(c, now, binStart)
+		case opCreate:
+			err = w.stageCreate(c, now)
+		case opDelete:
+			err = w.stageDelete(c, now)
+		case opDelay:
+			err = w.stageDelay(c, now)
+		case opDelayApply:
+			err = w.stageDelayApply(c, now, binStart)
+		case opReplicated:
+			err = w.stageReplicated(c, now, binStart)
+		case opSyncTopic:
+			err = w.stageSyncTopic(c)
+		case opCursorSnapshot:
+			err = w.stageCursorSnapshot(c, now, binStart)
+		case opOpenLog:
+			if t := w.b.topics[c.topic]; t != nil {
+				_, err = w.b.topicLog(t)
+			}
+			c.err = err
+			continue
+		case opPromote:
+			c.err = w.promote(c)
+			continue
+		case opEpoch:
+			c.err = w.learnEpoch(c)
+			continue
+		default:
+			err = fmt.Errorf("broker: command %v is not a writer command", c.op)
+		}
+		if err != nil {
+			c.err = err
+			continue
+		}
+		if c.dup {
+			continue // answered by the dedupe window (dedupe.go)
+		}
+		w.grp.ok = append(w.grp.ok, c)
+	}
+	g.writes = len(w.grp.ok) > 0 && (len(w.grp.binBuf) > 0 || !w.grp.mb.Empty())
+	return nil
+}
 
 func (w *writer) stagePub(c *command, now int64, binStart segment.Position) error {
 	t := w.b.topics[c.topic]

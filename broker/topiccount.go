@@ -1,7 +1,7 @@
 package broker
 
 // The broker's side of the message counts (package msgcount): what they
-// need to know of the topics. The writer's side is writer.commit.
+// need to know of the topics. The writer's side is its stage "visible" (pipeline.go).
 
 import (
 	"github.com/smssmq/smss/broker/msgcount"

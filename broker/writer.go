@@ -2,8 +2,6 @@ package broker
 
 import (
 	"container/list"
-	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +19,8 @@ const idleFDAfter = 60 * time.Second
 // writer performs every mutation. One goroutine at a time runs it: the one
 // holding its token (lead.go); every field below except the two counters at
 // the end belongs to that goroutine, and is grouped by the part of the
-// writer that reads and writes it.
+// writer that reads and writes it. A group commit is the sequence of
+// stages in groupStages (pipeline.go).
 type writer struct {
 	b    *Broker
 	next int64 // next eventId
@@ -50,11 +49,11 @@ type groupBuf struct {
 	spare    []*topicBatch
 	mb       *meta.Batch
 	pre      []fsAction      // file-system steps done before the binlog append, with their undo
-	post     []func()        // in-memory effects run once the group is visible (commit)
+	post     []func()        // in-memory effects of stage "effects" (pipeline.go)
 	syncMeta bool            // the group must make meta durable before post actions
 	applied  map[string]bool // delay keys applied in this group
 	topicEnc topicblock.RunEncoder
-	wakes    []chan struct{} // readers of this group's commits (commit)
+	wakes    []chan struct{} // readers to wake at stage "wake"
 	// notify holds the committed topics that have commit hooks, for the
 	// leader to call once it handed the token on (lead, subinline.go).
 	notify []*topic
@@ -166,126 +165,6 @@ func (w *writer) job(c *command) {
 	}
 }
 
-func (w *writer) process(group []*command) {
-	if c := group[0]; c.op.job() { // exclusive: alone in its group
-		w.job(c)
-		c.done <- struct{}{}
-		return
-	}
-	now := w.b.opts.Now()
-	if w.life.stopped != nil {
-		for _, c := range group {
-			c.err = fmt.Errorf("%w: %v", ErrStopped, w.life.stopped)
-			c.done <- struct{}{}
-		}
-		return
-	}
-	if w.refuseReadOnly(group) {
-		return
-	}
-	binStart := w.b.binlog.Position()
-	nextBefore := w.next
-	w.dd.from = w.next
-	w.reset()
-	for _, c := range group {
-		var err error
-		switch c.op {
-		case opPub:
-			err = w.stagePub(c, now, binStart)
-		case opCreate:
-			err = w.stageCreate(c, now)
-		case opDelete:
-			err = w.stageDelete(c, now)
-		case opDelay:
-			err = w.stageDelay(c, now)
-		case opDelayApply:
-			err = w.stageDelayApply(c, now, binStart)
-		case opReplicated:
-			err = w.stageReplicated(c, now, binStart)
-		case opSyncTopic:
-			err = w.stageSyncTopic(c)
-		case opCursorSnapshot:
-			err = w.stageCursorSnapshot(c, now, binStart)
-		case opOpenLog:
-			if t := w.b.topics[c.topic]; t != nil {
-				_, err = w.b.topicLog(t)
-			}
-			c.err = err
-			continue
-		case opPromote:
-			c.err = w.promote(c)
-			continue
-		case opEpoch:
-			c.err = w.learnEpoch(c)
-			continue
-		default:
-			err = fmt.Errorf("broker: command %v is not a writer command", c.op)
-		}
-		if err != nil {
-			c.err = err
-			continue
-		}
-		if c.dup {
-			continue // answered by the dedupe window (dedupe.go)
-		}
-		w.grp.ok = append(w.grp.ok, c)
-	}
-	m := w.b.opts.Metrics
-	committed := false
-	if len(w.grp.ok) > 0 && (len(w.grp.binBuf) > 0 || !w.grp.mb.Empty()) {
-		if err := w.apply(binStart); err != nil {
-			m.Error(metrics.KindStorage)
-			err = w.b.descriptorRefusal(err)
-			for _, c := range w.grp.ok {
-				c.err, c.eventID = err, 0
-			}
-			if w.b.IsSlave() {
-				// A slave's eventIds are the master's: the same blocks
-				// must be accepted again when they are resent.
-				w.next = nextBefore
-			}
-			if errors.Is(err, segment.ErrFatal) {
-				w.die(err)
-			}
-		} else if err := w.commit(now); err != nil {
-			// The data is in the files but its durability is unknown:
-			// nobody may be told it was stored.
-			m.Error(metrics.KindFsync)
-			for _, c := range w.grp.ok {
-				c.err, c.eventID = err, 0
-			}
-			w.die(err)
-		} else {
-			committed = true
-			if m != nil {
-				w.record(m)
-			}
-			// After the group's own outcome is settled: closing another
-			// topic's file fsyncs it, and a failure there is fatal.
-			if err := w.evictOpen(); err != nil {
-				w.die(err)
-			}
-		}
-	}
-	if len(w.dd.pend) > 0 || len(w.dd.dups) > 0 {
-		w.dd.settle(committed, now)
-		w.publishDedupeSize()
-	}
-	for _, c := range group {
-		if c.err != nil && c.op == opDelayApply {
-			m.Error(metrics.KindDelay)
-		}
-		c.done <- struct{}{}
-	}
-	// Whatever commit did or failed to do after committing, the readers
-	// of what it committed must be woken (commit).
-	for i, ch := range w.grp.wakes {
-		close(ch)
-		w.grp.wakes[i] = nil
-	}
-	w.grp.wakes = w.grp.wakes[:0]
-}
-
 // record counts a committed group in m. It reads only what the commands
 // already hold (eventIds, counts, record slices), so it allocates nothing.
 // Pubs and replicated blocks are counted by their submitters (Publish,
@@ -310,23 +189,6 @@ func (w *writer) record(m *metrics.Metrics) {
 			}
 		}
 	}
-}
-
-func (w *writer) reset() {
-	w.grp.ok = w.grp.ok[:0]
-	w.grp.binBuf = w.grp.binBuf[:0]
-	w.grp.binMarks = w.grp.binMarks[:0]
-	for _, tb := range w.grp.batches {
-		delete(w.grp.batchOf, tb.t)
-		tb.t, tb.log, tb.buf, tb.marks = nil, nil, tb.buf[:0], tb.marks[:0]
-		w.grp.spare = append(w.grp.spare, tb)
-	}
-	w.grp.batches = w.grp.batches[:0]
-	w.grp.mb.Reset()
-	w.grp.pre = w.grp.pre[:0]
-	w.grp.post = w.grp.post[:0]
-	clear(w.grp.applied)
-	w.grp.syncMeta = false
 }
 
 func (w *writer) batchFor(t *topic, l *segment.Log) *topicBatch {
@@ -362,128 +224,6 @@ func (w *writer) appendTopicBlocks(tb *topicBatch, firstID, now int64, src segme
 		tb.marks = append(tb.marks, segment.Mark{EventID: id, Off: int64(len(tb.buf))})
 		tb.buf = w.grp.topicEnc.Append(tb.buf, id, i, rec)
 	}
-}
-
-// apply performs the staged group: file-system steps, one binlog write, one
-// write per topic, one meta transaction. On failure everything done is
-// undone; an undo that fails is fatal.
-func (w *writer) apply(binStart segment.Position) error {
-	for i, a := range w.grp.pre {
-		if err := a.do(); err != nil {
-			return w.undoPre(i, err)
-		}
-	}
-	if len(w.grp.binBuf) > 0 {
-		if _, err := w.b.binlog.Append(w.grp.binBuf, w.grp.binMarks); err != nil {
-			return w.undoPre(len(w.grp.pre), fmt.Errorf("append binlog: %w", err))
-		}
-	}
-	for i, tb := range w.grp.batches {
-		tb.start = tb.log.Position()
-		if _, err := tb.log.Append(tb.buf, tb.marks); err != nil {
-			return w.rollback(i, binStart, fmt.Errorf("append topic %s: %w", tb.t.meta.Name, err))
-		}
-	}
-	if !w.grp.mb.Empty() {
-		if err := w.b.meta.Commit(w.grp.mb); err != nil {
-			return w.rollback(len(w.grp.batches), binStart, fmt.Errorf("commit meta: %w", err))
-		}
-		w.dur.metaDirty = true
-	}
-	return nil
-}
-
-func (w *writer) rollback(topics int, binStart segment.Position, cause error) error {
-	for _, tb := range w.grp.batches[:topics] {
-		if err := tb.log.Truncate(tb.start); err != nil {
-			return fmt.Errorf("%w; rollback: %w", cause, err)
-		}
-	}
-	if len(w.grp.binBuf) > 0 {
-		if err := w.b.binlog.Truncate(binStart); err != nil {
-			return fmt.Errorf("%w; rollback: %w", cause, err)
-		}
-	}
-	return w.undoPre(len(w.grp.pre), cause)
-}
-
-func (w *writer) undoPre(n int, cause error) error {
-	for i := n - 1; i >= 0; i-- {
-		if err := w.grp.pre[i].undo(); err != nil {
-			w.b.log.Error("undo of a failed group step failed", "err", err, "cause", cause)
-		}
-	}
-	w.b.log.Warn("write group rolled back", "err", cause)
-	return cause
-}
-
-// commit makes a successfully applied group durable as the flush level
-// asks, visible to readers, and then performs its in-memory effects.
-func (w *writer) commit(now int64) error {
-	w.dur.binDirty = true
-	for _, tb := range w.grp.batches {
-		w.dur.dirty[tb.t] = struct{}{}
-		tb.t.lastUse = now
-		w.touchOpen(tb.t)
-	}
-	switch {
-	case w.grp.syncMeta:
-		if err := w.syncAll(); err != nil {
-			return err
-		}
-	case w.b.opts.FlushLevel >= 2:
-		// The reply waits for the binlog (and meta) only: the binlog is
-		// the truth, and recovery rebuilds topic files from it, so they
-		// are synced on the flushLevel 1 schedule. The checkpoint moves
-		// only after they are, so the rebuild always covers them.
-		synced := time.Now()
-		if err := w.syncBinlog(); err != nil {
-			return err
-		}
-		w.expectGroup(time.Since(synced))
-		if err := w.scheduleFlush(now); err != nil {
-			return err
-		}
-	case w.b.opts.FlushLevel == 1:
-		if err := w.scheduleFlush(now); err != nil {
-			return err
-		}
-	}
-	// Readers are woken after the submitters (process): the goroutine
-	// made runnable last runs first on this P, so a live subscriber's
-	// delivery goes ahead of the publisher's reply instead of behind it
-	// (e2e p50 4–7 % lower at 1,000 msg/s, BENCHMARKS.md).
-	w.grp.wakes = append(w.grp.wakes, w.b.binlog.CommitQuiet())
-	for _, tb := range w.grp.batches {
-		// The topic's message count for TopicStats (package msgcount), a
-		// few atomic integer operations, then the group visible to the
-		// topic's readers: counted first, a count never lags them.
-		tb.t.count.Add(tb.start, int64(len(tb.buf)), tb.marks)
-		w.grp.wakes = append(w.grp.wakes, tb.log.CommitQuiet())
-		if tb.t.hooks.Load() != nil {
-			w.grp.notify = append(w.grp.notify, tb.t)
-		}
-	}
-	w.b.lastID.Store(w.next - 1)
-	for _, f := range w.grp.post {
-		f()
-	}
-	if w.b.binlog.Full() {
-		if err := w.b.binlog.Roll(); err != nil {
-			return err
-		}
-	}
-	for _, tb := range w.grp.batches {
-		if tb.log.Full() {
-			if err := tb.log.Roll(); err != nil {
-				return err
-			}
-		}
-	}
-	if w.b.opts.FlushLevel == 0 && now-w.dur.lastCkpt >= w.b.opts.FlushInterval.Milliseconds() {
-		w.checkpoint(now)
-	}
-	return nil
 }
 
 func (w *writer) onIdle() {
