@@ -117,6 +117,9 @@ type Options struct {
 	// counts sets the message counts' tunables, for tests (startCounts
 	// fills in the rest).
 	counts msgcount.Options
+	// removeTrash removes one trash entry, default os.RemoveAll; tests
+	// slow it down.
+	removeTrash func(path string) error
 }
 
 func (o *Options) setDefaults() {
@@ -176,6 +179,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.CursorSnapshotInterval <= 0 {
 		o.CursorSnapshotInterval = time.Hour
+	}
+	if o.removeTrash == nil {
+		o.removeTrash = os.RemoveAll
 	}
 }
 
@@ -247,6 +253,9 @@ type lifecycle struct {
 	stop      chan struct{} // closed by Close: the writer goroutine drains
 	done      chan struct{} // closed when the writer goroutine ended
 	fatal     chan error    // the error that stopped the writer (Fatal)
+	// trash counts the goroutines removing trash entries (trash,
+	// emptyTrash); Close and a failed Open wait for them.
+	trash sync.WaitGroup
 }
 
 // instanceID is the data directory's instance id, once read or made
@@ -318,6 +327,7 @@ func Open(opts Options) (*Broker, error) {
 	defer func() {
 		if !opened {
 			b.disk.close()
+			b.life.trash.Wait() // recovery may have moved a topic to the trash
 		}
 	}()
 	ms, err := meta.Open(meta.Options{Dir: filepath.Join(opts.Dir, "meta"), Logger: opts.Logger, ReadOnly: noRoom != nil})
@@ -389,7 +399,7 @@ func Open(opts Options) (*Broker, error) {
 	if b.cursorsOn() {
 		go b.runCursorFlusher()
 	}
-	go b.emptyTrash()
+	b.life.trash.Go(b.emptyTrash)
 	b.startCounts()
 	opened = true
 	return b, nil
@@ -414,7 +424,8 @@ func (b *Broker) prepareDirs() error {
 	return nil
 }
 
-// emptyTrash removes what deletes moved into the trash directory.
+// emptyTrash removes what deletes moved into the trash directory (a
+// goroutine of Open's, which Close waits for).
 func (b *Broker) emptyTrash() {
 	ents, err := os.ReadDir(b.trashDir)
 	if err != nil {
@@ -423,7 +434,7 @@ func (b *Broker) emptyTrash() {
 	}
 	for _, e := range ents {
 		p := filepath.Join(b.trashDir, e.Name())
-		if err := os.RemoveAll(p); err != nil {
+		if err := b.opts.removeTrash(p); err != nil {
 			b.log.Warn("empty trash", "path", p, "err", err)
 		}
 	}
@@ -431,7 +442,10 @@ func (b *Broker) emptyTrash() {
 
 // Close stops taking commands, lets the writer finish everything already
 // queued, fsyncs, writes a checkpoint and closes the files and the meta
-// store.
+// store. It returns after every goroutine the broker started ended: the
+// writer's, the trash removals, the message counts', the positions'
+// flusher and the disk guard. The one exception is the meta store's close,
+// given up after metaCloseTimeout (closeMeta).
 func (b *Broker) Close() error {
 	b.life.closeOnce.Do(b.haltCursors) // writes pending positions while the writer runs
 	b.qmu.Lock()
@@ -452,6 +466,9 @@ func (b *Broker) Close() error {
 	<-b.life.done
 	err := b.w.shutdown()
 	b.stats.counts.Finish()
+	// The writer no longer deletes anything: the last trash removals
+	// end, and the reading below sees the space they gave back.
+	b.life.trash.Wait()
 	// A fresh reading: on a disk filled to the last byte it deletes the
 	// reserve file, so that badger's final memtable flush has room.
 	b.disk.check()

@@ -28,8 +28,9 @@
 //     torn tails, and never reuses an eventId.
 //   - Deleting a topic moves its directory into <store>/trash by rename (one
 //     atomic step) after the binlog block and the meta removal; trash is
-//     emptied in the background and at start-up. Recovery completes a delete
-//     whose binlog block exists, so a crash leaves the whole topic or none.
+//     emptied in the background and at start-up, and Close waits for those
+//     removals. Recovery completes a delete whose binlog block exists, so a
+//     crash leaves the whole topic or none.
 //   - A topic's message count (TopicStats) is the number of its blocks up to
 //     the committed position. The writer counts each group it commits (a
 //     few atomic integer operations per topic and group) and then makes it
@@ -51,6 +52,45 @@
 //     persisted.
 //
 // The message counts and their sidecar files are package msgcount's.
+//
+// # Files written outside the writer
+//
+// The writer, with its token, writes the binlog, the topic logs, the meta
+// store and the topic directories (the cursor log's compaction included:
+// it runs as a post action of the snapshot's group). These paths write
+// files without the token, each for the reason given; Close waits for
+// each of them but the first, which has no goroutine of its own, and the
+// last:
+//
+//   - Retention (retain.go: RemoveOldBinlogFile, RemoveOldTopicFile, via
+//     segment.Log.RemoveFile), on the goroutine of its caller (package
+//     lifecycle): it removes only a log's oldest file, never the one being
+//     written, under the segment log's own lock, which appends and Close
+//     also take, so it cannot race the writer; and it refuses a topic
+//     deleted or re-created since the file was listed. Holding the token
+//     for it would stall every publish behind an unlink. Its caller stops
+//     it before Close (cmd/smss: background.stop).
+//   - Trash removal (topicfs.go: removeTrashed; broker.go: emptyTrash), on
+//     goroutines of their own: the writer's step of a delete is the rename
+//     into <store>/trash; unlinking what was renamed changes nothing a
+//     reader or recovery looks at, and takes long for a large topic. Close
+//     waits for them (lifecycle.trash).
+//   - The disk reserve file (disk.go: adjustReserve), by the disk guard's
+//     goroutine and by Open and Close: it must be given back when the
+//     disk fills, which is when the writer may be stuck. Close waits for
+//     the guard (diskGuard.close).
+//   - The instance id file (instance.go: writeInstanceFile), once, by the
+//     first caller of InstanceID, under instanceID.mu, atomically (a
+//     temporary file, fsync, rename): it is not data of the store, and
+//     replication asks for it before the writer may have run.
+//   - The message-count sidecars (package msgcount, <n>.cnt beside the
+//     topic files), by the counts' goroutine and by Close once the writer
+//     stopped (Counts.Finish): a torn or stale sidecar only costs a
+//     recount. Close waits for the goroutine (Counts.Finish).
+//   - The meta store's own close (closeMeta): badger retries its final
+//     flush forever on a full disk, so Close gives up on it after
+//     metaCloseTimeout and leaves its goroutine behind; the binlog holds
+//     everything acknowledged by then.
 //
 // # Group commit
 //

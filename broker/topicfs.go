@@ -34,7 +34,7 @@ func (b *Broker) freshDir(dir string, eventID int64) error {
 }
 
 // trash renames dir into the trash directory, then removes it in the
-// background. The directory of a topic an original server created as ""
+// background (removeTrashed). The directory of a topic an original server created as ""
 // or "." is its hashing bucket itself, which holds other topics'
 // directories: only that topic's files are moved then. A directory that
 // is not under the topic root is never touched.
@@ -65,11 +65,7 @@ func (b *Broker) trash(dir string, eventID int64) error {
 		}
 		return fmt.Errorf("move %s to trash: %w", dir, err)
 	}
-	go func() {
-		if err := os.RemoveAll(dst); err != nil {
-			b.log.Warn("remove trashed topic files", "path", dst, "err", err)
-		}
-	}()
+	b.removeTrashed(dst)
 	return nil
 }
 
@@ -109,12 +105,19 @@ func (b *Broker) trashFiles(dir, rel string, eventID int64) error {
 			return fmt.Errorf("move %s to trash: %w", filepath.Join(dir, e.Name()), err)
 		}
 	}
-	go func() {
-		if err := os.RemoveAll(dst); err != nil {
+	b.removeTrashed(dst)
+	return nil
+}
+
+// removeTrashed removes the trash entry dst in the background: a large
+// topic's files take long to unlink, and the delete that moved them is
+// already durable. Close waits for it (lifecycle.trash).
+func (b *Broker) removeTrashed(dst string) {
+	b.life.trash.Go(func() {
+		if err := b.opts.removeTrash(dst); err != nil {
 			b.log.Warn("remove trashed topic files", "path", dst, "err", err)
 		}
-	}()
-	return nil
+	})
 }
 
 func (b *Broker) addTopic(m meta.Topic, dir string) *topic {
