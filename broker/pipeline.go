@@ -108,20 +108,23 @@ func (w *writer) process(group []*command) {
 	if w.admit(group) {
 		return
 	}
-	g := groupRun{group: group, now: w.b.opts.Now(), binStart: w.b.binlog.Position(), nextBefore: w.next}
+	// In the writer, not on the stack: handed to the stages through
+	// function values, it would escape, one allocation per group.
+	g := &w.cur
+	*g = groupRun{group: group, now: w.b.opts.Now(), binStart: w.b.binlog.Position(), nextBefore: w.next}
 	for i := range groupStages {
 		s := &groupStages[i]
 		if s.when != always && (!g.writes || g.failed) {
 			continue
 		}
-		err := s.run(w, &g)
+		err := s.run(w, g)
 		if err == nil {
 			continue
 		}
 		switch s.when {
 		case onWrite:
 			g.failed = true
-			w.failWrite(w.rollback(i, &g, err), &g)
+			w.failWrite(w.rollback(i, g, err), g)
 		case onApplied:
 			// The data is in the files but its durability is unknown:
 			// nobody may be told it was stored.

@@ -26,6 +26,7 @@ type writer struct {
 	next int64 // next eventId
 
 	grp   groupBuf     // the group being committed: its commands and staged bytes (stage.go, writer.go)
+	cur   groupRun     // the group commit's progress through its stages (pipeline.go)
 	dd    dedupeState  // the message id window (dedupe.go)
 	gw    groupWait    // the flushLevel 2 group wait (group.go)
 	dur   durability   // what is written but not yet synced or checkpointed (durability.go)
