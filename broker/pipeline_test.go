@@ -16,7 +16,7 @@ func TestGroupStagesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	var documented []string
-	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z]+) {2,}\S`).FindAllSubmatch(src, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z]+) +\S`).FindAllSubmatch(src, -1) {
 		documented = append(documented, string(m[1]))
 	}
 	var run []string
