@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker/msgcount"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -295,7 +296,7 @@ func TestMessageCountProgressLog(t *testing.T) {
 	if got := waitMessages(t, b, "t"); got != want {
 		t.Fatalf("%d messages, want %d", got, want)
 	}
-	waitFor(t, "progress and summary logged", func() bool {
+	smsstest.WaitFor(t, countWait, "progress and summary logged", func() bool {
 		s := logs.String()
 		return strings.Contains(s, "counting topic messages") && strings.Contains(s, "topic messages counted")
 	})
@@ -329,12 +330,12 @@ func TestMessageCountFailure(t *testing.T) {
 		}
 	}))
 	defer b.Close()
-	waitFor(t, "failure logged", func() bool { return strings.Contains(out.String(), "counting topic messages failed") })
+	smsstest.WaitFor(t, countWait, "failure logged", func() bool { return strings.Contains(out.String(), "counting topic messages failed") })
 	passes := b.stats.counts.Passes
 	// Stats calls wake the background goroutine: several more passes
 	// must not read the file again.
 	after := passes() + 3
-	waitFor(t, "more passes", func() bool {
+	smsstest.WaitFor(t, countWait, "more passes", func() bool {
 		if st, _ := b.TopicStats("t"); st.Messages != -1 {
 			t.Fatalf("%d messages counted over a damaged file", st.Messages)
 		}
