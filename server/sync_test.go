@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -23,12 +24,12 @@ type syncSetup struct {
 	srv  *Server
 	tr   *replication.SyncTracker
 	addr string
-	logs *syncBuffer
+	logs *smsstest.SyncBuffer
 }
 
 func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool) *syncSetup {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := broker.Open(broker.Options{Dir: t.TempDir(), FlushLevel: 1, Logger: logger})
 	if err != nil {
