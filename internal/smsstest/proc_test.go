@@ -136,3 +136,16 @@ func TestStartSmss(t *testing.T) {
 	}
 	p.Kill()
 }
+
+func TestBinaryName(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"./cmd/smss":                        "smss",
+		"github.com/nats-io/nats-server/v2": "nats-server",
+		"example.com/tool/v":                "v",
+		"example.com/v2x":                   "v2x",
+	} {
+		if got := binaryName(pkg); got != want {
+			t.Errorf("binaryName(%q) = %q, want %q", pkg, got, want)
+		}
+	}
+}

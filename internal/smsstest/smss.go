@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -34,8 +35,9 @@ var (
 )
 
 // Binary returns the path of a binary built from pkg, a package path
-// relative to the module root ("./cmd/smss"). It is built once per test
-// binary, into a temporary directory that Main or RemoveBinaries removes.
+// relative to the module root ("./cmd/smss") or an import path the module
+// requires. It is built once per test binary, into a temporary directory
+// that Main or RemoveBinaries removes.
 func Binary(t testing.TB, pkg string) string {
 	t.Helper()
 	buildsMu.Lock()
@@ -70,13 +72,23 @@ func goBuild(pkg string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("build %s: %w", pkg, err)
 	}
-	bin := filepath.Join(sub, filepath.Base(pkg))
+	bin := filepath.Join(sub, binaryName(pkg))
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
+}
+
+// binaryName is the name go build gives pkg's binary: its last path
+// element, or the one before a major-version suffix (".../nats-server/v2").
+func binaryName(pkg string) string {
+	name := path.Base(pkg)
+	if len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+		name = path.Base(path.Dir(pkg))
+	}
+	return name
 }
 
 // SmssBinary returns the smss binary under test: $SMSS_TEST_BIN if set,
