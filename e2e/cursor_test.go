@@ -19,21 +19,22 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // consumer is an `smssctl sub --resume` process whose printed message
 // bodies the test collects (only whole lines: a kill may cut one).
 type consumer struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *smsstest.SyncBuffer
 	exited chan struct{}
 }
 
 func startConsumer(t *testing.T, addr string, args ...string) *consumer {
 	t.Helper()
-	smssctl(t, addr, "ping") // builds smssctl once
-	c := &consumer{out: &syncBuffer{}, exited: make(chan struct{})}
-	c.cmd = exec.Command(ctlPath, append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	c := &consumer{out: &smsstest.SyncBuffer{}, exited: make(chan struct{})}
+	c.cmd = exec.Command(ctlBinary(t), append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, io.Discard
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -133,7 +134,7 @@ func TestCursorResumeAfterRandomKills(t *testing.T) {
 		if finished && runs >= minRuns {
 			// Let this run reach the last message, then stop it.
 			lastBody := fmt.Sprintf("m%05d", total-1)
-			waitUntil(60*time.Second, func() bool { bs := c.bodies(); return len(bs) > 0 && bs[len(bs)-1] == lastBody })
+			smsstest.Poll(60*time.Second, func() bool { bs := c.bodies(); return len(bs) > 0 && bs[len(bs)-1] == lastBody })
 		} else {
 			time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
 		}
@@ -315,7 +316,7 @@ func TestCursorResumeOnPromotedSlave(t *testing.T) {
 	}
 	pos := lastEventID(t, out)
 	// The position reaches the slave like any write.
-	if !waitUntil(30*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == pos }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == pos }) {
 		t.Fatalf("position %d not on the slave: %v\n%s", pos, cursorsOn(t, slave.addr, "t"), tail(slave.out.String(), 3000))
 	}
 	master.kill()
@@ -333,7 +334,7 @@ func TestCursorResumeOnPromotedSlave(t *testing.T) {
 		}
 	}
 	// The promoted slave writes positions of its own.
-	if !waitUntil(10*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == lastEventID(t, out) }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == lastEventID(t, out) }) {
 		t.Fatalf("the promoted slave did not store the new position: %v", cursorsOn(t, slave.addr, "t"))
 	}
 }
@@ -384,13 +385,13 @@ func TestCursorWhosLagDeleteAndCommands(t *testing.T) {
 		v, _ := strconv.ParseFloat(string(m[1]), 64)
 		return v
 	}
-	if !waitUntil(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 5 && metric("cursor_lag_messages", "b") == 3 }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 5 && metric("cursor_lag_messages", "b") == 3 }) {
 		t.Fatalf("lag a %v b %v, want 5 and 3", metric("cursor_lag_messages", "a"), metric("cursor_lag_messages", "b"))
 	}
 	for i := 10; i < 14; i++ {
 		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
 	}
-	if !waitUntil(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 9 }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 9 }) {
 		t.Fatalf("lag of a consumer that is away did not grow: %v", metric("cursor_lag_messages", "a"))
 	}
 	// /api/cursors lists both, largest lag first.
