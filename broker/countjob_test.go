@@ -286,10 +286,10 @@ func TestMessageCountProgressLog(t *testing.T) {
 	for _, id := range fileIDs(t, tdir, ".cnt") {
 		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
-	logs := &syncBuf{}
+	logs := &smsstest.SyncBuffer{}
 	b = openCounted(t, dir, func(o *Options) {
 		o.MaxLogSize = 400
-		o.Logger = logs.logger()
+		o.Logger = textLogger(logs)
 		o.counts.ProgressEvery = time.Nanosecond // every check is "5 s later"
 	})
 	defer b.Close()
@@ -323,8 +323,8 @@ func TestMessageCountFailure(t *testing.T) {
 	zeroFill(t, p, offs[1], offs[1]+4) // a block length of 0
 
 	var reads atomic.Int64
-	out := &syncBuf{}
-	b = openCounted(t, dir, withCountHook(func(o *Options) { opts(o); o.Logger = out.logger() }, func(_ string, file int64, _ <-chan struct{}) {
+	out := &smsstest.SyncBuffer{}
+	b = openCounted(t, dir, withCountHook(func(o *Options) { opts(o); o.Logger = textLogger(out) }, func(_ string, file int64, _ <-chan struct{}) {
 		if file == logs[1] {
 			reads.Add(1)
 		}
