@@ -177,7 +177,7 @@ func TestSyncFailWithoutConfirmation(t *testing.T) {
 						}
 					}
 				}()
-				waitUntil(t, "the replica stream", func() bool { return len(m.b.Replication().Slaves) == 1 })
+				smsstest.WaitFor(t, testDeadline, "the replica stream", func() bool { return len(m.b.Replication().Slaves) == 1 })
 			}
 			c := dialSync(t, m.addr)
 			for i, req := range [][]byte{createReq("t", 0), pubReq("t", record("a")), delayReq("t", 5000, record("b"))} {
@@ -225,7 +225,7 @@ func TestSyncWaitDoesNotBlockWriter(t *testing.T) {
 			protocol.ReadReply(c.br, protocol.ReplyPlain, 0)
 		}()
 	}
-	waitUntil(t, "every write committed while its reply waits", func() bool {
+	smsstest.WaitFor(t, testDeadline, "every write committed while its reply waits", func() bool {
 		in, _ := m.tr.Info()
 		return m.b.LastEventID() == start+conns && in.Waiting == conns
 	})
@@ -256,7 +256,7 @@ func TestSyncDegradeAndRecover(t *testing.T) {
 		t.Fatalf("degraded pub: %v after %v", err, took)
 	}
 	s, _ := startSyncSlave(t, m.addr)
-	waitUntil(t, "recovery", func() bool { return !m.tr.Degraded() })
+	smsstest.WaitFor(t, testDeadline, "recovery", func() bool { return !m.tr.Degraded() })
 	if got := s.Status().LastEventID; got != m.b.LastEventID() {
 		t.Fatalf("recovered with the slave at %d, the master at %d", got, m.b.LastEventID())
 	}
@@ -274,16 +274,5 @@ func TestSyncDegradeAndRecover(t *testing.T) {
 	}
 	if !strings.Contains(m.logs.String(), "degraded to asynchronous") || !strings.Contains(m.logs.String(), "restored") {
 		t.Fatalf("state changes not logged:\n%s", m.logs.String())
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
