@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // Attacks of issue 18 on the admin port, over real TCP.
@@ -93,7 +94,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	// The held ones are accepted (the listener counts them) before the
 	// flood, so the flood is what is over the cap.
 	ln := e.srv.ln.(*capListener)
-	waitFor(t, func() bool { return ln.Open() == limit })
+	smsstest.WaitFor(t, 10*time.Second, "the listener to hold the limit of open connections", func() bool { return ln.Open() == limit })
 	for i := range 50 {
 		c := e.rawConn(t)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -105,23 +106,12 @@ func TestAdminConnectionCap(t *testing.T) {
 		}
 	}
 	held[0].Close()
-	waitFor(t, func() bool { return ln.Open() < limit })
+	smsstest.WaitFor(t, 10*time.Second, "the listener to drop below its limit", func() bool { return ln.Open() < limit })
 	resp, err := http.Get(e.base + "/healthz")
 	if err != nil {
 		t.Fatalf("after a slot was freed: %v", err)
 	}
 	resp.Body.Close()
-}
-
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // Without a token only loopback Host names are answered (DNS rebinding);

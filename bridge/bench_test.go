@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -30,7 +31,7 @@ func benchMirror(b *testing.B, k targetKind) {
 	b.ResetTimer()
 	start := time.Now()
 	stop := runBridgeB(b, bb)
-	waitFor(b, "the bridge to catch up", 10*time.Minute, func() bool { return bb.Stats().Safe == lastID(h) })
+	smsstest.WaitFor(b, 10*time.Minute, "the bridge to catch up", func() bool { return bb.Stats().Safe == lastID(h) })
 	el := time.Since(start)
 	b.StopTimer()
 	stop()

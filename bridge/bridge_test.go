@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -154,7 +155,7 @@ func TestMirror(t *testing.T) {
 			cfg := testConfig(m.addr())
 			newTarget, read := k.setup(t, &cfg)
 			b, stop := runBridge(t, cfg, newTarget())
-			waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+			smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -302,7 +303,7 @@ func TestResumeAfterCrash(t *testing.T) {
 			}
 			cfg.Identity = "final"
 			b, stop := runBridge(t, cfg, newTarget())
-			waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+			smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -338,7 +339,7 @@ func TestDivergedMasterStops(t *testing.T) {
 			cfg := testConfig(m.addr())
 			newTarget, _ := k.setup(t, &cfg)
 			b, stop := runBridge(t, cfg, newTarget())
-			waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(a) })
+			smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(a) })
 			stop()
 
 			bh := newHistory()
@@ -397,15 +398,15 @@ func TestNeverGivesUp(t *testing.T) {
 	cfg.NATS.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	cfg.NATS.FileStorage = false
 	b, stop := runBridge(t, cfg, NewNATSTarget(cfg.NATS, cfg.Identity))
-	waitFor(t, "failed sessions", testDeadline, func() bool { return b.Stats().TargetErrs >= 3 })
+	smsstest.WaitFor(t, testDeadline, "failed sessions", func() bool { return b.Stats().TargetErrs >= 3 })
 	startNATS(t, port, dir)
-	waitFor(t, "master failures", testDeadline, func() bool { return b.Stats().MasterErrs >= 3 })
+	smsstest.WaitFor(t, testDeadline, "master failures", func() bool { return b.Stats().MasterErrs >= 3 })
 	m2 := listenFakeMaster(t, addr, h.blocks)
-	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+	smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) })
 	m2.dropConns()
 	more := h.pub("orders", rec("after-drop"))
 	m2.setBlocks(h.blocks)
-	waitFor(t, "the bridge to reconnect", testDeadline, func() bool { return b.Stats().Safe == more })
+	smsstest.WaitFor(t, testDeadline, "the bridge to reconnect", func() bool { return b.Stats().Safe == more })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -422,14 +423,14 @@ func TestMetricsEndpoint(t *testing.T) {
 	cfg.Source.StatusIntervalMs = 100
 	newTarget, _ := natsKind().setup(t, &cfg)
 	b, _ := runBridge(t, cfg, newTarget())
-	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) && b.MetricsAddr() != "" })
+	smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) && b.MetricsAddr() != "" })
 	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	waitFor(t, "the master's status", testDeadline, func() bool { return b.Stats().MasterLast == lastID(h) })
+	smsstest.WaitFor(t, testDeadline, "the master's status", func() bool { return b.Stats().MasterLast == lastID(h) })
 	for _, w := range []string{"smss_bridge_lag_events 0", fmt.Sprintf("smss_bridge_master_event_id %d", lastID(h)), "smss_bridge_lag_seconds 0", "smss_bridge_messages_total " + fmt.Sprint(b.Stats().Mirrored),
 		`smss_bridge_errors_total{kind="target"} 0`, fmt.Sprintf("smss_bridge_mirrored_event_id %d", lastID(h)), `smss_bridge_blocks_total{cmd="delay_apply"} 1`} {
 		if !strings.Contains(string(body), w) {
@@ -467,7 +468,7 @@ func TestSeveralMasters(t *testing.T) {
 	cfg.Master = append(cfg.Master, slave.addr(), m.addr())
 	newTarget, read := natsKind().setup(t, &cfg)
 	b, stop := runBridge(t, cfg, newTarget())
-	waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+	smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -531,13 +532,13 @@ func TestTargetRestart(t *testing.T) {
 			}
 			b, stop := runBridge(t, cfg, tg)
 			_, firstLast, _, _ := decodeSpan(h.blocks[first-1])
-			waitFor(t, "the first part", testDeadline, func() bool { return b.Stats().Safe == firstLast })
+			smsstest.WaitFor(t, testDeadline, "the first part", func() bool { return b.Stats().Safe == firstLast })
 			stopTarget()
 			m.setBlocks(h.blocks)
-			waitFor(t, "a failed session", testDeadline, func() bool { return b.Stats().TargetErrs >= 1 })
+			smsstest.WaitFor(t, testDeadline, "a failed session", func() bool { return b.Stats().TargetErrs >= 1 })
 			stopTarget = tc.start(t, &cfg, port, dir)
 			defer stopTarget()
-			waitFor(t, "the bridge to catch up", testDeadline, func() bool { return b.Stats().Safe == lastID(h) })
+			smsstest.WaitFor(t, testDeadline, "the bridge to catch up", func() bool { return b.Stats().Safe == lastID(h) })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}

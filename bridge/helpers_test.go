@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -518,18 +519,6 @@ func checkMirror(t testing.TB, gotMsgs, wantMsgs []got, orderedHeaders bool) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func decodeSpan(raw []byte) (binlog.Block, int64, int, error) { return binlog.DecodeSpan(raw) }
 
 func freePort(t testing.TB) int {
@@ -545,7 +534,7 @@ func freePort(t testing.TB) int {
 func listenFakeMaster(t testing.TB, addr string, blocks [][]byte) *fakeMaster {
 	var ln net.Listener
 	var err error
-	waitFor(t, "listen "+addr, 10*time.Second, func() bool {
+	smsstest.WaitFor(t, 10*time.Second, "listen "+addr, func() bool {
 		ln, err = net.Listen("tcp", addr)
 		return err == nil
 	})

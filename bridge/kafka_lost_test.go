@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -65,7 +66,7 @@ func TestKafkaUnknownOutcomeNotRetried(t *testing.T) {
 			}
 			// franz-go retries the request on a new connection by itself:
 			// it must find none (refused) rather than reach the broker.
-			waitFor(t, "a retry of the dropped request or a refused connection", testDeadline, func() bool {
+			smsstest.WaitFor(t, testDeadline, "a retry of the dropped request or a refused connection", func() bool {
 				return produces.Load() > tc.cutAt || tg.sess.refused.Load() > 0
 			})
 			if n := produces.Load(); n != tc.cutAt {

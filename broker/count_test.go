@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker/msgcount"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -38,18 +39,6 @@ func waitMessages(t *testing.T, b *Broker, name string) int64 {
 			t.Fatalf("the message count of %s is still unknown after %v", name, countWait)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
-// waitFor polls cond until it holds or countWait passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(countWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, countWait)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -224,7 +213,7 @@ func TestMessageCountRetention(t *testing.T) {
 			t.Fatalf("after removing %d more files %d messages, want %d", remove, got, total)
 		}
 		logs := fileIDs(t, tdir, ".log")
-		waitFor(t, "sidecars of removed files removed", func() bool {
+		smsstest.WaitFor(t, countWait, "sidecars of removed files removed", func() bool {
 			cnts := fileIDs(t, tdir, ".cnt")
 			return len(cnts) == 0 || cnts[0] >= logs[0]
 		})
@@ -292,7 +281,7 @@ func TestMessageCountDeleteRecreate(t *testing.T) {
 		t.Fatalf("re-created topic: %d messages, want %d", got, want)
 	}
 	// Let the background goroutine finish with the old incarnation.
-	waitFor(t, "old state dropped", func() bool { return b.stats.counts.Settled("t") })
+	smsstest.WaitFor(t, countWait, "old state dropped", func() bool { return b.stats.counts.Settled("t") })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

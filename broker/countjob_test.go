@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker/msgcount"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -285,17 +286,17 @@ func TestMessageCountProgressLog(t *testing.T) {
 	for _, id := range fileIDs(t, tdir, ".cnt") {
 		os.Remove(filepath.Join(tdir, msgcount.SidecarName(id)))
 	}
-	logs := &syncBuf{}
+	logs := &smsstest.SyncBuffer{}
 	b = openCounted(t, dir, func(o *Options) {
 		o.MaxLogSize = 400
-		o.Logger = logs.logger()
+		o.Logger = textLogger(logs)
 		o.counts.ProgressEvery = time.Nanosecond // every check is "5 s later"
 	})
 	defer b.Close()
 	if got := waitMessages(t, b, "t"); got != want {
 		t.Fatalf("%d messages, want %d", got, want)
 	}
-	waitFor(t, "progress and summary logged", func() bool {
+	smsstest.WaitFor(t, countWait, "progress and summary logged", func() bool {
 		s := logs.String()
 		return strings.Contains(s, "counting topic messages") && strings.Contains(s, "topic messages counted")
 	})
@@ -322,19 +323,19 @@ func TestMessageCountFailure(t *testing.T) {
 	zeroFill(t, p, offs[1], offs[1]+4) // a block length of 0
 
 	var reads atomic.Int64
-	out := &syncBuf{}
-	b = openCounted(t, dir, withCountHook(func(o *Options) { opts(o); o.Logger = out.logger() }, func(_ string, file int64, _ <-chan struct{}) {
+	out := &smsstest.SyncBuffer{}
+	b = openCounted(t, dir, withCountHook(func(o *Options) { opts(o); o.Logger = textLogger(out) }, func(_ string, file int64, _ <-chan struct{}) {
 		if file == logs[1] {
 			reads.Add(1)
 		}
 	}))
 	defer b.Close()
-	waitFor(t, "failure logged", func() bool { return strings.Contains(out.String(), "counting topic messages failed") })
+	smsstest.WaitFor(t, countWait, "failure logged", func() bool { return strings.Contains(out.String(), "counting topic messages failed") })
 	passes := b.stats.counts.Passes
 	// Stats calls wake the background goroutine: several more passes
 	// must not read the file again.
 	after := passes() + 3
-	waitFor(t, "more passes", func() bool {
+	smsstest.WaitFor(t, countWait, "more passes", func() bool {
 		if st, _ := b.TopicStats("t"); st.Messages != -1 {
 			t.Fatalf("%d messages counted over a damaged file", st.Messages)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -231,7 +232,7 @@ func blockWriter(f *faults, failAfter bool) (entered <-chan struct{}, release fu
 // waitQueued waits until n commands are queued for the writer.
 func waitQueued(t *testing.T, b *Broker, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d queued commands", n), func() bool { return b.queued() >= n })
+	smsstest.WaitFor(t, countWait, fmt.Sprintf("%d queued commands", n), func() bool { return b.queued() >= n })
 }
 
 // A duplicate that arrives while its original is still in flight (queued

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -47,7 +48,7 @@ func TestDiskWatermark(t *testing.T) {
 	}
 
 	disk.free.Store(42 << 20)
-	waitFor(t, "the low state", func() bool { return b.Disk().Low })
+	smsstest.WaitFor(t, countWait, "the low state", func() bool { return b.Disk().Low })
 	const want = "disk almost full: 42 MiB free, store.minFreeMB 100"
 	for _, tc := range []struct {
 		name string
@@ -76,7 +77,7 @@ func TestDiskWatermark(t *testing.T) {
 	}
 
 	disk.free.Store(101 << 20)
-	waitFor(t, "writes to resume", func() bool { return !b.Disk().Low })
+	smsstest.WaitFor(t, countWait, "writes to resume", func() bool { return !b.Disk().Low })
 	if _, err := b.Publish(ctx, []byte("t"), rec("after"), 1); err != nil {
 		t.Fatalf("pub after space returned: %v", err)
 	}
@@ -98,7 +99,7 @@ func TestDiskRecheckAfterENOSPC(t *testing.T) {
 		t.Fatal("a reading without ENOSPC")
 	}
 	b.noteNoSpace(fmt.Errorf("append: %w", syscall.ENOSPC))
-	waitFor(t, "the re-check", func() bool { return b.Disk().Low })
+	smsstest.WaitFor(t, countWait, "the re-check", func() bool { return b.Disk().Low })
 }
 
 // TestSlaveReplicationPausesOnFullDisk: a slave below the watermark holds
@@ -142,7 +143,7 @@ func TestSlaveReplicationPausesOnFullDisk(t *testing.T) {
 	}()
 	// Several readings while low, and nothing applied.
 	start := disk.reads.Load()
-	waitFor(t, "readings while paused", func() bool { return disk.reads.Load() > start+5 })
+	smsstest.WaitFor(t, countWait, "readings while paused", func() bool { return disk.reads.Load() > start+5 })
 	select {
 	case r := <-done:
 		t.Fatalf("applied while the disk is low: %+v", r)
@@ -162,7 +163,7 @@ func TestSlaveReplicationPausesOnFullDisk(t *testing.T) {
 	}
 	// A session that ends while paused returns its context's error.
 	disk.free.Store(0)
-	waitFor(t, "the low state", func() bool { return s.Disk().Low })
+	smsstest.WaitFor(t, countWait, "the low state", func() bool { return s.Disk().Low })
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := s.ApplyReplicated(cctx, blocks[0]); !errors.Is(err, context.Canceled) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // countBinlogWrites makes every binlog write count in *n, the first one
@@ -144,7 +146,7 @@ func TestLeaderQueueBound(t *testing.T) {
 	}
 	go pub(ctx, "closed") // waits for room until Close
 	closed := make(chan error, 1)
-	waitFor(t, "a submitter waiting for room", func() bool {
+	smsstest.WaitFor(t, countWait, "a submitter waiting for room", func() bool {
 		b.qmu.Lock()
 		defer b.qmu.Unlock()
 		return b.roomWanted

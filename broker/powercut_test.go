@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/segment"
 )
 
@@ -259,8 +260,8 @@ func powerCuts(t *testing.T, level int) {
 }
 
 func checkPowerCutImage(t *testing.T, img string, topics []string, acked []ackedMsg, keepsAll bool) {
-	logs := &syncBuf{}
-	b, err := Open(Options{Dir: img, FlushLevel: 2, Logger: logs.logger()})
+	logs := &smsstest.SyncBuffer{}
+	b, err := Open(Options{Dir: img, FlushLevel: 2, Logger: textLogger(logs)})
 	if err != nil {
 		t.Fatalf("start-up after the power cut: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -182,7 +183,7 @@ func TestReadOnlyStart(t *testing.T) {
 	// Space returning does not make the start writable: badger is open
 	// read-only and every topic log is a view.
 	disk.free.Store(1 << 30)
-	waitFor(t, "the disk reading above the watermark", func() bool { return !b.Disk().Low })
+	smsstest.WaitFor(t, countWait, "the disk reading above the watermark", func() bool { return !b.Disk().Low })
 	check("after space returned")
 	if d := b.Disk(); !d.ReadOnly {
 		t.Fatalf("Disk() = %+v after space returned", d)

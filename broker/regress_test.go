@@ -1,9 +1,9 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/internal/rchar"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -53,8 +54,8 @@ func TestReplayedDeleteWithLeftoverTrash(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(leftover, "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuf{}
-	b = openTest(t, dir, func(o *Options) { o.Logger = logs.logger() })
+	logs := &smsstest.SyncBuffer{}
+	b = openTest(t, dir, func(o *Options) { o.Logger = textLogger(logs) })
 	defer b.Close()
 	topicDir := topicblock.Dir(filepath.Join(dir, "topic"), []byte("gone"), 10)
 	if _, err := os.Stat(topicDir); !errors.Is(err, os.ErrNotExist) {
@@ -62,25 +63,8 @@ func TestReplayedDeleteWithLeftoverTrash(t *testing.T) {
 	}
 }
 
-// syncBuf collects log output for failure messages.
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-func (s *syncBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(s, nil)) }
+// textLogger logs as text into w (a buffer shown in failure messages).
+func textLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 func dirBytes(t *testing.T, dir string) int64 {
 	t.Helper()
@@ -139,8 +123,8 @@ func TestReplayReadsTopicFilesOnce(t *testing.T) {
 	defer func(d time.Duration) { replayProgressEvery = d }(replayProgressEvery)
 	replayProgressEvery = 0 // and it reports progress
 	before := rchar.Read(t)
-	logs := &syncBuf{}
-	b = openTest(t, dir, func(o *Options) { o.Logger = logs.logger() })
+	logs := &smsstest.SyncBuffer{}
+	b = openTest(t, dir, func(o *Options) { o.Logger = textLogger(logs) })
 	read := rchar.Read(t) - before
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -295,7 +296,7 @@ func TestCancelStopsRetries(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Publish(ctx, "t", NewMessage([]byte("m"))) }()
-	waitFor(t, "the first attempt", 10*time.Second, func() bool { return len(n.ids()) >= 1 })
+	smsstest.WaitFor(t, 10*time.Second, "the first attempt", func() bool { return len(n.ids()) >= 1 })
 	cancel()
 	start := time.Now()
 	select {

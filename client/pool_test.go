@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -270,7 +271,7 @@ func TestHealthCheckPingsIdleConnections(t *testing.T) {
 		}
 	})
 	c := dialT(t, f.addr(), Options{HealthCheckInterval: 20 * time.Millisecond})
-	waitFor(t, "three health pings", 5*time.Second, func() bool { return pings.Load() >= 3 })
+	smsstest.WaitFor(t, 5*time.Second, "three health pings", func() bool { return pings.Load() >= 3 })
 	if n := f.conns.Load(); n != 1 {
 		t.Errorf("%d connections, want the one idle connection pinged", n)
 	}
@@ -294,7 +295,7 @@ func TestHealthCheckDropsDeadConnection(t *testing.T) {
 		readReq(r) // answer nothing, close after the first request
 	})
 	c := dialT(t, f.addr(), Options{HealthCheckInterval: 20 * time.Millisecond})
-	waitFor(t, "dead idle connection dropped", 5*time.Second, func() bool { return c.pool.idleCount() == 0 })
+	smsstest.WaitFor(t, 5*time.Second, "dead idle connection dropped", func() bool { return c.pool.idleCount() == 0 })
 }
 
 func TestMaxLifetime(t *testing.T) {
@@ -309,7 +310,7 @@ func TestMaxLifetime(t *testing.T) {
 	c.pool.mu.Lock()
 	created := c.pool.idle[0].created
 	c.pool.mu.Unlock()
-	waitFor(t, "connection older than MaxLifetime", time.Second, func() bool { return time.Since(created) > 30*time.Millisecond })
+	smsstest.WaitFor(t, time.Second, "connection older than MaxLifetime", func() bool { return time.Since(created) > 30*time.Millisecond })
 	if err := c.Alive(ctx); err != nil {
 		t.Fatal(err)
 	}

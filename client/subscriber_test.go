@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/client/internal/testserver"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // collector is a handler that records every delivery and signals when an
@@ -66,7 +67,7 @@ func (c *collector) lastAcked() int64 {
 
 func (c *collector) waitCount(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d deliveries", n), 20*time.Second, func() bool { return len(c.bodies()) >= n })
+	smsstest.WaitFor(t, 20*time.Second, fmt.Sprintf("%d deliveries", n), func() bool { return len(c.bodies()) >= n })
 }
 
 func publishN(t *testing.T, c *Client, topic, prefix string, from, to int) {
@@ -208,7 +209,7 @@ func TestSubscriberResumesAcrossServerRestart(t *testing.T) {
 		<-done
 	}()
 	col.waitCount(t, 20)
-	waitFor(t, "last batch acknowledged", 10*time.Second, func() bool { return col.lastAcked() == s.LastAcked() && s.LastAcked() == 21 })
+	smsstest.WaitFor(t, 10*time.Second, "last batch acknowledged", func() bool { return col.lastAcked() == s.LastAcked() && s.LastAcked() == 21 })
 
 	srv.Kill()
 	srv.Restart()
@@ -231,7 +232,7 @@ func TestSubscriberResumesAcrossServerRestart(t *testing.T) {
 	srv.Stop()
 	srv.Restart()
 	publishN(t, c, "t", "d", 0, 5)
-	waitFor(t, "all 65 messages", 30*time.Second, func() bool {
+	smsstest.WaitFor(t, 30*time.Second, "all 65 messages", func() bool {
 		b := col.bodies()
 		return len(b) > 0 && b[len(b)-1] == "d4"
 	})

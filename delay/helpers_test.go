@@ -77,17 +77,6 @@ func stopScheduler(t testing.TB, s *Scheduler) {
 	}
 }
 
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func pending(t testing.TB, b *broker.Broker) int {
 	t.Helper()
 	p, err := b.ScanDelays(0, math.MaxInt64, math.MaxInt)

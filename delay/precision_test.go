@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // TestPrecision10k (opt-in: SMSS_LONG=1) stores 10,000 delays whose trigger
@@ -70,7 +72,7 @@ func precision(t *testing.T, n int, window time.Duration) {
 	if time.Now().UnixMilli() >= t0 {
 		t.Fatalf("storing %d delays took %v: the first were due before all were stored", n, stored)
 	}
-	waitFor(t, window+30*time.Second, "all fired", func() bool { return s.Fired() == int64(n) })
+	smsstest.WaitFor(t, window+30*time.Second, "all fired", func() bool { return s.Fired() == int64(n) })
 	fires := log.snapshot()
 	p50, p99, worst, early := lateness(fires)
 	t.Logf("%d delays over %v (stored in %v): lateness p50 %d ms, p99 %d ms, max %d ms, min %d ms",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/internal/backofftest"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/meta"
 )
 
@@ -73,7 +74,7 @@ func TestFiresOnTimeAndInOrder(t *testing.T) {
 	var log fireLog
 	s := startScheduler(t, b, Options{OnFire: log.OnFire})
 	delayPub(t, b, "t", "later", 3600_000)
-	waitFor(t, 5*time.Second, "first scan", func() bool { return s.alarm.Runs() >= 1 })
+	smsstest.WaitFor(t, 5*time.Second, "first scan", func() bool { return s.alarm.Runs() >= 1 })
 
 	var want []string
 	for i := 0; i < 40; i++ {
@@ -81,7 +82,7 @@ func TestFiresOnTimeAndInOrder(t *testing.T) {
 		delayPub(t, b, topic, body(i), int64(1000+(i*7%40)*10))
 		want = append(want, body(i))
 	}
-	waitFor(t, 10*time.Second, "40 delays fired", func() bool { return s.Fired() == 40 })
+	smsstest.WaitFor(t, 10*time.Second, "40 delays fired", func() bool { return s.Fired() == 40 })
 	fires := log.snapshot()
 	for _, f := range fires {
 		if late := f.at - f.e.TriggerTime; late < 0 || late > 500 {
@@ -125,7 +126,7 @@ func TestOrderAcrossBatches(t *testing.T) {
 	}
 	clk.Set(1_700_000_002_000)
 	s := startScheduler(t, b, Options{Now: clk.Now})
-	waitFor(t, 10*time.Second, "300 delays fired", func() bool { return s.Fired() == 300 })
+	smsstest.WaitFor(t, 10*time.Second, "300 delays fired", func() bool { return s.Fired() == 300 })
 	got := readTopic(t, dir, "t")
 	var bodies []string
 	for _, m := range got {
@@ -160,7 +161,7 @@ func TestDueWhileDownFiresAtStart(t *testing.T) {
 	}
 	start := time.Now()
 	s := startScheduler(t, b, Options{Now: clk.Now})
-	waitFor(t, 10*time.Second, "backlog fired", func() bool { return s.Fired() == 250 })
+	smsstest.WaitFor(t, 10*time.Second, "backlog fired", func() bool { return s.Fired() == 250 })
 	t.Logf("250 overdue delays fired %v after start", time.Since(start))
 	exactlyOnce(t, readTopic(t, dir, "t"), want)
 	if n := pending(t, b); n != 0 {
@@ -195,7 +196,7 @@ func TestExactlyOnceAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Start()
-	waitFor(t, 10*time.Second, "400 fired", func() bool { return s.Fired() == 400 })
+	smsstest.WaitFor(t, 10*time.Second, "400 fired", func() bool { return s.Fired() == 400 })
 	stopScheduler(t, s)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestExactlyOnceAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Start()
-	waitFor(t, 10*time.Second, "some of the backlog fired", func() bool { return s.Fired() >= 100 })
+	smsstest.WaitFor(t, 10*time.Second, "some of the backlog fired", func() bool { return s.Fired() >= 100 })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestExactlyOnceAcrossRestarts(t *testing.T) {
 		// fired the whole backlog between the check above and the close.
 		t.Logf("the whole backlog fired before the close; the mid-backlog close was not exercised")
 	} else {
-		waitFor(t, 5*time.Second, "scheduler failing on the closed broker", func() bool { return s.Failures() >= 1 })
+		smsstest.WaitFor(t, 5*time.Second, "scheduler failing on the closed broker", func() bool { return s.Failures() >= 1 })
 	}
 	stopScheduler(t, s)
 
@@ -234,7 +235,7 @@ func TestExactlyOnceAcrossRestarts(t *testing.T) {
 		t.Errorf("%d pending after the second restart, want %d", n, 800-s.Fired())
 	}
 	s = startScheduler(t, b, Options{Now: clk.Now})
-	waitFor(t, 10*time.Second, "queue empty", func() bool { return pending(t, b) == 0 })
+	smsstest.WaitFor(t, 10*time.Second, "queue empty", func() bool { return pending(t, b) == 0 })
 	stopScheduler(t, s)
 
 	got := append(readTopic(t, dir, "t"), readTopic(t, dir, "u")...)
@@ -295,7 +296,7 @@ func TestBackoffOnApplyFailure(t *testing.T) {
 	// (capped at 400 ms).
 	be.applyTimes.Expect(t, 5, 100*time.Millisecond, 400*time.Millisecond, func() { s.Notify(time.Now().UnixMilli()) })
 	be.failApply.Store(false)
-	waitFor(t, 5*time.Second, "recovery", func() bool { return s.Fired() == 20 })
+	smsstest.WaitFor(t, 5*time.Second, "recovery", func() bool { return s.Fired() == 20 })
 	exactlyOnce(t, readTopic(t, dir, "t"), want)
 }
 
@@ -346,7 +347,7 @@ func TestDroppedWhenTopicGone(t *testing.T) {
 	clk.Set(1_700_000_005_000)
 	var log fireLog
 	s := startScheduler(t, b, Options{Now: clk.Now, OnFire: log.OnFire})
-	waitFor(t, 5*time.Second, "key dropped", func() bool { return pending(t, b) == 0 })
+	smsstest.WaitFor(t, 5*time.Second, "key dropped", func() bool { return pending(t, b) == 0 })
 	if s.Fired() != 0 {
 		t.Fatalf("fired %d messages for a deleted topic", s.Fired())
 	}
@@ -385,14 +386,14 @@ func TestEntryBelowTheFloor(t *testing.T) {
 			}
 			s := startScheduler(t, b, opts)
 			delayPub(t, b, "t", "first", 1000)
-			waitFor(t, 5*time.Second, "first fired", func() bool { return s.Fired() == 1 })
+			smsstest.WaitFor(t, 5*time.Second, "first fired", func() bool { return s.Fired() == 1 })
 			if !hooked {
 				b.SetHooks(broker.Hooks{})
 			}
 			clk.off.Store(-60_000) // the clock steps back a minute
 			start := time.Now()    // before the publish: a late start would shorten d
 			delayPub(t, b, "t", "second", 1000)
-			waitFor(t, 5*time.Second, "second fired", func() bool { return s.Fired() == 2 })
+			smsstest.WaitFor(t, 5*time.Second, "second fired", func() bool { return s.Fired() == 2 })
 			if d := time.Since(start); d < 900*time.Millisecond {
 				t.Errorf("fired %v after publishing a 1 s delay", d)
 			}

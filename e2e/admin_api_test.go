@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -137,7 +138,7 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	}
 	// flushLevel 1 fsyncs within a second of the writes.
 	var m map[string]float64
-	waitUntil(10*time.Second, func() bool {
+	smsstest.Poll(10*time.Second, func() bool {
 		m = scrape(t, adm)
 		return m["smss_fsync_duration_seconds_count"] >= 1
 	})
@@ -200,7 +201,7 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	if err := pub.c.del("audit"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(10*time.Second, func() bool {
+	smsstest.Poll(10*time.Second, func() bool {
 		_, ok := scrape(t, adm)[series("smss_topic_published_messages_total", "topic", "audit")]
 		return !ok
 	})

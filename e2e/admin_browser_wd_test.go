@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // browser is a headless Chromium driven by chromedriver over the W3C
@@ -63,7 +65,7 @@ func startBrowser(t *testing.T, driverPath, chromePath string) *browser {
 
 	// Port 0: chromedriver picks a free port and says which, so there is
 	// no window in which another process can take it.
-	out := &syncBuffer{}
+	out := &smsstest.SyncBuffer{}
 	cmd := exec.Command(driverPath, "--port=0")
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: the browser processes it spawns stay in it,
@@ -80,7 +82,7 @@ func startBrowser(t *testing.T, driverPath, chromePath string) *browser {
 	t.Cleanup(func() { killBrowserProcs(t, cmd.Process.Pid, exited, profile) })
 
 	var port string
-	if !waitUntil(20*time.Second, func() bool {
+	if !smsstest.Poll(20*time.Second, func() bool {
 		if m := driverPortRe.FindStringSubmatch(out.String()); m != nil {
 			port = m[1]
 			return true
@@ -145,7 +147,7 @@ func killBrowserProcs(t *testing.T, pgid int, exited <-chan struct{}, profile st
 	case <-time.After(10 * time.Second):
 		t.Errorf("chromedriver (pid %d) did not exit after SIGKILL", pgid)
 	}
-	if waitUntil(10*time.Second, func() bool { return len(profileProcs(profile)) == 0 }) {
+	if smsstest.Poll(10*time.Second, func() bool { return len(profileProcs(profile)) == 0 }) {
 		return
 	}
 	for _, pid := range profileProcs(profile) {

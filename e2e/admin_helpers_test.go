@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // adminToken protects the admin endpoints of these tests.
@@ -32,7 +34,7 @@ var adminListenRe = regexp.MustCompile(`msg="admin listening".*addr=(\S+)`)
 func adminAddr(t testing.TB, p *proc) string {
 	t.Helper()
 	var addr string
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		if m := adminListenRe.FindStringSubmatch(p.out.String()); m != nil {
 			addr = m[1]
 			return true
@@ -113,7 +115,7 @@ func waitMetric(t testing.TB, addr, series string, want float64) {
 	t.Helper()
 	var got float64
 	var ok bool
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		got, ok = scrape(t, addr)[series]
 		return ok && got == want
 	}) {

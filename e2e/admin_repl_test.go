@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 )
 
@@ -45,7 +46,7 @@ func TestAdminReplicationViews(t *testing.T) {
 
 	// The slave: streaming from the master, at its position, ready.
 	var sr metrics.ReplicationInfo
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		adminJSON(t, sadm, "/api/replication", &sr)
 		return sr.Master != nil && sr.Master.State == metrics.LinkStreaming && sr.Master.Position == last
 	}) {
@@ -74,7 +75,7 @@ func TestAdminReplicationViews(t *testing.T) {
 	// The master: one slave, at the master's last eventId, from the
 	// slave's address.
 	var mr metrics.ReplicationInfo
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		adminJSON(t, madm, "/api/replication", &mr)
 		return len(mr.Slaves) == 1 && mr.Slaves[0].Position == last
 	}) {
@@ -88,7 +89,7 @@ func TestAdminReplicationViews(t *testing.T) {
 
 	// Without its master the slave is alive but not ready.
 	master.stop()
-	if !waitUntil(15*time.Second, func() bool {
+	if !smsstest.Poll(15*time.Second, func() bool {
 		code, _ := adminGet(t, sadm, adminToken, "/readyz")
 		return code == http.StatusServiceUnavailable
 	}) {
@@ -102,7 +103,7 @@ func TestAdminReplicationViews(t *testing.T) {
 		t.Errorf("slave /healthz %d", code)
 	}
 	waitMetric(t, sadm, series("smss_replication_connected"), 0)
-	if !waitUntil(15*time.Second, func() bool { return scrape(t, sadm)[series("smss_errors_total", "kind", "replication")] >= 1 }) {
+	if !smsstest.Poll(15*time.Second, func() bool { return scrape(t, sadm)[series("smss_errors_total", "kind", "replication")] >= 1 }) {
 		t.Error("the lost master was not counted as a replication error")
 	}
 	slave.stop()

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -52,10 +53,10 @@ func TestBridgeBench(t *testing.T) {
 			}
 		}
 		args, count := benchTarget(t, target)
-		out := &syncBuffer{}
+		out := &smsstest.SyncBuffer{}
 		start := time.Now()
 		br := startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
-		if !waitUntil(5*time.Minute, func() bool { return count() >= backlog }) {
+		if !smsstest.Poll(5*time.Minute, func() bool { return count() >= backlog }) {
 			t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, tail(out.String(), 3000))
 		}
 		el := time.Since(start)
@@ -80,7 +81,7 @@ func TestBridgeBench(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				measure(&without, &cpuWithout)
 				br = startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
-				if !waitUntil(5*time.Minute, func() bool { return count() >= published() }) {
+				if !smsstest.Poll(5*time.Minute, func() bool { return count() >= published() }) {
 					t.Fatalf("bridge did not catch up: %d of %d", count(), published())
 				}
 				measure(&withBridge, &cpuBridge)

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 var (
-	benchBinary      = builtBinary{pkg: "github.com/smssmq/smss/cmd/smss-bench", name: "smss-bench"}
-	replReaderBinary = builtBinary{pkg: "github.com/smssmq/smss/e2e/testdata/replreader", name: "replreader"}
+	benchBinary      = "./cmd/smss-bench"
+	replReaderBinary = "./e2e/testdata/replreader"
 )
 
 // pin sets the CPU affinity of every thread of pid (and so of the threads
@@ -76,10 +78,10 @@ func TestBridgeMasterCost(t *testing.T) {
 		n, _ := strconv.Atoi(v)
 		dur = time.Duration(n) * time.Second
 	}
-	bridgeBin, benchBin, readerBin := buildBridge(t), benchBinary.path(t), replReaderBinary.path(t)
+	bridgeBin, benchBin, readerBin := buildBridge(t), smsstest.Binary(t, benchBinary), smsstest.Binary(t, replReaderBinary)
 	pin(t, os.Getpid(), "1")
 
-	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &syncBuffer{}}
+	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
 	ns.start(t)
 	t.Cleanup(ns.p.kill)
 	pin(t, ns.p.cmd.Process.Pid, "1")
@@ -110,25 +112,25 @@ func TestBridgeMasterCost(t *testing.T) {
 			return attached{pid: func() int { return sl.cmd.Process.Pid }, stop: sl.stop}
 		},
 		"reader": func() attached {
-			out := &syncBuffer{}
+			out := &smsstest.SyncBuffer{}
 			p := startBridge(t, readerBin, out, "-addr", addr)
 			pin(t, p.cmd.Process.Pid, "1")
-			if !waitUntil(20*time.Second, func() bool { return strings.Contains(out.String(), "following after") }) {
+			if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(out.String(), "following after") }) {
 				t.Fatalf("the replica reader did not start:\n%s", out.String())
 			}
 			return attached{pid: func() int { return p.cmd.Process.Pid }, stop: p.kill}
 		},
 		"bridge": func() attached {
-			out := &syncBuffer{}
+			out := &smsstest.SyncBuffer{}
 			p := startBridge(t, bridgeBin, out, "--nats", ns.url(), "--config", cfgPath, "--master", addr, "--topics", "*")
 			pin(t, p.cmd.Process.Pid, "1")
-			if !waitUntil(5*time.Minute, func() bool { return int64(streamMsgs(ns.url())) >= published }) {
+			if !smsstest.Poll(5*time.Minute, func() bool { return int64(streamMsgs(ns.url())) >= published }) {
 				t.Fatalf("the bridge did not catch up: %d of %d\n%s", streamMsgs(ns.url()), published, tail(out.String(), 3000))
 			}
 			return attached{pid: func() int { return p.cmd.Process.Pid }, stop: func() {
 				// The stream must hold what was published while attached:
 				// the bridge kept up (else it would not be a live mirror).
-				if !waitUntil(5*time.Minute, func() bool { return int64(streamMsgs(ns.url())) >= published }) {
+				if !smsstest.Poll(5*time.Minute, func() bool { return int64(streamMsgs(ns.url())) >= published }) {
 					t.Errorf("the bridge did not mirror everything: %d of %d", streamMsgs(ns.url()), published)
 				}
 				p.kill()
@@ -272,13 +274,13 @@ func TestBridgeMirrorCPU(t *testing.T) {
 			var tp *bridgeProc
 			switch target {
 			case "jetstream":
-				ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &syncBuffer{}}
+				ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
 				ns.start(t)
 				tp = ns.p
 				args = []string{"--nats", ns.url()}
 				count = func() int64 { return int64(streamMsgs(ns.url())) }
 			case "kafka":
-				kp := &kfakeProc{bin: kfakeBinary.path(t), dataDir: t.TempDir(), port: freePort(t), out: &syncBuffer{}}
+				kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
 				kp.start(t)
 				tp = kp.p
 				args = []string{"--kafka", kp.addr()}
@@ -286,10 +288,10 @@ func TestBridgeMirrorCPU(t *testing.T) {
 			}
 			up, _ := os.ReadFile("/proc/loadavg")
 			t0 := cpuOf(tp.cmd.Process.Pid)
-			out := &syncBuffer{}
+			out := &smsstest.SyncBuffer{}
 			start := time.Now()
 			br := startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
-			if !waitUntil(5*time.Minute, func() bool { return count() >= backlog }) {
+			if !smsstest.Poll(5*time.Minute, func() bool { return count() >= backlog }) {
 				t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, tail(out.String(), 3000))
 			}
 			el := time.Since(start)

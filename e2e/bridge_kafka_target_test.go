@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -19,14 +20,14 @@ import (
 // kfakeBinary is e2e/testdata/kfakeproc: franz-go's kfake as a process of
 // its own, so that the Kafka target can be SIGKILLed and SIGSTOPped like a
 // real broker.
-var kfakeBinary = builtBinary{pkg: "github.com/smssmq/smss/e2e/testdata/kfakeproc", name: "kfakeproc"}
+const kfakeBinary = "./e2e/testdata/kfakeproc"
 
 // kfakeProc is a kfake process on a fixed port and data directory, so that
 // a restart finds the topics and the records where the kill left them.
 type kfakeProc struct {
 	bin, dataDir string
 	port         int
-	out          *syncBuffer
+	out          *smsstest.SyncBuffer
 	p            *bridgeProc
 }
 
@@ -37,7 +38,7 @@ func (k *kfakeProc) start(t *testing.T) {
 	before := strings.Count(k.out.String(), "kfake listening")
 	k.p = startBridge(t, k.bin, k.out, "-port", strconv.Itoa(k.port), "-data-dir", k.dataDir)
 	exited := false
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		select {
 		case <-k.p.exited:
 			exited = true
@@ -129,7 +130,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		times = n
 	}
 	bin := buildBridge(t)
-	kp := &kfakeProc{bin: kfakeBinary.path(t), dataDir: t.TempDir(), port: freePort(t), out: &syncBuffer{}}
+	kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
 	kp.start(t)
 	t.Cleanup(func() {
 		kp.p.kill() // SIGKILL ends a stopped process too
@@ -152,7 +153,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	args := []string{"--kafka", kp.addr(), "--config", cfgPath, "--master", addr, "--topics", "mir.*", "--exclude", "mir.skip*"}
-	out := &syncBuffer{}
+	out := &smsstest.SyncBuffer{}
 	br := startBridge(t, bin, out, args...)
 	t.Cleanup(func() {
 		br.kill()
@@ -170,7 +171,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 	})
 
 	load, stopLoad := startBridgeLoad(t, addr)
-	if !waitUntil(30*time.Second, func() bool { return kafkaHeld(kp.addr()) > 0 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return kafkaHeld(kp.addr()) > 0 }) {
 		stopLoad()
 		t.Fatal("the bridge mirrored nothing before the first disturbance")
 	}
@@ -198,7 +199,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 			// Frozen until the bridge's publishes time out and its session
 			// fails (ackTimeoutMs 1500), then a little longer: its
 			// reconnects meet a broker that accepts but never answers.
-			if !waitUntil(30*time.Second, func() bool { return strings.Count(out.String(), "side=target") > failed }) {
+			if !smsstest.Poll(30*time.Second, func() bool { return strings.Count(out.String(), "side=target") > failed }) {
 				kp.p.cmd.Process.Signal(syscall.SIGCONT)
 				t.Fatalf("the bridge's session did not fail within 30 s of freezing the broker")
 			}
@@ -213,7 +214,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		// a freeze longer than the ack timeout does.)
 		h := kafkaHeld(kp.addr())
 		held = append(held, h)
-		if !waitUntil(30*time.Second, func() bool { return kafkaHeld(kp.addr()) > h }) {
+		if !smsstest.Poll(30*time.Second, func() bool { return kafkaHeld(kp.addr()) > h }) {
 			t.Fatalf("the bridge mirrored nothing within 30 s of disturbance %d", k+1)
 		}
 		if mode == "sigstop" && strings.Count(out.String(), "msg=resuming") <= resumed {
@@ -224,7 +225,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 	stopLoad()
 
 	var want []mirrored
-	if !waitUntil(60*time.Second, func() bool {
+	if !smsstest.Poll(60*time.Second, func() bool {
 		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // TestBridgeSecured: the bridge logs in like a slave, over TLS, as a user
@@ -44,7 +45,7 @@ func TestBridgeSecured(t *testing.T) {
 		}
 	}
 
-	run := func(user, pw, stream string) (*syncBuffer, string) {
+	run := func(user, pw, stream string) (*smsstest.SyncBuffer, string) {
 		dir := t.TempDir()
 		pwFile := filepath.Join(dir, "pw")
 		os.WriteFile(pwFile, []byte(pw+"\n"), 0o600)
@@ -60,7 +61,7 @@ func TestBridgeSecured(t *testing.T) {
 		cfg := filepath.Join(dir, "bridge.yaml")
 		os.WriteFile(cfg, []byte(fmt.Sprintf("source:\n  useTLS: true\n  ca: %s\n  serverName: localhost\n  user: %s\n  passwordFile: %s\n  minBackoffMs: 50\n  maxBackoffMs: 200\n",
 			pki.CAFile, user, pwFile)), 0o644)
-		out := &syncBuffer{}
+		out := &smsstest.SyncBuffer{}
 		p := startBridge(t, bin, out, "--config", cfg, "--master", fmt.Sprintf("127.0.0.1:%d", tport), "--nats", ns.ClientURL(), "--stream", stream)
 		t.Cleanup(func() {
 			p.kill()
@@ -73,7 +74,7 @@ func TestBridgeSecured(t *testing.T) {
 
 	out, url := run("bridge", "br", "OK")
 	var got []mirrored
-	if !waitUntil(30*time.Second, func() bool { got = readJetStream(t, url, "OK"); return len(got) == 5 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { got = readJetStream(t, url, "OK"); return len(got) == 5 }) {
 		t.Fatalf("the bridge mirrored %d of 5 messages over TLS with a login", len(got))
 	}
 	for i, m := range got {
@@ -84,7 +85,7 @@ func TestBridgeSecured(t *testing.T) {
 	_ = out
 
 	denied, url2 := run("reader", "rd", "NO")
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		return strings.Count(denied.String(), "refuses") >= 2 && strings.Contains(denied.String(), "may not replicate")
 	}) {
 		t.Fatalf("a bridge without the replication role did not report the refusal repeatedly:\n%s", tail(denied.String(), 3000))

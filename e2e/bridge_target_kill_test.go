@@ -14,20 +14,20 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // natsServer is the nats-server of the module's go.mod, built once per test
 // binary, so that the target can be killed like a real deployment's.
-var natsServer = builtBinary{pkg: "github.com/nats-io/nats-server/v2", name: "nats-server"}
 
-func buildNATS(t *testing.T) string { return natsServer.path(t) }
+func buildNATS(t *testing.T) string { return smsstest.Binary(t, "github.com/nats-io/nats-server/v2") }
 
 // natsProc is a nats-server process with JetStream on a fixed port and
 // store dir, so that a restart finds the stream where the kill left it.
 type natsProc struct {
 	bin, storeDir string
 	port          int
-	out           *syncBuffer
+	out           *smsstest.SyncBuffer
 	p             *bridgeProc
 }
 
@@ -38,7 +38,7 @@ func (n *natsProc) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.po
 func (n *natsProc) start(t *testing.T) {
 	t.Helper()
 	n.p = startBridge(t, n.bin, n.out, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", n.storeDir)
-	ok := waitUntil(30*time.Second, func() bool {
+	ok := smsstest.Poll(30*time.Second, func() bool {
 		select {
 		case <-n.p.exited:
 			return true
@@ -103,7 +103,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		kills = n
 	}
 	bin := buildBridge(t)
-	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &syncBuffer{}}
+	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
 	ns.start(t)
 	var nmu sync.Mutex
 	t.Cleanup(func() {
@@ -130,7 +130,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		t.Fatal(err)
 	}
 	args := []string{"--nats", ns.url(), "--config", cfgPath, "--master", addr, "--topics", "mir.*", "--exclude", "mir.skip*"}
-	out := &syncBuffer{}
+	out := &smsstest.SyncBuffer{}
 	br := startBridge(t, bin, out, args...)
 	t.Cleanup(func() {
 		br.kill()
@@ -142,7 +142,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 	load, stopLoad := startBridgeLoad(t, addr)
 	// Let the bridge create the stream and mirror something first, so the
 	// first kill hits a stream with content.
-	if !waitUntil(30*time.Second, func() bool { return streamMsgs(ns.url()) > 0 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return streamMsgs(ns.url()) > 0 }) {
 		stopLoad()
 		t.Fatal("the bridge mirrored nothing before the first kill")
 	}
@@ -175,7 +175,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		held = append(held, streamMsgs(ns.url()))
 		// The next kill must hit a session on the restarted server, not
 		// the bridge's backoff from this one.
-		if !waitUntil(30*time.Second, func() bool { return strings.Count(out.String(), "msg=resuming") > resumed }) {
+		if !smsstest.Poll(30*time.Second, func() bool { return strings.Count(out.String(), "msg=resuming") > resumed }) {
 			t.Fatalf("the bridge did not resume within 30 s of restart %d", k+1)
 		}
 	}
@@ -184,7 +184,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 	stopLoad()
 
 	var want []mirrored
-	if !waitUntil(60*time.Second, func() bool {
+	if !smsstest.Poll(60*time.Second, func() bool {
 		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})

@@ -27,71 +27,22 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/bridge"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
-var bridgeBinary = builtBinary{pkg: "../cmd/smss-bridge", name: "smss-bridge"}
-
 // buildBridge builds cmd/smss-bridge once per test binary.
-func buildBridge(t *testing.T) string { return bridgeBinary.path(t) }
-
-// builtBinary is a Go package built once per test binary into a temporary
-// directory.
-type builtBinary struct {
-	pkg, name string
-
-	once sync.Once
-	bin  string
-	err  error
-}
-
-// builtDirs are the temp dirs of built binaries, removed after the tests
-// (removeBuiltBinaries, from TestMain): each holds a 10-25 MB binary.
-var (
-	builtMu   sync.Mutex
-	builtDirs []string
-)
-
-func removeBuiltBinaries() {
-	builtMu.Lock()
-	defer builtMu.Unlock()
-	for _, d := range builtDirs {
-		os.RemoveAll(d)
-	}
-	builtDirs = nil
-}
-
-func (b *builtBinary) path(t *testing.T) string {
-	t.Helper()
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "smss-e2e-"+b.name)
-		if err != nil {
-			b.err = err
-			return
-		}
-		builtMu.Lock()
-		builtDirs = append(builtDirs, dir)
-		builtMu.Unlock()
-		b.bin = filepath.Join(dir, b.name)
-		if out, err := exec.Command("go", "build", "-o", b.bin, b.pkg).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.bin
-}
+func buildBridge(t *testing.T) string { return smsstest.Binary(t, "./cmd/smss-bridge") }
 
 // bridgeProc is a running smss-bridge process.
 type bridgeProc struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *smsstest.SyncBuffer
 	exited chan struct{}
 	err    error
 }
 
-func startBridge(t *testing.T, bin string, out *syncBuffer, args ...string) *bridgeProc {
+func startBridge(t *testing.T, bin string, out *smsstest.SyncBuffer, args ...string) *bridgeProc {
 	t.Helper()
 	p := &bridgeProc{out: out, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
@@ -548,7 +499,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 		"nats:\n  maxInFlight: 64\nkafka:\n  maxInFlight: 64\n  partitions: 2\nmetrics:\n  logIntervalSec: 1\n"), 0o644)
 	args = append(args, "--config", cfgPath, "--master", addr, "--topics", "mir.*", "--exclude", "mir.skip*")
 
-	out := &syncBuffer{}
+	out := &smsstest.SyncBuffer{}
 	var bmu sync.Mutex
 	br := startBridge(t, bin, out, args...)
 	t.Cleanup(func() {
@@ -599,13 +550,13 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	// Failover, today's way: writes stop, the slave catches up, the master
 	// is killed and the slave restarts as the master on its port.
 	load.paused.Store(true)
-	if !waitUntil(30*time.Second, func() bool { return load.idle.Load() == 3 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return load.idle.Load() == 3 }) {
 		t.Fatal("the load did not pause")
 	}
 	// Scheduled delays still fire while the load pauses: wait for the last
 	// one, so that the master stops writing, then for the slave.
 	all := func(string) bool { return true }
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		_, d, a := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), all)
 		return d == a
 	}) {
@@ -624,7 +575,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 
 	// Every delay must have fired before the final comparison.
 	var want []mirrored
-	if !waitUntil(60*time.Second, func() bool {
+	if !smsstest.Poll(60*time.Second, func() bool {
 		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(sdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})

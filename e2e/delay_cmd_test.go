@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"encoding/binary"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -104,43 +102,7 @@ func TestDelayOnSlave(t *testing.T) {
 // benchmarks.
 func startArgs(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	if tt, ok := t.(*testing.T); ok {
-		p.t = tt
-	}
-	p.cmd = exec.Command(smssBin, append([]string{"-config", filepath.Join(dir, "config.yaml")}, args...)...)
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.exited
-		}
-	})
-	if !waitUntil(30*time.Second, func() bool {
-		if m := listenRe.FindStringSubmatch(p.out.String()); m != nil {
-			p.addr = m[1]
-			return true
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("server exited during start-up: %v\n%s", p.err, p.out.String())
-		default:
-		}
-		return false
-	}) {
-		t.Fatalf("server did not listen within 30 s:\n%s", p.stacks())
-	}
-	return p
+	return startCmd(t, dir, smsstest.SmssCommand(t, dir, args...))
 }
 
 // TestDelayDelivered: a 1.5 s delay pub is published when due, with the

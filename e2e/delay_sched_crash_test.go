@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
@@ -268,7 +269,7 @@ func waitGrowth(t *testing.T, dir string, timeout time.Duration) {
 		return n
 	}
 	start := size()
-	if !waitUntil(timeout, func() bool { return size() > start }) {
+	if !smsstest.Poll(timeout, func() bool { return size() > start }) {
 		t.Fatalf("the topic did not grow within %v", timeout)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // mountTmpfs mounts a tmpfs of sizeMB at dir (created) for the test; the
@@ -99,12 +101,12 @@ func TestDiskWatermark(t *testing.T) {
 	filler := fillTo(t, data, 45)
 	// Once a reading has seen the filler, the writes that follow are
 	// counted against it and refused before the disk is full.
-	if !waitUntil(10*time.Second, func() bool { return scrape(t, admin)["smss_disk_free_bytes"] < 46<<20 }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return scrape(t, admin)["smss_disk_free_bytes"] < 46<<20 }) {
 		t.Fatalf("no reading of the free space after the filler")
 	}
 	var refusal string
 	stored, nospace := 10, 0
-	if !waitUntil(20*time.Second, func() bool {
+	if !smsstest.Poll(20*time.Second, func() bool {
 		err := c.pub("keep", record(nil, fmt.Sprintf("%02d%s", stored, body)))
 		switch text := bizText(err); {
 		case err == nil:
@@ -167,7 +169,7 @@ func TestDiskWatermark(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(20*time.Second, func() bool { return c.pub("keep", record(nil, "after")) == nil }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return c.pub("keep", record(nil, "after")) == nil }) {
 		t.Fatalf("writes did not resume with %d MiB free:\n%s", freeMiB(t, data), p.out.String())
 	}
 	if code, text := adminGet(t, admin, "", "/readyz"); code != 200 {
@@ -213,7 +215,7 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		return strings.Contains(s.out.String(), "disk almost full") || strings.Contains(s.out.String(), "replication paused")
 	}) {
 		t.Fatalf("the slave did not pause:\n%s", tail(s.out.String(), 4000))
@@ -235,7 +237,7 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	}
 	select {
 	case <-s.exited:
-		t.Fatalf("slave exited: %v\n%s", s.err, tail(s.out.String(), 4000))
+		t.Fatalf("slave exited: %v\n%s", s.Err(), tail(s.out.String(), 4000))
 	default:
 	}
 	s.stop()
@@ -347,7 +349,7 @@ func TestDiskFullStartReadOnly(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(20*time.Second, func() bool { return strings.Contains(p.out.String(), "restart it to resume writes") }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.out.String(), "restart it to resume writes") }) {
 		t.Fatalf("no restart hint after space returned:\n%s", p.out.String())
 	}
 	if err := c.pub("keep", record(nil, "refused")); !strings.Contains(bizText(err), "started read-only") {
@@ -356,7 +358,7 @@ func TestDiskFullStartReadOnly(t *testing.T) {
 	waitMetric(t, admin, "smss_read_only", 1)
 	select {
 	case <-p.exited:
-		t.Fatalf("the read-only server exited: %v\n%s", p.err, p.out.String())
+		t.Fatalf("the read-only server exited: %v\n%s", p.Err(), p.out.String())
 	default:
 	}
 	p.stop()
@@ -409,8 +411,7 @@ func TestDiskFullStartAfterCrashRefused(t *testing.T) {
 
 	filler := fillToLastPage(t, data)
 	writeConfig(t, dir, "  minFreeMB: 16\n")
-	cmd := exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
-	cmd.Dir = dir
+	cmd := smsstest.SmssCommand(t, dir)
 	done := make(chan struct{})
 	var out []byte
 	var err error

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -64,7 +65,7 @@ func TestTopicLifetime(t *testing.T) {
 	if got := bizText(c.pub("life", record(nil, "after"))); got != "topic not exist" {
 		t.Errorf("pub to the expired topic: %q", got)
 	}
-	if !waitUntil(10*time.Second, func() bool { return strings.Contains(p.out.String(), "expired topic deleted") }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return strings.Contains(p.out.String(), "expired topic deleted") }) {
 		t.Errorf("no log line for the reap")
 	}
 	if err := c.create("life", 0); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -115,7 +116,7 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 		// this cycle.
 		before := l.ackedCount.Load()
 		target := before + int64(20+rng.IntN(400))
-		if !waitUntil(30*time.Second, func() bool { return l.ackedCount.Load() >= target }) {
+		if !smsstest.Poll(30*time.Second, func() bool { return l.ackedCount.Load() >= target }) {
 			t.Fatalf("cycle %d: only %d of %d acknowledgements within 30 s\n%s", cycle, l.ackedCount.Load(), target,
 				tail(master.p.out.String(), 4000))
 		}
@@ -133,7 +134,7 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 		// Both slaves have applied all they received once their session
 		// with the dead master ended.
 		for i, s := range slaves {
-			if !waitUntil(30*time.Second, func() bool {
+			if !smsstest.Poll(30*time.Second, func() bool {
 				return strings.Count(s.p.out.String(), "replication interrupted") > interrupted[i]
 			}) {
 				t.Fatalf("cycle %d: slave %s did not notice the master's death\n%s", cycle, s.name, tail(s.p.out.String(), 4000))

@@ -4,149 +4,72 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
 )
 
-var smssBin string
-
 func TestMain(m *testing.M) {
-	tmp, err := os.MkdirTemp("", "smss-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	smssBin = filepath.Join(tmp, "smss")
-	build := exec.Command("go", "build", "-o", smssBin, "../cmd/smss")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build smss:", err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(tmp)
-	removeBuiltBinaries()
+	smsstest.RemoveBinaries()
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's output for the test to search.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
+// proc is an smss process of a test, started by the test kit. Its fields
+// are the kit's, under the names the suite's tests use.
 type proc struct {
-	t      *testing.T
+	*smsstest.Proc
+	t      *testing.T // nil for a benchmark's server
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *smsstest.SyncBuffer
 	addr   string
 	dir    string
-	exited chan struct{}
-	err    error
+	exited <-chan struct{}
 }
-
-var listenRe = regexp.MustCompile(`smss listening.*addr=(\S+)`)
 
 // writeConfig writes a config file for a server whose data lives in dir.
 func writeConfig(t *testing.T, dir, extra string) string {
 	t.Helper()
-	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n%s", filepath.Join(dir, "data"), extra)
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return smsstest.WriteConfig(t, dir, 0, extra)
 }
 
 // start runs the server on dir's config and waits until it listens.
 func start(t *testing.T, dir string) *proc {
 	t.Helper()
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() { p.kill() })
-	deadline := time.After(30 * time.Second)
-	for {
-		if m := listenRe.FindStringSubmatch(p.out.String()); m != nil {
-			p.addr = m[1]
-			return p
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("server exited during start-up: %v\n%s", p.err, p.out.String())
-		case <-deadline:
-			t.Fatalf("server did not listen within 30 s:\n%s", p.stacks())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return startCmd(t, dir, smsstest.SmssCommand(t, dir))
 }
 
-// stacks ends a stuck server with SIGQUIT, whose goroutine dump shows
-// where it hangs, and returns its output.
-func (p *proc) stacks() string {
-	p.cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
+// startCmd runs cmd, an smss on dir's config (perhaps wrapped, or with its
+// own environment), and waits until it listens.
+func startCmd(t testing.TB, dir string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	sp := smsstest.StartProc(t, cmd, smsstest.ListenRe)
+	p := &proc{Proc: sp, cmd: sp.Cmd, out: sp.Out, addr: sp.Addr, dir: dir, exited: sp.Exited()}
+	if tt, ok := t.(*testing.T); ok {
+		p.t = tt
 	}
-	return p.out.String()
+	return p
 }
 
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
+// stacks ends a stuck server with SIGQUIT and returns its output.
+func (p *proc) stacks() string { return p.Stacks() }
+
+// kill ends the server with SIGKILL.
+func (p *proc) kill() { p.Kill() }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *proc) stop() {
 	p.t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		p.t.Fatalf("server did not stop within 30 s after SIGTERM:\n%s", p.out.String())
-	}
-	if p.err != nil {
-		p.t.Fatalf("server exit after SIGTERM: %v\n%s", p.err, p.out.String())
-	}
+	p.Term()
 }
 
 // client is a raw protocol connection.

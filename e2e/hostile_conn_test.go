@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -176,7 +177,7 @@ func TestHostileNeverAcks(t *testing.T) {
 	}
 	again := dial(t, p.addr)
 	var last unit
-	if !waitUntil(2*time.Second, func() bool {
+	if !smsstest.Poll(2*time.Second, func() bool {
 		if err := again.sub("keep", "hang", 0, 1, time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -141,7 +142,7 @@ func (b *bystander) halt() {
 // the counts given.
 func (b *bystander) check(t *testing.T, pubs, received int64) {
 	t.Helper()
-	if !waitUntil(5*time.Second, func() bool { return b.pubs.Load() > pubs && b.received.Load() > received }) {
+	if !smsstest.Poll(5*time.Second, func() bool { return b.pubs.Load() > pubs && b.received.Load() > received }) {
 		t.Fatalf("bystander stalled: %d publishes, %d messages received", b.pubs.Load(), b.received.Load())
 	}
 	b.mu.Lock()

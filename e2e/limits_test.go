@@ -19,6 +19,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 )
@@ -60,7 +61,7 @@ func TestSIGHUPWithoutReloadables(t *testing.T) {
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitUntil(15*time.Second, func() bool {
+		if !smsstest.Poll(15*time.Second, func() bool {
 			select {
 			case <-p.exited:
 				return true
@@ -70,7 +71,7 @@ func TestSIGHUPWithoutReloadables(t *testing.T) {
 		}) || strings.Count(p.out.String(), "SIGHUP: nothing to reload") <= i {
 			select {
 			case <-p.exited:
-				t.Fatalf("server ended on SIGHUP: %v\n%s", p.err, p.out.String())
+				t.Fatalf("server ended on SIGHUP: %v\n%s", p.Err(), p.out.String())
 			default:
 				t.Fatalf("SIGHUP %d not logged:\n%s", i+1, p.out.String())
 			}
@@ -206,7 +207,7 @@ func TestFolderCountRecorded(t *testing.T) {
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
 	path := fmt.Sprintf("/proc/%d/stat", pid)
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return false
@@ -290,8 +291,8 @@ func TestShutdownDrains(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("server did not exit after SIGTERM:\n%s", p.out.String())
 	}
-	if p.err != nil {
-		t.Fatalf("exit: %v\n%s", p.err, p.out.String())
+	if p.Err() != nil {
+		t.Fatalf("exit: %v\n%s", p.Err(), p.out.String())
 	}
 	t.Logf("%d of %d requests acknowledged during the drain", len(acked), conns*perConn)
 
@@ -437,30 +438,9 @@ func TestManyTopicsFewDescriptors(t *testing.T) {
 // and waits until it listens.
 func startLimited(t *testing.T, dir string, nofile int) *proc {
 	t.Helper()
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command("/bin/sh", "-c", `ulimit -n "$2" && exec "$0" -config "$1"`, smssBin, filepath.Join(dir, "config.yaml"), fmt.Sprint(nofile))
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
-	if !waitUntil(30*time.Second, func() bool {
-		select {
-		case <-p.exited:
-			return true
-		default:
-		}
-		return listenRe.MatchString(p.out.String())
-	}) || !listenRe.MatchString(p.out.String()) {
-		t.Fatalf("no listening line (exit %v):\n%s", p.err, p.out.String())
-	}
-	p.addr = listenRe.FindStringSubmatch(p.out.String())[1]
-	return p
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -n "$2" && exec "$0" -config "$1"`, smsstest.SmssBinary(t), filepath.Join(dir, "config.yaml"), fmt.Sprint(nofile))
+	cmd.Dir = dir
+	return startCmd(t, dir, cmd)
 }
 
 // TestDescriptorLimitAnswers: a server at its descriptor limit must go on
@@ -507,7 +487,7 @@ func TestDescriptorLimitAnswers(t *testing.T) {
 		}
 		return len(fds)
 	}
-	if !waitUntil(20*time.Second, func() bool { return strings.Contains(p.out.String(), "too many open files") }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.out.String(), "too many open files") }) {
 		t.Fatalf("server never reached its descriptor limit (%d open):\n%s", fdCount(), p.out.String())
 	}
 	t.Logf("%d descriptors open at the limit", fdCount())
@@ -561,7 +541,7 @@ func TestDescriptorLimitAnswers(t *testing.T) {
 	}
 	idle = nil
 	var c2 *client
-	if !waitUntil(20*time.Second, func() bool {
+	if !smsstest.Poll(20*time.Second, func() bool {
 		nc, err := net.DialTimeout("tcp", p.addr, time.Second)
 		if err != nil {
 			return false

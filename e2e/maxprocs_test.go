@@ -3,14 +3,14 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // schedRe matches the runtime's own scheduler trace (GODEBUG=schedtrace),
@@ -82,26 +82,9 @@ func TestMaxProcs(t *testing.T) {
 // variables for the server process.
 func startWithEnv(t *testing.T, dir string, env []string) *proc {
 	t.Helper()
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
-	p.cmd = exec.Command(smssBin, "-config", filepath.Join(dir, "config.yaml"))
-	p.cmd.Dir = dir
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() { p.kill() })
-	p.addr = waitOutput(t, p, func(out string) string {
-		if m := listenRe.FindStringSubmatch(out); m != nil {
-			return m[1]
-		}
-		return ""
-	})
-	return p
+	cmd := smsstest.SmssCommand(t, dir)
+	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, dir, cmd)
 }
 
 // waitOutput polls p's output until find returns something, failing the
@@ -115,7 +98,7 @@ func waitOutput(t *testing.T, p *proc, find func(string) string) string {
 		}
 		select {
 		case <-p.exited:
-			t.Fatalf("server exited: %v\n%s", p.err, p.out.String())
+			t.Fatalf("server exited: %v\n%s", p.Err(), p.out.String())
 		case <-deadline:
 			t.Fatalf("condition not met within 30 s:\n%s", p.out.String())
 		case <-time.After(5 * time.Millisecond):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // With authentication and TLS on every node: promote and follow need the
@@ -90,7 +91,7 @@ func TestSecurityPromoteAndFollow(t *testing.T) {
 		}
 	}
 	waitReplicated(t, s1data, s2data, s2, 30*time.Second)
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		out, _, _ := smssctlEnv(t, ops, s2.addr, "status")
 		return strings.Contains(out, "slave, epoch 1") && strings.Contains(out, "following "+newMaster)
 	}) {

@@ -9,23 +9,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
-var (
-	ctlOnce sync.Once
-	ctlPath string
-	ctlErr  error
-)
+// ctlBinary is cmd/smssctl, built once per test binary by the test kit.
+func ctlBinary(t testing.TB) string {
+	t.Helper()
+	return smsstest.Binary(t, "./cmd/smssctl")
+}
 
-// smssctl builds cmd/smssctl once, next to the smss binary (TestMain
-// removes that directory).
+// smssctl runs smssctl against addr and returns its stdout, stderr and
+// exit code.
 func smssctl(t *testing.T, addr string, args ...string) (string, string, int) {
 	t.Helper()
 	return smssctlEnv(t, nil, addr, args...)
@@ -34,17 +34,7 @@ func smssctl(t *testing.T, addr string, args ...string) (string, string, int) {
 // smssctlEnv is smssctl with extra environment (SMSS_USER, SMSS_PASSWORD).
 func smssctlEnv(t *testing.T, env []string, addr string, args ...string) (string, string, int) {
 	t.Helper()
-	ctlOnce.Do(func() {
-		ctlPath = filepath.Join(filepath.Dir(smssBin), "smssctl")
-		out, err := exec.Command("go", "build", "-o", ctlPath, "../cmd/smssctl").CombinedOutput()
-		if err != nil {
-			ctlErr = fmt.Errorf("build smssctl: %v\n%s", err, out)
-		}
-	})
-	if ctlErr != nil {
-		t.Fatal(ctlErr)
-	}
-	cmd := exec.Command(ctlPath, append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	cmd := exec.Command(ctlBinary(t), append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -177,14 +167,14 @@ func TestPromoteAndFollow(t *testing.T) {
 	}
 
 	// The pending delay fires once, on the new master.
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		return countBody(t, s1.addr, "orders", delayed) > 0
 	}) {
 		t.Fatalf("the pending delayed message was never published after the promotion\n%s", tail(s1.out.String(), 4000))
 	}
 	// The expired topic is reaped by the new master.
 	c1 = dial(t, s1.addr)
-	if !waitUntil(time.Until(time.UnixMilli(expireAt))+30*time.Second, func() bool {
+	if !smsstest.Poll(time.Until(time.UnixMilli(expireAt))+30*time.Second, func() bool {
 		_, err := c1.roundTrip(must(protocol.AppendTopicInfo(nil, []byte("life"), nil)), protocol.ReplyJSON)
 		return err != nil && strings.Contains(err.Error(), "topic not exist")
 	}) {
@@ -233,7 +223,7 @@ func TestPromoteAndFollow(t *testing.T) {
 	}
 	waitMetric(t, adm, series("smss_promotion_epoch"), 1)
 	waitMetric(t, adm, series("smss_is_master"), 1)
-	if !waitUntil(10*time.Second, func() bool { return statusOf(t, s2.addr).Epoch == 1 }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return statusOf(t, s2.addr).Epoch == 1 }) {
 		t.Fatalf("the re-pointed slave did not learn the new master's epoch: %+v", statusOf(t, s2.addr))
 	}
 	for _, p := range []*proc{s1, s2, s3} {
@@ -316,7 +306,7 @@ func TestPromoteDuringReplication(t *testing.T) {
 		}()
 	}
 	sc := dial(t, slave.addr)
-	if !waitUntil(30*time.Second, func() bool { return rawStatus(t, sc).LastEventID > 500 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return rawStatus(t, sc).LastEventID > 500 }) {
 		t.Fatalf("the slave did not replicate under load: %+v", rawStatus(t, sc))
 	}
 	body, err := sc.roundTrip(must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON)

@@ -13,15 +13,15 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
 // runToExit runs smss with args and waits for it to exit by itself.
 func runToExit(t *testing.T, dir string, timeout time.Duration, args ...string) (int, string) {
 	t.Helper()
-	out := &syncBuffer{}
-	cmd := exec.Command(smssBin, append([]string{"-config", filepath.Join(dir, "config.yaml")}, args...)...)
-	cmd.Dir = dir
+	out := &smsstest.SyncBuffer{}
+	cmd := smsstest.SmssCommand(t, dir, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestReplRejoinOldMaster(t *testing.T) {
 	}
 	// The signal is asynchronous: write only once B is stopped, so that
 	// what follows is A's alone.
-	if !waitUntil(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
 		t.Fatalf("B did not stop (state %c)", procState(b.cmd.Process.Pid))
 	}
 	if err := ac.create("onlyA", 0); err != nil {
@@ -280,9 +280,9 @@ func TestReplDivergenceOnReconnect(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the slave kept running against a master with another history:\n%s", tail(s.out.String(), 4000))
 	}
-	ee, ok := s.err.(*exec.ExitError)
+	ee, ok := s.Err().(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 {
-		t.Fatalf("slave exit %v, want status 1", s.err)
+		t.Fatalf("slave exit %v, want status 1", s.Err())
 	}
 	if out := s.out.String(); !strings.Contains(out, "STOPPING") || !strings.Contains(out, "diverged") {
 		t.Fatalf("the slave's exit does not say why:\n%s", tail(out, 4000))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -99,7 +100,7 @@ func TestReplFullCopy(t *testing.T) {
 	if err := c.del("gone"); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		return binlogHas(t, filepath.Join(mdir, "data"), binlog.CmdDelayApply, "delayed") &&
 			binlogHas(t, filepath.Join(mdir, "data"), binlog.CmdDelete, "short")
 	}) {
@@ -184,7 +185,7 @@ func TestReplFaults(t *testing.T) {
 	l.run(t, m.addr, topics, 4, 0, stop)
 	for i, ev := range events {
 		target := l.count.Load() + int64(200+rng.IntN(3000))
-		if !waitUntil(30*time.Second, func() bool { return l.count.Load() >= target }) {
+		if !smsstest.Poll(30*time.Second, func() bool { return l.count.Load() >= target }) {
 			t.Fatalf("event %d: publishing stalled at %d messages\nmaster:\n%s", i, l.count.Load(), tail(m.out.String(), 3000))
 		}
 		switch ev {
@@ -233,7 +234,7 @@ func TestReplSlaveBeforeMaster(t *testing.T) {
 	if body, err := sc.roundTrip(must(protocol.AppendList(nil, nil)), protocol.ReplyJSON); err != nil || len(body) != 0 {
 		t.Fatalf("list on a slave without master: %q %v", body, err)
 	}
-	if !waitUntil(20*time.Second, func() bool { return strings.Contains(s.out.String(), "replication interrupted; retrying") }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(s.out.String(), "replication interrupted; retrying") }) {
 		t.Fatalf("no failed connection logged:\n%s", s.out.String())
 	}
 	m := startArgs(t, mdir)
@@ -284,7 +285,7 @@ func TestReplPromoteSlave(t *testing.T) {
 		t.Fatalf("pub on the promoted master: %v", err)
 	}
 	var got []string
-	if !waitUntil(20*time.Second, func() bool {
+	if !smsstest.Poll(20*time.Second, func() bool {
 		got = subscribeAll(t, p.addr, "t")
 		return len(got) == len(before)+2
 	}) {

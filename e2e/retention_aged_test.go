@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -78,7 +79,7 @@ func TestRetentionOfAgedData(t *testing.T) {
 	writeConfig(t, dir, "  maxLogSize: 1024\n  maxDays: 1\n  clearInterval: 1\ntimeout:\n  server:\n    alive: 500\n")
 	p := start(t, dir)
 	runRe := regexp.MustCompile(`retention run finished.*topicFilesRemoved=(\d+)`)
-	if !waitUntil(10*time.Second, func() bool { return runRe.MatchString(p.out.String()) }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return runRe.MatchString(p.out.String()) }) {
 		t.Fatalf("no retention run within 10 s:\n%s", p.out.String())
 	}
 	removed, _ := strconv.Atoi(runRe.FindStringSubmatch(p.out.String())[1])

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -19,29 +20,10 @@ import (
 // and hard: Go raises the soft one to the hard one) set to nofile.
 func startWithNoFile(t *testing.T, dir string, nofile int) *proc {
 	t.Helper()
-	p := &proc{t: t, out: &syncBuffer{}, dir: dir, exited: make(chan struct{})}
 	script := fmt.Sprintf(`ulimit -S -n %d && ulimit -H -n %d && exec "$0" -config "$1"`, nofile, nofile)
-	p.cmd = exec.Command("/bin/sh", "-c", script, smssBin, filepath.Join(dir, "config.yaml"))
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() { p.kill() })
-	if !waitUntil(30*time.Second, func() bool {
-		m := listenRe.FindStringSubmatch(p.out.String())
-		if m != nil {
-			p.addr = m[1]
-		}
-		return m != nil
-	}) {
-		t.Fatalf("server did not listen within 30 s:\n%s", p.out.String())
-	}
-	return p
+	cmd := exec.Command("/bin/sh", "-c", script, smsstest.SmssBinary(t), filepath.Join(dir, "config.yaml"))
+	cmd.Dir = dir
+	return startCmd(t, dir, cmd)
 }
 
 // High 2 of issue 18: a flood of the admin port (connections that send
@@ -76,7 +58,7 @@ func TestAdminFloodLeavesMessagePortAlone(t *testing.T) {
 	}
 	// Give the admin server time to accept all it will: the log line of
 	// its refusals, or of its failures, shows it got to them.
-	if !waitUntil(10*time.Second, func() bool {
+	if !smsstest.Poll(10*time.Second, func() bool {
 		out := p.out.String()
 		return strings.Contains(out, "admin connection refused") || strings.Contains(out, "too many open files")
 	}) {
@@ -243,7 +225,7 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 	var held []*client
 	for range 3 {
 		var h *client
-		if !waitUntil(10*time.Second, func() bool {
+		if !smsstest.Poll(10*time.Second, func() bool {
 			// The closed ones above may not be counted out yet.
 			h = s.connect(t, false, nil)
 			if _, err := h.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 var tlsListenRe = regexp.MustCompile(`listening \(TLS\).*addr=(\S+)`)
@@ -115,7 +116,7 @@ func (c *client) login(t *testing.T, user, password string) error {
 // waitLog waits until the server log holds n occurrences of s.
 func (p *proc) waitLog(t *testing.T, s string, n int) {
 	t.Helper()
-	if !waitUntil(20*time.Second, func() bool { return strings.Count(p.out.String(), s) >= n }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Count(p.out.String(), s) >= n }) {
 		t.Fatalf("the log did not show %q %d times:\n%s", s, n, tail(p.out.String(), 4000))
 	}
 }

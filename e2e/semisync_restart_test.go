@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -140,14 +141,14 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 	}
 	b.cmd.Process.Signal(syscall.SIGSTOP)
 	// The stop takes effect asynchronously: B must not apply the write.
-	if !waitUntil(10*time.Second, func() bool { return allThreadsStopped(b.cmd.Process.Pid) }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return allThreadsStopped(b.cmd.Process.Pid) }) {
 		t.Fatal("B did not stop")
 	}
 	if err := c.pub("rs", w); !notConfirmed(err) {
 		t.Fatalf("a write only A has: %v, want write not confirmed", err)
 	}
 	var oldAddr string
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		r := syncInfo(t, madm)
 		for _, s := range r.Slaves {
 			if s.Confirming && s.Confirmed == r.LastEventID {
@@ -163,7 +164,7 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 	a.kill()
 	a = startReplSlave(t, adir, proxy.port(), 0)
 	var newAddr string
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		r := syncInfo(t, madm)
 		for _, s := range r.Slaves {
 			if s.Confirming && s.RemoteAddr != oldAddr && s.Confirmed == r.LastEventID {
@@ -200,7 +201,7 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 
 	// B back: the write is confirmed by two distinct slaves.
 	b.cmd.Process.Signal(syscall.SIGCONT)
-	if !waitUntil(30*time.Second, func() bool { return c.pub("rs", w) == nil }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return c.pub("rs", w) == nil }) {
 		t.Fatalf("the retry never confirmed after B returned: %+v", syncInfo(t, madm).Sync)
 	}
 }
@@ -240,14 +241,14 @@ func TestSemiSyncCopiedSlaveDirectory(t *testing.T) {
 	}
 	a = startSlave(adir)
 	copied := startSlave(cdir)
-	if !waitUntil(30*time.Second, func() bool { return len(syncInfo(t, madm).Slaves) == 2 }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return len(syncInfo(t, madm).Slaves) == 2 }) {
 		t.Fatalf("two replica streams never seen: %+v", syncInfo(t, madm).Slaves)
 	}
 	waitConfirming(t, madm, 1)
 	// Each write makes both slaves confirm; the replaced one's
 	// confirmations a second after its replacement are the warning.
 	const warning = "two live slaves send the same instance id"
-	if !waitUntil(30*time.Second, func() bool {
+	if !smsstest.Poll(30*time.Second, func() bool {
 		if err := c.pub("cp", record(nil, "one id, two slaves")); !notConfirmed(err) {
 			t.Fatalf("two slaves with one id: %v, want write not confirmed", err)
 		}
@@ -264,7 +265,7 @@ func TestSemiSyncCopiedSlaveDirectory(t *testing.T) {
 	copied = startSlave(cdir)
 	// The original's connection, replaced by the copy's old one, counts
 	// again at its next confirmation: the next write.
-	if !waitUntil(30*time.Second, func() bool { return c.pub("cp", record(nil, "two ids")) == nil }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return c.pub("cp", record(nil, "two ids")) == nil }) {
 		t.Fatalf("the copy with its own id never counted: %+v\ncopy:\n%s\nmaster:\n%s", syncInfo(t, madm),
 			tail(copied.out.String(), 3000), tail(master.out.String(), 3000))
 	}

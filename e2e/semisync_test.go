@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -37,55 +36,6 @@ const semiSyncMargin = 2 * time.Second
 func semiSyncConfig(mode string) string {
 	return fmt.Sprintf("replication:\n  syncSlaves: 1\n  syncTimeoutMs: %d\n  onSyncTimeout: %s\n%s",
 		semiSyncTimeout.Milliseconds(), mode, adminConfig(adminToken))
-}
-
-// cutProxy forwards TCP connections to target; cut closes the current
-// ones (a network failure as both ends see it).
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close(); c.Close() }()
-			go func() { io.Copy(c, up); up.Close(); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	return p
-}
-
-func (p *cutProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 // semiSyncWriters publish unique single-record messages on several
@@ -203,7 +153,7 @@ func syncInfo(t *testing.T, adm string) metrics.ReplicationInfo {
 
 func waitConfirming(t *testing.T, adm string, want int) {
 	t.Helper()
-	if !waitUntil(30*time.Second, func() bool { return syncInfo(t, adm).Sync.Confirming == want }) {
+	if !smsstest.Poll(30*time.Second, func() bool { return syncInfo(t, adm).Sync.Confirming == want }) {
 		t.Fatalf("confirming slaves never %d: %+v", want, syncInfo(t, adm).Sync)
 	}
 }
@@ -218,7 +168,7 @@ func (w *semiSyncWriters) faultWhileWaiting(adm string, d time.Duration, tag str
 		defer close(done)
 		acked, refused = w.run(4, d, tag)
 	}()
-	if !waitUntil(d/2, func() bool { return syncInfo(w.t, adm).Sync.Waiting > 0 }) {
+	if !smsstest.Poll(d/2, func() bool { return syncInfo(w.t, adm).Sync.Waiting > 0 }) {
 		w.t.Logf("%s: no write seen waiting before the fault", tag)
 	}
 	fault()
@@ -253,9 +203,9 @@ func TestSemiSyncFailMode(t *testing.T) {
 	master := startArgs(t, mdir)
 	madm := adminAddr(t, master)
 	mport, _ := strconv.Atoi(master.addr[strings.LastIndexByte(master.addr, ':')+1:])
-	proxy := startCutProxy(t, master.addr)
+	proxy := smsstest.NewProxy(t, master.addr)
 	slaveData := filepath.Join(sdir, "data")
-	slave := startReplSlave(t, sdir, proxy.port(), 0)
+	slave := startReplSlave(t, sdir, proxy.Port(), 0)
 	waitConfirming(t, madm, 1)
 	if err := dial(t, master.addr).create("ss", 0); err != nil {
 		t.Fatal(err)
@@ -278,7 +228,7 @@ func TestSemiSyncFailMode(t *testing.T) {
 
 	// Cut off: writes waiting when the connection breaks are refused;
 	// the slave reconnects (after its 1 s backoff) and confirms again.
-	cutAcked, cutRefused := w.faultWhileWaiting(madm, 1500*time.Millisecond, "cut", proxy.cut)
+	cutAcked, cutRefused := w.faultWhileWaiting(madm, 1500*time.Millisecond, "cut", proxy.Reset)
 	if cutRefused == 0 {
 		t.Fatalf("cut off: no write refused (%d answered 200)", cutAcked)
 	}
@@ -305,7 +255,7 @@ func TestSemiSyncFailMode(t *testing.T) {
 		t.Fatalf("metrics disagree with %+v: timeouts %v", in, m[series("smss_replication_sync_timeouts_total", "mode", "fail")])
 	}
 
-	slave = startReplSlave(t, sdir, proxy.port(), 0)
+	slave = startReplSlave(t, sdir, proxy.Port(), 0)
 	waitConfirming(t, madm, 1)
 	waitSynchronous(t, w)
 	w.checkLatency()

@@ -282,19 +282,6 @@ func checkFrame(u unit, want []sent, layout map[int64]placed, batch int, last *i
 	return nil
 }
 
-// waitUntil polls cond every few milliseconds until it holds or timeout
-// passes, and returns whether it held.
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
-}
-
 // waitCaughtUp waits until count() reaches want, for as long as it keeps
 // growing: it gives up only when count stands still for stall. A mirror
 // that catches up slowly on a loaded machine is not a failure; one that

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -262,7 +263,7 @@ func TestSubAckRules(t *testing.T) {
 			// The slot is free once the server noticed: poll, never sleep.
 			other := dial(t, p.addr)
 			var last string
-			if !waitUntil(2*time.Second, func() bool {
+			if !smsstest.Poll(2*time.Second, func() bool {
 				if err := other.sub("ack", "w", 2, 1, time.Second); err != nil {
 					t.Fatal(err)
 				}
@@ -346,7 +347,7 @@ func TestSubExclusivityAndTakeover(t *testing.T) {
 			// Freed by the server noticing the close, not by the holder's
 			// 1-minute ack timeout: 10 s tells them apart with room for a
 			// loaded machine.
-			if !waitUntil(10*time.Second, func() bool {
+			if !smsstest.Poll(10*time.Second, func() bool {
 				u = try()
 				return u.code != protocol.StatusError
 			}) {
@@ -495,7 +496,7 @@ func TestSubDeleteWithTenSubscribers(t *testing.T) {
 	}
 	t.Logf("all 255s within %v", time.Since(t0))
 	before := pubs.Load()
-	stalled := !waitUntil(2*time.Second, func() bool { return pubs.Load() > before+5 })
+	stalled := !smsstest.Poll(2*time.Second, func() bool { return pubs.Load() > before+5 })
 	close(stop)
 	wg.Wait()
 	if pubErr != nil {

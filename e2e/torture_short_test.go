@@ -5,26 +5,23 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 var torturePass = regexp.MustCompile(`(?m)^smss-torture PASS .*$`)
 
 // runTorture builds cmd/smss-torture and runs it against the smss binary
-// TestMain built. The seed is random unless SMSS_TORTURE_SEED is set; it is
+// the test kit built. The seed is random unless SMSS_TORTURE_SEED is set; it is
 // printed in the tool's summary and failure lines, and a failing run keeps
 // its work directory (named in the output) for inspection.
 func runTorture(t *testing.T, timeout time.Duration, args ...string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "smss-torture")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/smss-torture")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build smss-torture: %v\n%s", err, out)
-	}
+	bin := smsstest.Binary(t, "./cmd/smss-torture")
 	seed := os.Getenv("SMSS_TORTURE_SEED")
 	if seed == "" {
 		seed = strconv.FormatUint(uint64(time.Now().UnixNano()), 10)
@@ -38,7 +35,7 @@ func runTorture(t *testing.T, timeout time.Duration, args ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"-smss", smssBin, "-dir", dir, "-seed", seed, "-v"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-smss", smsstest.SmssBinary(t), "-dir", dir, "-seed", seed, "-v"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("smss-torture (seed %s, work dir %s): %v\n%s", seed, dir, err, tail(string(out), 8000))

@@ -16,11 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 var bin string
@@ -44,50 +44,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// daemon starts a long-running process, killed when the test ends, and
+// daemon starts a long-running process, ended when the test ends, and
 // waits until its output matches ready; the first group of the match is
 // returned (the address it listens on).
-func daemon(t *testing.T, ready *regexp.Regexp, name string, args ...string) (string, *syncBuf) {
+func daemon(t *testing.T, ready *regexp.Regexp, name string, args ...string) (string, *smsstest.SyncBuffer) {
 	t.Helper()
-	out := &syncBuf{}
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGKILL); <-exited })
-	deadline := time.After(30 * time.Second)
-	for {
-		if m := ready.FindStringSubmatch(out.String()); m != nil {
-			return m[1], out
-		}
-		select {
-		case <-exited:
-			t.Fatalf("%s exited during start-up:\n%s", name, out.String())
-		case <-deadline:
-			t.Fatalf("%s not ready within 30 s:\n%s", name, out.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	p := smsstest.StartProc(t, exec.Command(name, args...), ready)
+	return p.Addr, p.Out
 }
 
 // startSmss runs smss with a config in a temporary directory and returns
@@ -95,11 +58,7 @@ func daemon(t *testing.T, ready *regexp.Regexp, name string, args ...string) (st
 func startSmss(t *testing.T, extra string) (plain, tlsAddr string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\nstore:\n  path: %s\n%s", filepath.Join(dir, "data"), extra)
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := smsstest.WriteConfig(t, dir, 0, extra)
 	plain, out := daemon(t, regexp.MustCompile(`smss listening.*addr=(\S+)`), filepath.Join(bin, "smss"), "-config", path)
 	if m := regexp.MustCompile(`listening \(TLS\)"? addr=(\S+)`).FindStringSubmatch(out.String()); m != nil {
 		tlsAddr = m[1]

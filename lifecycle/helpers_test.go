@@ -71,17 +71,6 @@ func pub(t testing.TB, b *broker.Broker, name, body string) int64 {
 	return id
 }
 
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func exists(b *broker.Broker, name string) bool {
 	_, err := b.Topic([]byte(name))
 	return err == nil

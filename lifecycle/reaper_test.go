@@ -10,6 +10,7 @@ import (
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/internal/backofftest"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -42,7 +43,7 @@ func TestReapOnTime(t *testing.T) {
 	b := openBroker(t, dir, nil, nil)
 	create(t, b, "far", time.Now().UnixMilli()+3600_000)
 	r := startReaper(t, b, ReaperOptions{})
-	waitFor(t, 5*time.Second, "first pass", func() bool { return r.alarm.Runs() >= 1 })
+	smsstest.WaitFor(t, 5*time.Second, "first pass", func() bool { return r.alarm.Runs() >= 1 })
 
 	expireAt := time.Now().UnixMilli() + 400
 	create(t, b, "short", expireAt)
@@ -55,9 +56,9 @@ func TestReapOnTime(t *testing.T) {
 	if _, n, err := sub.Next(ctx, nil, 10, time.Second); err != nil || n != 1 {
 		t.Fatalf("subscriber read %d, %v", n, err)
 	}
-	waitFor(t, 5*time.Second, "reap", func() bool { return !exists(b, "short") })
+	smsstest.WaitFor(t, 5*time.Second, "reap", func() bool { return !exists(b, "short") })
 	late := time.Now().UnixMilli() - expireAt
-	waitFor(t, 5*time.Second, "reap counted", func() bool { return r.Reaped() == 1 })
+	smsstest.WaitFor(t, 5*time.Second, "reap counted", func() bool { return r.Reaped() == 1 })
 	if late < 0 || late > 1000 {
 		t.Errorf("reaped %d ms after expireAt, want within 1 s", late)
 	}
@@ -115,7 +116,7 @@ func TestBetweenExpiryAndReap(t *testing.T) {
 		t.Errorf("create over an expired, unreaped topic: %v", err)
 	}
 	r := startReaper(t, b, ReaperOptions{Now: clk.Now})
-	waitFor(t, 5*time.Second, "reap", func() bool { return !exists(b, "life") })
+	smsstest.WaitFor(t, 5*time.Second, "reap", func() bool { return !exists(b, "life") })
 	create(t, b, "life", 0)
 	s, err := b.Subscribe([]byte("life"), []byte("w"), 0)
 	if err != nil {
@@ -140,7 +141,7 @@ func TestRecreatedTopicIsNotReapedEarly(t *testing.T) {
 	defer b.Close()
 	create(t, b, "x", t0+1000)
 	r := startReaper(t, b, ReaperOptions{Now: clk.Now})
-	waitFor(t, 5*time.Second, "first pass", func() bool { return r.alarm.Runs() >= 1 })
+	smsstest.WaitFor(t, 5*time.Second, "first pass", func() bool { return r.alarm.Runs() >= 1 })
 	if _, err := b.DeleteTopic(ctx, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestRecreatedTopicIsNotReapedEarly(t *testing.T) {
 	clk.Set(t0 + 1000)
 	runs := r.alarm.Runs()
 	r.Notify(t0 + 1000) // the old expiry comes due
-	waitFor(t, 5*time.Second, "pass at the old expiry", func() bool { return r.alarm.Runs() > runs })
+	smsstest.WaitFor(t, 5*time.Second, "pass at the old expiry", func() bool { return r.alarm.Runs() > runs })
 	if !exists(b, "x") {
 		t.Fatal("re-created topic reaped at the old incarnation's expiry")
 	}
@@ -158,7 +159,7 @@ func TestRecreatedTopicIsNotReapedEarly(t *testing.T) {
 	}
 	clk.Set(t0 + 5000)
 	r.Notify(t0 + 5000)
-	waitFor(t, 5*time.Second, "reap at the new expiry", func() bool { return !exists(b, "x") })
+	smsstest.WaitFor(t, 5*time.Second, "reap at the new expiry", func() bool { return !exists(b, "x") })
 }
 
 // TestExpiredWhileDown: a topic whose lifetime ended while the server was
@@ -178,7 +179,7 @@ func TestExpiredWhileDown(t *testing.T) {
 	b = openBroker(t, dir, clk, nil)
 	defer b.Close()
 	startReaper(t, b, ReaperOptions{Now: clk.Now})
-	waitFor(t, 2*time.Second, "reap after start", func() bool { return !exists(b, "gone") })
+	smsstest.WaitFor(t, 2*time.Second, "reap after start", func() bool { return !exists(b, "gone") })
 	if !exists(b, "stays") {
 		t.Fatal("unexpired topic reaped")
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -276,7 +277,7 @@ func TestRetentionSchedule(t *testing.T) {
 	ret := NewRetention(b, RetentionOptions{MaxDays: 7, Interval: 300 * time.Millisecond, Now: func() int64 { return now }})
 	start := time.Now()
 	ret.Start()
-	waitFor(t, 5*time.Second, "scheduled run", func() bool { return slices.Equal(listFiles(t, topicDir(dir, "a")), keep) })
+	smsstest.WaitFor(t, 5*time.Second, "scheduled run", func() bool { return slices.Equal(listFiles(t, topicDir(dir, "a")), keep) })
 	if d := time.Since(start); d < 250*time.Millisecond {
 		t.Errorf("first run %v after start, want one interval (300ms); removed %v", d, rm)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -164,7 +165,7 @@ func TestEpollRepliesAsGoroutines(t *testing.T) {
 					expectClosed(t, c)
 				}
 				if tc.logs != "" {
-					waitFor(t, "the log line "+tc.logs, func() bool { return strings.Contains(ts.logs.String(), tc.logs) })
+					smsstest.WaitFor(t, testDeadline, "the log line "+tc.logs, func() bool { return strings.Contains(ts.logs.String(), tc.logs) })
 				}
 				if !on {
 					return
@@ -220,18 +221,18 @@ func TestEpollPeerReset(t *testing.T) {
 	expect(t, keep, okReply())
 	for _, beforeReply := range []bool{false, true} {
 		c := ts.dial(t)
-		waitFor(t, "the connection to be accepted", func() bool { return ts.connCount() == 2 })
+		smsstest.WaitFor(t, testDeadline, "the connection to be accepted", func() bool { return ts.connCount() == 2 })
 		if !beforeReply {
 			send(t, c, pubReq("t", record("b")))
 			expect(t, c, okReply())
-			waitFor(t, "the loop to own the connection", func() bool { return ts.ep.ownCount() == 2 })
+			smsstest.WaitFor(t, testDeadline, "the loop to own the connection", func() bool { return ts.ep.ownCount() == 2 })
 		}
 		if beforeReply {
 			send(t, c, pubReq("t", record("c")))
 		}
 		c.(*net.TCPConn).SetLinger(0) // close sends a RST
 		c.Close()
-		waitFor(t, "the reset connection to be closed", func() bool { return ts.connCount() == 1 })
+		smsstest.WaitFor(t, testDeadline, "the reset connection to be closed", func() bool { return ts.connCount() == 1 })
 		if !beforeReply && !strings.Contains(ts.logs.String(), "connection read failed") {
 			t.Error("the reset was not logged as a failed read")
 		}
@@ -256,7 +257,7 @@ func TestEpollIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("closed after %v, before the idle timeout", d)
 	}
-	waitFor(t, "the connection to be removed", func() bool { return ts.connCount() == 0 })
+	smsstest.WaitFor(t, testDeadline, "the connection to be removed", func() bool { return ts.connCount() == 0 })
 	if !strings.Contains(ts.logs.String(), "closing idle connection") {
 		t.Error("no idle close logged")
 	}
@@ -299,14 +300,14 @@ func TestEpollShutdownDrains(t *testing.T) {
 				defer cancel()
 				done <- ts.Shutdown(ctx)
 			}()
-			waitFor(t, "Shutdown to begin", ts.isShutting)
+			smsstest.WaitFor(t, testDeadline, "Shutdown to begin", ts.isShutting)
 			close(release)
 			expect(t, slow, okReply())
 			for _, c := range others {
 				expect(t, c, bytes.Repeat(okReply(), 2))
 			}
 			if on {
-				waitFor(t, "the loop to hand its connections back", func() bool { return ts.ep.ownCount() == 0 })
+				smsstest.WaitFor(t, testDeadline, "the loop to hand its connections back", func() bool { return ts.ep.ownCount() == 0 })
 			}
 			// Within DrainGrace of Shutdown: a request on an idle
 			// connection is still served (by the goroutine the loop
@@ -384,7 +385,7 @@ func TestEpollFullSocketHandsBackReplies(t *testing.T) {
 		}
 		wrote <- nil
 	}()
-	waitFor(t, "a reply the socket did not take", func() bool { return ts.ep.stalls.Load() > 0 })
+	smsstest.WaitFor(t, testDeadline, "a reply the socket did not take", func() bool { return ts.ep.stalls.Load() > 0 })
 	expect(t, c, bytes.Repeat(okReply(), n))
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
@@ -515,7 +516,7 @@ func TestEpollMinConns(t *testing.T) {
 	pub(c, "alone")
 	pub(c, "still alone")
 	d1, d2 := ts.dial(t), ts.dial(t)
-	waitFor(t, "3 connections open", func() bool { return ts.connCount() == 3 })
+	smsstest.WaitFor(t, testDeadline, "3 connections open", func() bool { return ts.connCount() == 3 })
 	pub(c, "3 open, 1 publishing")
 	if served, owned := ts.ep.served.Load(), ts.ep.ownCount(); served != 0 || owned != 0 {
 		t.Fatalf("with 1 of 3 publishing connections the loop served %d publishes and holds %d connections", served, owned)

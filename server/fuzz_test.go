@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -35,7 +36,7 @@ type fzServer struct {
 	dir  string
 	s    *Server
 	b    *broker.Broker
-	logs *syncBuffer
+	logs *smsstest.SyncBuffer
 }
 
 var fzWho atomic.Int64
@@ -47,7 +48,7 @@ func fzStart() (*fzServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := broker.Open(broker.Options{Dir: dir, MaxLogSize: 4096, Logger: logger})
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -22,28 +22,10 @@ const testDeadline = 10 * time.Second
 // TestSuiteWithEpoll sets it for a re-run of this package's tests).
 var epollMode = os.Getenv("SMSS_SERVER_EPOLL") == "1"
 
-// syncBuffer collects log output from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testServer struct {
 	*Server
 	backend  *fakeBackend
-	logs     *syncBuffer
+	logs     *smsstest.SyncBuffer
 	serveErr chan error
 }
 
@@ -51,7 +33,7 @@ type testServer struct {
 // and checks Serve's result.
 func startServer(t *testing.T, be *fakeBackend, tweak func(*Options)) *testServer {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	opts := Options{
 		Backend:   be,
 		Logger:    slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

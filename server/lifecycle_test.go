@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 func TestIdleConnectionClosed(t *testing.T) {
@@ -79,7 +81,7 @@ func TestShutdownLetsInFlightRequestFinish(t *testing.T) {
 		}
 		return nil
 	}
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	s, err := New(Options{Backend: be, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
@@ -130,7 +131,7 @@ func TestMetricsRequestsAndConnections(t *testing.T) {
 	if got := metricValue(t, m, "smss_connections_total", nil); got != 2 {
 		t.Errorf("connections accepted %v, want 2", got)
 	}
-	waitFor(t, "the closed connection to be counted", func() bool {
+	smsstest.WaitFor(t, testDeadline, "the closed connection to be counted", func() bool {
 		return metricValue(t, m, "smss_connections_open", nil) == 1
 	})
 }
@@ -158,7 +159,7 @@ func TestMetricsRefusedPanicAndTimeout(t *testing.T) {
 	if got := metricValue(t, m, "smss_errors_total", kindLabel(metrics.KindPanic)); got != 1 {
 		t.Errorf("panics %v, want 1", got)
 	}
-	waitFor(t, "the slot to free", func() bool { return metricValue(t, m, "smss_connections_open", nil) == 0 })
+	smsstest.WaitFor(t, testDeadline, "the slot to free", func() bool { return metricValue(t, m, "smss_connections_open", nil) == 0 })
 
 	// Half a request, then silence: the read timeout closes it.
 	slow := ts.dial(t)
@@ -306,7 +307,7 @@ func TestMetricsReplicaStream(t *testing.T) {
 	}
 	waitMetric(t, m, "smss_request_duration_seconds", cmdLabel(protocol.CmdReplica), 1) // at the stream's start
 	c.Close()
-	waitFor(t, "the stream to end", func() bool { return metricValue(t, m, "smss_connections_open", nil) == 0 })
+	smsstest.WaitFor(t, testDeadline, "the stream to end", func() bool { return metricValue(t, m, "smss_connections_open", nil) == 0 })
 	if got := metricValue(t, m, "smss_errors_total", kindLabel(metrics.KindReplication)); got != 0 {
 		t.Errorf("a slave leaving counted as %v replication errors", got)
 	}

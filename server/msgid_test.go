@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -23,7 +24,7 @@ func startRealServer(t *testing.T) (*testServer, *broker.Broker) {
 // server's options edited by bo and so (either may be nil).
 func startRealServerWith(t *testing.T, bo func(*broker.Options), so func(*Options, *broker.Broker)) (*testServer, *broker.Broker) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dir := filepath.Join(t.TempDir(), "data")
 	bopts := broker.Options{Dir: dir, Logger: logger, MaxDelay: time.Hour,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -70,18 +71,6 @@ func pubIDs(t *testing.T, c net.Conn, topic string, ids ...int64) {
 	for _, id := range ids {
 		send(t, c, pubReq(topic, record(fmt.Sprint("m", id))))
 		expect(t, c, okReply())
-	}
-}
-
-// waitFor polls cond until it holds or the test deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -201,7 +190,7 @@ func TestSubAckFailuresCloseTheConnection(t *testing.T) {
 			if d := time.Since(start); d < tc.minWait || d > tc.minWait+5*time.Second {
 				t.Fatalf("closed after %v, want about %v", d, tc.minWait)
 			}
-			waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+			smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 		})
 	}
 }
@@ -223,7 +212,7 @@ func TestSubVanishedClientFreesSlot(t *testing.T) {
 	send(t, second, subReq("s", "w", 0, 1, time.Second))
 	expect(t, second, errReply("w regiester exist"))
 	c.Close()
-	waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 	send(t, second, subReq("s", "w", 2, 1, time.Second))
 	pubIDs(t, ts.dial(t), "s", 3)
 	expectData(t, second, 3)
@@ -235,10 +224,10 @@ func TestSubClientTalkingWhileWaitingIsClosed(t *testing.T) {
 	send(t, c, createReq("s", 0))
 	expect(t, c, okReply())
 	send(t, c, subReq("s", "w", 0, 1, time.Second))
-	waitFor(t, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
 	send(t, c, aliveReq()) // no frame awaits an ack: out of turn
 	expectClosed(t, c)
-	waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 	if !strings.Contains(ts.logs.String(), "protocol violation") {
 		t.Fatal("violation not logged")
 	}
@@ -297,7 +286,7 @@ func TestSubRefusals(t *testing.T) {
 	expect(t, c, okReply())
 	first := ts.dial(t)
 	send(t, first, subReq("s", "w", 0, 1, time.Second))
-	waitFor(t, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
 	runSteps(t, ts, []step{
 		{"duplicate who", subReq("s", "w", 0, 1, time.Second), errReply("w regiester exist"), false},
 		{"other who", subReq("s", "w2", 99, 1, time.Second), errReply("eventId beyond the last eventId"), false},
@@ -326,7 +315,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	send(t, waiting, subReq("s", "a", 2, 1, time.Second))
 	send(t, unacked, subReq("s", "b", 0, 1, time.Minute))
 	expectData(t, unacked, 2)
-	waitFor(t, "subscribers registered", func() bool { return be.active("s", "a") })
+	smsstest.WaitFor(t, testDeadline, "subscribers registered", func() bool { return be.active("s", "a") })
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
 	start := time.Now()
@@ -366,7 +355,7 @@ func TestSubWatcherLeavesNoReader(t *testing.T) {
 	expect(t, c, okReply())
 	for i := 0; i < 20; i++ {
 		send(t, c, subReq("s", "w", 0, 1, time.Second))
-		waitFor(t, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
+		smsstest.WaitFor(t, testDeadline, "subscriber registered", func() bool { return ts.backend.active("s", "w") })
 		d := ts.dial(t)
 		send(t, d, enc(protocol.AppendDelete(nil, []byte("s"), nil)))
 		expect(t, d, okReply())

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 
 	"bytes"
 	"context"
@@ -25,14 +26,14 @@ type inlineSetup struct {
 	b    *broker.Broker
 	srv  *Server
 	addr string
-	logs *syncBuffer
+	logs *smsstest.SyncBuffer
 }
 
 // startInline runs a server over a real broker with inline delivery set to
 // inline (broker.Options.InlineDeliveries: negative is off).
 func startInline(t *testing.T, inline int, tweak func(*Options)) *inlineSetup {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := broker.Open(broker.Options{Dir: t.TempDir(), FlushLevel: 1, Logger: logger, InlineDeliveries: inline})
 	if err != nil {
@@ -140,7 +141,7 @@ func TestSubInlineLockstep(t *testing.T) {
 			is.create(t, "lock")
 			pub, sub := is.dial(t), is.dial(t)
 			send(t, sub, subReq("lock", "w1", 0, 1, 30*time.Second))
-			waitFor(t, "the subscription", func() bool { return is.acked("lock", "w1") == 0 })
+			smsstest.WaitFor(t, testDeadline, "the subscription", func() bool { return is.acked("lock", "w1") == 0 })
 			for i := 1; i <= n; i++ {
 				publish(t, pub, "lock", fmt.Sprint("m", i))
 				msgs := readData(t, sub)
@@ -150,7 +151,7 @@ func TestSubInlineLockstep(t *testing.T) {
 				id := msgs[0].EventID
 				send(t, sub, ack(ackContinue))
 				// The next commit finds the ack in, so it may go inline.
-				waitFor(t, "the ack", func() bool { return is.acked("lock", "w1") == id })
+				smsstest.WaitFor(t, testDeadline, "the ack", func() bool { return is.acked("lock", "w1") == id })
 			}
 			got := is.srv.inlineFrames.Load()
 			if got < tc.minInline || got > tc.maxInline {
@@ -176,7 +177,7 @@ func (is *inlineSetup) settledSmallSubscriber(t *testing.T, topic string) (pub, 
 	pub, sub = is.dial(t), is.dial(t)
 	smallRcvBuf(sub)
 	send(t, sub, subReq(topic, "w1", 0, 1, time.Minute))
-	waitFor(t, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
+	smsstest.WaitFor(t, testDeadline, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
 	is.settle(t, pub, sub, topic, "w1")
 	return pub, sub
 }
@@ -194,7 +195,7 @@ func (is *inlineSetup) settle(t *testing.T, pub, sub net.Conn, topic, who string
 		msgs := readData(t, sub)
 		send(t, sub, ack(ackContinue))
 		id := msgs[len(msgs)-1].EventID
-		waitFor(t, "the ack", func() bool { return is.acked(topic, who) == id })
+		smsstest.WaitFor(t, testDeadline, "the ack", func() bool { return is.acked(topic, who) == id })
 	}
 }
 
@@ -258,7 +259,7 @@ func TestSubInlineSubscriberGoneMidFrame(t *testing.T) {
 	}
 	sub.Close()
 	publish(t, pub, "gone", "after")
-	waitFor(t, "the who freed", func() bool { return is.acked("gone", "w1") == -1 })
+	smsstest.WaitFor(t, testDeadline, "the who freed", func() bool { return is.acked("gone", "w1") == -1 })
 	again := is.dial(t)
 	send(t, again, subReq("gone", "w1", 0, 8, time.Minute))
 	var bodies []string // past the warm-up messages
@@ -300,7 +301,7 @@ func concurrentPublishers(t *testing.T, pubs int, batch uint8) {
 	is.create(t, "many")
 	sub := is.dial(t)
 	send(t, sub, subReq("many", "w1", 0, batch, time.Minute))
-	waitFor(t, "the subscription", func() bool { return is.acked("many", "w1") == 0 })
+	smsstest.WaitFor(t, testDeadline, "the subscription", func() bool { return is.acked("many", "w1") == 0 })
 	var wg sync.WaitGroup
 	for p := 0; p < pubs; p++ {
 		c := is.dial(t)
@@ -386,7 +387,7 @@ func TestSubInlineWatcherRules(t *testing.T) {
 			readData(t, sub)
 			send(t, sub, append(ack(ackEnd), aliveReq()...))
 			expect(t, sub, aliveReply())
-			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+			smsstest.WaitFor(t, testDeadline, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
 			send(t, sub, aliveReq())
 			expect(t, sub, aliveReply())
 		}},
@@ -394,16 +395,16 @@ func TestSubInlineWatcherRules(t *testing.T) {
 			publish(t, pub, "w", "never acked")
 			readData(t, sub)
 			expectClosed(t, sub)
-			waitFor(t, "the log", func() bool { return strings.Contains(is.logs.String(), "ack timeout after") })
+			smsstest.WaitFor(t, testDeadline, "the log", func() bool { return strings.Contains(is.logs.String(), "ack timeout after") })
 		}},
 		{"stray byte while idle closes", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
 			send(t, sub, []byte{7})
 			expectClosed(t, sub)
-			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+			smsstest.WaitFor(t, testDeadline, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
 		}},
 		{"EOF while idle frees the who", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
 			sub.Close()
-			waitFor(t, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
+			smsstest.WaitFor(t, testDeadline, "the who freed", func() bool { return is.acked("w", "w1") == -1 })
 			publish(t, pub, "w", "nobody")
 		}},
 		{"invalid ack closes", func(t *testing.T, is *inlineSetup, pub, sub net.Conn) {
@@ -418,7 +419,7 @@ func TestSubInlineWatcherRules(t *testing.T) {
 			is.create(t, "w")
 			pub, sub := is.dial(t), is.dial(t)
 			send(t, sub, subReq("w", "w1", 0, 4, 400*time.Millisecond))
-			waitFor(t, "the subscription", func() bool { return is.acked("w", "w1") == 0 })
+			smsstest.WaitFor(t, testDeadline, "the subscription", func() bool { return is.acked("w", "w1") == 0 })
 			is.settle(t, pub, sub, "w", "w1")
 			tc.run(t, is, pub, sub)
 		})
@@ -439,7 +440,7 @@ func TestSubInlineNotOverTLS(t *testing.T) {
 		is.create(t, topic)
 		pub := is.dial(t)
 		send(t, sub, subReq(topic, "w1", 0, 1, 30*time.Second))
-		waitFor(t, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
+		smsstest.WaitFor(t, testDeadline, "the subscription", func() bool { return is.acked(topic, "w1") == 0 })
 		for i := 1; i <= n; i++ {
 			publish(t, pub, topic, fmt.Sprint("m", i))
 			msgs := readData(t, sub)
@@ -448,7 +449,7 @@ func TestSubInlineNotOverTLS(t *testing.T) {
 			}
 			id := msgs[0].EventID
 			send(t, sub, ack(ackContinue))
-			waitFor(t, "the ack", func() bool { return is.acked(topic, "w1") == id })
+			smsstest.WaitFor(t, testDeadline, "the ack", func() bool { return is.acked(topic, "w1") == id })
 		}
 	}
 	sub, err := tlsDial(t, is.srv.TLSAddr().String(), pki.ClientConfig(t, false))

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -82,7 +83,7 @@ func subscribeIdle(t *testing.T, spy *spyBackend, c net.Conn, ackTimeout time.Du
 	t.Helper()
 	waits := spy.waits.Load()
 	send(t, c, subReq("s", "w", 0, 1, ackTimeout))
-	waitFor(t, "stream idle with its watcher", func() bool { return spy.waits.Load() > waits })
+	smsstest.WaitFor(t, testDeadline, "stream idle with its watcher", func() bool { return spy.waits.Load() > waits })
 }
 
 // handOver delivers the next two ids so that the second is written by the
@@ -95,7 +96,7 @@ func handOver(t *testing.T, spy *spyBackend, c, pub net.Conn, first int64) {
 	expectData(t, c, first)
 	got := spy.got.Load()
 	pubIDs(t, pub, "s", first+1)
-	waitFor(t, "next message read while a frame awaits its ack", func() bool { return spy.got.Load() > got })
+	smsstest.WaitFor(t, testDeadline, "next message read while a frame awaits its ack", func() bool { return spy.got.Load() > got })
 	send(t, c, ack(0))
 	expectData(t, c, first+1)
 }
@@ -170,7 +171,7 @@ func TestSubWatcherNoticesClient(t *testing.T) {
 					send(t, c, []byte{0})
 					expectClosed(t, c)
 				}
-				waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+				smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 				// No ack is pending and alives are an hour apart: only the
 				// watcher can have noticed. 5 s is prompt for a loaded
 				// machine running the race detector.
@@ -214,7 +215,7 @@ func TestSubWatcherAckTimeout(t *testing.T) {
 			if d := time.Since(start); d < ackTimeout || d > ackTimeout+5*time.Second {
 				t.Fatalf("closed %v after the publish, ack timeout %v", d, ackTimeout)
 			}
-			waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+			smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 			if !strings.Contains(ts.logs.String(), "ack timeout after 200ms") {
 				t.Fatal("ack timeout not logged")
 			}
@@ -295,7 +296,7 @@ func TestSubEndWhileAckPending(t *testing.T) {
 			expectData(t, c, 2)
 			errs := spy.errs.Load()
 			tc.end(t, ts)
-			waitFor(t, "Next to report the end", func() bool { return spy.errs.Load() > errs })
+			smsstest.WaitFor(t, testDeadline, "Next to report the end", func() bool { return spy.errs.Load() > errs })
 			expectNothing(t, c, "before the ack")
 			send(t, c, append(ack(tc.ack), aliveReq()...))
 			if tc.reply != nil {
@@ -344,7 +345,7 @@ func TestSubWatcherStress(t *testing.T) {
 			default:
 				if rng.IntN(2) == 0 {
 					// Publish only once the stream waits for data.
-					waitFor(t, "stream idle", func() bool { return spy.waits.Load() > waits })
+					smsstest.WaitFor(t, testDeadline, "stream idle", func() bool { return spy.waits.Load() > waits })
 				}
 				waits = spy.waits.Load()
 				pubIDs(t, pub, "s", nextIDs(ts, rng.IntN(6)+1)...)
@@ -361,7 +362,7 @@ func TestSubWatcherStress(t *testing.T) {
 		send(t, c, append(ack(1), aliveReq()...))
 		expect(t, c, aliveReply())
 		c.Close()
-		waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+		smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 	}
 }
 
@@ -395,7 +396,7 @@ func TestSubEarlyAckWhileFrameIsWritten(t *testing.T) {
 	got := spy.got.Load()
 	send(t, pub, pubReq("s", record(strings.Repeat("x", 12<<20))))
 	expect(t, pub, okReply())
-	waitFor(t, "large message read", func() bool { return spy.got.Load() > got })
+	smsstest.WaitFor(t, testDeadline, "large message read", func() bool { return spy.got.Load() > got })
 	send(t, c, ack(0))
 	// Whether the early bytes were taken as the ack or refused, a second
 	// ack is out of turn: the connection ends.
@@ -406,7 +407,7 @@ func TestSubEarlyAckWhileFrameIsWritten(t *testing.T) {
 		!strings.Contains(err.Error(), "reset") {
 		t.Fatalf("reading to the end: %v", err)
 	}
-	waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 }
 
 // A frame write that fails while the watcher reads the socket closes the
@@ -424,7 +425,7 @@ func TestSubWatcherWriteFailureCloses(t *testing.T) {
 	send(t, pub, pubReq("s", record(strings.Repeat("x", 12<<20))))
 	expect(t, pub, okReply())
 	// Not reading: the write times out.
-	waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 	if !strings.Contains(ts.logs.String(), "frame write failed") {
 		t.Fatal("write failure not logged")
 	}
@@ -441,7 +442,7 @@ func TestSubWatcherPanicClosesConnection(t *testing.T) {
 	expectData(t, c, 2)
 	send(t, c, ack(0))
 	expectClosed(t, c)
-	waitFor(t, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
+	smsstest.WaitFor(t, testDeadline, "who slot freed", func() bool { return !ts.backend.active("s", "w") })
 	if !strings.Contains(ts.logs.String(), "panic in a subscription's watcher") {
 		t.Fatal("panic not logged")
 	}

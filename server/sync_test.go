@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -23,12 +24,12 @@ type syncSetup struct {
 	srv  *Server
 	tr   *replication.SyncTracker
 	addr string
-	logs *syncBuffer
+	logs *smsstest.SyncBuffer
 }
 
 func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool) *syncSetup {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := broker.Open(broker.Options{Dir: t.TempDir(), FlushLevel: 1, Logger: logger})
 	if err != nil {
@@ -176,7 +177,7 @@ func TestSyncFailWithoutConfirmation(t *testing.T) {
 						}
 					}
 				}()
-				waitUntil(t, "the replica stream", func() bool { return len(m.b.Replication().Slaves) == 1 })
+				smsstest.WaitFor(t, testDeadline, "the replica stream", func() bool { return len(m.b.Replication().Slaves) == 1 })
 			}
 			c := dialSync(t, m.addr)
 			for i, req := range [][]byte{createReq("t", 0), pubReq("t", record("a")), delayReq("t", 5000, record("b"))} {
@@ -224,7 +225,7 @@ func TestSyncWaitDoesNotBlockWriter(t *testing.T) {
 			protocol.ReadReply(c.br, protocol.ReplyPlain, 0)
 		}()
 	}
-	waitUntil(t, "every write committed while its reply waits", func() bool {
+	smsstest.WaitFor(t, testDeadline, "every write committed while its reply waits", func() bool {
 		in, _ := m.tr.Info()
 		return m.b.LastEventID() == start+conns && in.Waiting == conns
 	})
@@ -255,7 +256,7 @@ func TestSyncDegradeAndRecover(t *testing.T) {
 		t.Fatalf("degraded pub: %v after %v", err, took)
 	}
 	s, _ := startSyncSlave(t, m.addr)
-	waitUntil(t, "recovery", func() bool { return !m.tr.Degraded() })
+	smsstest.WaitFor(t, testDeadline, "recovery", func() bool { return !m.tr.Degraded() })
 	if got := s.Status().LastEventID; got != m.b.LastEventID() {
 		t.Fatalf("recovered with the slave at %d, the master at %d", got, m.b.LastEventID())
 	}
@@ -273,16 +274,5 @@ func TestSyncDegradeAndRecover(t *testing.T) {
 	}
 	if !strings.Contains(m.logs.String(), "degraded to asynchronous") || !strings.Contains(m.logs.String(), "restored") {
 		t.Fatalf("state changes not logged:\n%s", m.logs.String())
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 func startTLS(t *testing.T, clientCA bool) (*testServer, *authtest.PKI) {
@@ -85,7 +86,7 @@ func TestTLSClientCertificateRequired(t *testing.T) {
 	expect(t, c, aliveReply())
 	// The server logs the failure after sending its alert, on the refused
 	// connection's goroutine, which may not have run yet.
-	waitFor(t, "the refused handshake to be logged", func() bool {
+	smsstest.WaitFor(t, testDeadline, "the refused handshake to be logged", func() bool {
 		return strings.Contains(ts.logs.String(), "TLS handshake failed")
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/client/internal/testserver"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
@@ -94,17 +95,6 @@ func (s *memStore) get() (progress int64, acquired int) {
 	return s.progress, s.acquired
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
 	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -154,14 +144,14 @@ func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
 	go func() { done <- g.Run(runCtx) }()
 
 	publish(0, 3) // 2..4; two failing saves are retried before 2 is acked
-	waitFor(t, "2..4 saved", func() bool { p, _ := store.get(); return p == 4 })
+	smsstest.WaitFor(t, 20*time.Second, "2..4 saved", func() bool { p, _ := store.get(); return p == 4 })
 	publish(3, 6) // 5..7
-	waitFor(t, "5 in the handler", func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(seen, 5) })
+	smsstest.WaitFor(t, 20*time.Second, "5 in the handler", func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(seen, 5) })
 	store.revoke()
 	close(block)
 	// 7 is saved before it is acknowledged: stopping as soon as the save
 	// shows could cancel the subscription before the ack and AfterAck.
-	waitFor(t, "re-acquired, 7 saved and acknowledged", func() bool {
+	smsstest.WaitFor(t, 20*time.Second, "re-acquired, 7 saved and acknowledged", func() bool {
 		p, n := store.get()
 		mu.Lock()
 		defer mu.Unlock()
@@ -247,16 +237,16 @@ func TestGroupSubscriberServerProgress(t *testing.T) {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= n && len(acked) >= n }
 	}
 	publish(0, 3)
-	waitFor(t, "3 acknowledged", handled(3))
+	smsstest.WaitFor(t, 20*time.Second, "3 acknowledged", handled(3))
 	store.revoke()
-	waitFor(t, "re-acquired", func() bool { _, n := store.get(); return n == 2 })
+	smsstest.WaitFor(t, 20*time.Second, "re-acquired", func() bool { _, n := store.get(); return n == 2 })
 	publish(3, 6)
 	defer func() {
 		if t.Failed() {
 			t.Log(srv.Log())
 		}
 	}()
-	waitFor(t, "6 acknowledged, 3 by the new holder", handled(6))
+	smsstest.WaitFor(t, 20*time.Second, "6 acknowledged, 3 by the new holder", handled(6))
 	stop()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)

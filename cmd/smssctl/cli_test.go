@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // closedAddr is a loopback address where nothing listens.
@@ -118,75 +118,16 @@ func TestSubNothingListening(t *testing.T) {
 	jsonError(t, r)
 }
 
-// proxy forwards a loopback port to a server; down closes the port and
-// every forwarded connection, up opens the same port again.
-type proxy struct {
-	t      *testing.T
-	addr   string
-	target string
-	mu     sync.Mutex
-	l      net.Listener
-	conns  []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, addr: "127.0.0.1:0"}
-	p.up()
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *proxy) up() {
-	l, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.l, p.addr = l, l.Addr().String()
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-func (p *proxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.l != nil {
-		p.l.Close()
-		p.l = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // Once subscribed, a lost server is waited for: the subscription resumes
 // when it is reachable again, and the resume hint is printed at the end.
 func TestSubRetriesAfterEstablished(t *testing.T) {
 	addr := startServer(t)
 	ctl(t, addr, "", "topic", "create", "t").expect(t, 0)
 	ctl(t, addr, "", "pub", "t", "one").expect(t, 0)
-	px := newProxy(t, addr)
+	px := smsstest.NewProxy(t, addr)
 	cmd := exec.Command(ctlBin, "sub", "t", "--who", "w", "--count", "2")
-	cmd.Env = append(os.Environ(), "SMSS_ADDR="+px.addr)
-	var outb, errb syncBuffer
+	cmd.Env = append(os.Environ(), "SMSS_ADDR="+px.Addr())
+	var outb, errb smsstest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &outb, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -194,21 +135,17 @@ func TestSubRetriesAfterEstablished(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(outb.String(), "one") {
-		if time.Now().After(deadline) {
-			t.Fatalf("first message not printed:\n%s%s", outb.String(), errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(outb.String(), "one") }) {
+		t.Fatalf("first message not printed:\n%s%s", outb.String(), errb.String())
 	}
-	px.down()
+	px.Cut()
 	// Unreachable for longer than a first connection may fail.
 	select {
 	case err := <-done:
 		t.Fatalf("sub ended while its server was unreachable: %v\n%s", err, errb.String())
 	case <-time.After(3 * time.Second):
 	}
-	px.up()
+	px.Restore()
 	ctl(t, addr, "", "pub", "t", "two").expect(t, 0)
 	select {
 	case err := <-done:
@@ -256,20 +193,16 @@ func TestTopQuitsOnQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outb syncBuffer
+	var outb smsstest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &outb, &outb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(outb.String(), "SUBSCRIBERS") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("top drew nothing:\n%s", outb.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(outb.String(), "SUBSCRIBERS") }) {
+		cmd.Process.Kill()
+		t.Fatalf("top drew nothing:\n%s", outb.String())
 	}
 	io.WriteString(stdin, "q")
 	select {

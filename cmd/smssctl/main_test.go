@@ -10,13 +10,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
-var smssBin, ctlBin string
+// ctlBin is the smssctl binary under test, built from this package; the
+// smss it talks to comes from the test kit.
+var ctlBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "smssctl-test")
@@ -24,37 +27,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	smssBin, ctlBin = filepath.Join(dir, "smss"), filepath.Join(dir, "smssctl")
-	for bin, pkg := range map[string]string{smssBin: "../smss", ctlBin: "."} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	ctlBin = filepath.Join(dir, "smssctl")
+	if out, err := exec.Command("go", "build", "-o", ctlBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build .: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	smsstest.RemoveBinaries()
 	os.Exit(code)
 }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var listenRe = regexp.MustCompile(`smss listening.*addr=(\S+)`)
 
 // startServer runs smss on a free loopback port and returns its address.
 func startServer(t *testing.T) string {
@@ -65,49 +48,19 @@ func startServer(t *testing.T) string {
 
 // startServerWith is startServer with extra config lines; it also returns
 // the server's output so far.
-func startServerWith(t *testing.T, extra string) (string, *syncBuffer) {
+func startServerWith(t *testing.T, extra string) (string, *smsstest.SyncBuffer) {
 	t.Helper()
 	return startServerArgs(t, extra)
 }
 
 // startServerArgs is startServerWith with command-line arguments (e.g. the
 // -role slave flags).
-func startServerArgs(t *testing.T, extra string, args ...string) (string, *syncBuffer) {
+func startServerArgs(t *testing.T, extra string, args ...string) (string, *smsstest.SyncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\ntimeout:\n  server:\n    alive: 200\n%s",
-		filepath.Join(dir, "data"), extra)
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := &syncBuffer{}
-	cmd := exec.Command(smssBin, append([]string{"-config", filepath.Join(dir, "config.yaml")}, args...)...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	deadline := time.After(30 * time.Second)
-	for {
-		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
-			return m[1], out
-		}
-		select {
-		case <-exited:
-			t.Fatalf("smss exited:\n%s", out.String())
-		case <-deadline:
-			t.Fatalf("smss did not listen:\n%s", out.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	smsstest.WriteConfig(t, dir, 0, "timeout:\n  server:\n    alive: 200\n"+extra)
+	p := smsstest.StartSmss(t, dir, args...)
+	return p.Addr, p.Out
 }
 
 type result struct {
@@ -294,7 +247,7 @@ func TestSubEndsWhenTopicDeleted(t *testing.T) {
 	ctl(t, addr, "", "pub", "t", "m").expect(t, 0)
 	cmd := exec.Command(ctlBin, "sub", "t", "--who", "w")
 	cmd.Env = append(os.Environ(), "SMSS_ADDR="+addr)
-	out, errb := &syncBuffer{}, &syncBuffer{}
+	out, errb := &smsstest.SyncBuffer{}, &smsstest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -308,7 +261,7 @@ func TestSubEndsWhenTopicDeleted(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 	}()
-	waitOutput(t, out, "\tm")
+	out.WaitContains(t, 20*time.Second, "\tm")
 	ctl(t, addr, "", "topic", "delete", "t").expect(t, 0)
 	select {
 	case <-done:
@@ -325,7 +278,7 @@ func TestSubStopsOnInterrupt(t *testing.T) {
 	ctl(t, addr, "", "topic", "create", "t").expect(t, 0)
 	cmd := exec.Command(ctlBin, "sub", "t", "--who", "w")
 	cmd.Env = append(os.Environ(), "SMSS_ADDR="+addr)
-	out, errb := &syncBuffer{}, &syncBuffer{}
+	out, errb := &smsstest.SyncBuffer{}, &smsstest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -342,7 +295,7 @@ func TestSubStopsOnInterrupt(t *testing.T) {
 	// Messages arrive as they are published (tail -f).
 	for i, body := range []string{"one", "two"} {
 		ctl(t, addr, "", "pub", "t", body).expect(t, 0)
-		waitOutput(t, out, "\t"+body)
+		out.WaitContains(t, 20*time.Second, "\t"+body)
 		if n := strings.Count(out.String(), "\n"); n != i+1 {
 			t.Fatalf("%d lines after %d messages", n, i+1)
 		}
@@ -378,17 +331,6 @@ func TestReplica(t *testing.T) {
 	var b map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b["cmdName"] != "pub" || b["eventId"] != 2.0 || b["messages"] != 1.0 {
 		t.Errorf("replica --json: %v %q %q", err, r.stdout, r.stderr)
-	}
-}
-
-func waitOutput(t *testing.T, b *syncBuffer, s string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(b.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output lacks %q:\n%s", s, b.String())
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -434,14 +376,10 @@ func TestSeveralAddresses(t *testing.T) {
 	// The slave has the messages once it caught up; sub skips the dead
 	// address and reads them there.
 	var r result
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	smsstest.Poll(30*time.Second, func() bool {
 		r = ctl(t, "", "", "--addr", dead+","+slave, "sub", "t", "--who", "w", "--count", "2", "--json", "--timeout", "2s")
-		if r.code == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return r.code == 0
+	})
 	r.expect(t, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	var first, second struct {

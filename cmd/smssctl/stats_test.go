@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/admin/adminclient"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 const statsToken = "ctl-test-token-0123456789"
@@ -35,7 +36,7 @@ func startSub(t *testing.T, addr, topic, who, first string) {
 	t.Helper()
 	cmd := exec.Command(ctlBin, "sub", topic, "--who", who)
 	cmd.Env = append(os.Environ(), "SMSS_ADDR="+addr)
-	out := &syncBuffer{}
+	out := &smsstest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func startSub(t *testing.T, addr, topic, who, first string) {
 		cmd.Process.Kill()
 		<-done
 	})
-	waitOutput(t, out, first)
+	out.WaitContains(t, 20*time.Second, first)
 }
 
 func TestStatsAgainstServer(t *testing.T) {

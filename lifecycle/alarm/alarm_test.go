@@ -11,21 +11,10 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/internal/backofftest"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 func nowMs() int64 { return time.Now().UnixMilli() }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 func stop(t *testing.T, a *Alarm) {
 	t.Helper()
@@ -50,7 +39,7 @@ func TestRunsAtRequestedTimes(t *testing.T) {
 	}})
 	a.Start()
 	defer stop(t, a)
-	waitFor(t, 5*time.Second, "3 runs", func() bool { return n.Load() >= 3 })
+	smsstest.WaitFor(t, 5*time.Second, "3 runs", func() bool { return n.Load() >= 3 })
 	stop(t, a)
 	// The upper bounds only allow for a loaded machine (a second); the
 	// bug they catch is sleeping until MaxSleep (2 h).
@@ -83,13 +72,13 @@ func TestSetWakesEarlyAndIsKeptDuringARun(t *testing.T) {
 	// the job itself returns Never.
 	a.Set(nowMs())
 	close(release)
-	waitFor(t, 2*time.Second, "second run", func() bool { return runs.Load() >= 2 })
+	smsstest.WaitFor(t, 2*time.Second, "second run", func() bool { return runs.Load() >= 2 })
 
 	// A later Set wakes the sleeping alarm at that time, not earlier.
 	at := nowMs() + 80
 	a.Set(at)
 	a.Set(at + 1000) // a later time does not postpone it
-	waitFor(t, 5*time.Second, "third run", func() bool { return runs.Load() >= 3 })
+	smsstest.WaitFor(t, 5*time.Second, "third run", func() bool { return runs.Load() >= 3 })
 	// Timed by the run itself, not when this goroutine notices it. The
 	// later Set winning would give 1000; up to 600 is a loaded machine's
 	// delay.
@@ -167,7 +156,7 @@ func TestBackoffResetsAfterSuccessAndCapsAtMax(t *testing.T) {
 	a.Start()
 	defer stop(t, a)
 	// 3 s of backoffs in all; the deadline is for a loaded machine.
-	waitFor(t, 20*time.Second, "10 runs", func() bool { return runs.Load() >= 10 })
+	smsstest.WaitFor(t, 20*time.Second, "10 runs", func() bool { return runs.Load() >= 10 })
 	stop(t, a)
 	// Failures at runs 0..4 wait 100, 200, 400, 800, 800 ms (capped). Run 5
 	// succeeds and asks for an immediate re-run; failures 6..8 start from
@@ -198,7 +187,7 @@ func TestPanicIsAFailure(t *testing.T) {
 	}})
 	a.Start()
 	defer stop(t, a)
-	waitFor(t, 2*time.Second, "run after the panic", func() bool { return runs.Load() >= 2 })
+	smsstest.WaitFor(t, 2*time.Second, "run after the panic", func() bool { return runs.Load() >= 2 })
 	if a.Failures() != 1 {
 		t.Errorf("failures %d, want 1", a.Failures())
 	}
@@ -212,7 +201,7 @@ func TestMaxSleepRescans(t *testing.T) {
 	}})
 	a.Start()
 	defer stop(t, a)
-	waitFor(t, 2*time.Second, "rescans", func() bool { return runs.Load() >= 4 })
+	smsstest.WaitFor(t, 2*time.Second, "rescans", func() bool { return runs.Load() >= 4 })
 }
 
 func TestFirstRunAndFakeClock(t *testing.T) {
@@ -233,7 +222,7 @@ func TestFirstRunAndFakeClock(t *testing.T) {
 	}
 	clock.Store(1_000_500)
 	a.Set(1_000_500) // a test moving the clock tells the alarm to look
-	waitFor(t, 2*time.Second, "run at the fake due time", func() bool { return ranAt.Load() == 1_000_500 })
+	smsstest.WaitFor(t, 2*time.Second, "run at the fake due time", func() bool { return ranAt.Load() == 1_000_500 })
 }
 
 func TestStop(t *testing.T) {

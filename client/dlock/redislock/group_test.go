@@ -17,6 +17,7 @@ import (
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/client/dlock"
 	"github.com/smssmq/smss/client/internal/testserver"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 const fastAlive = "timeout:\n  server:\n    alive: 200\n"
@@ -160,7 +161,7 @@ func TestGroupOneConsumerAtATime(t *testing.T) {
 	a := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
 	b := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
 	publish(t, c, "t", 10) // ids 2..11
-	waitFor(t, "10 messages handled", 20*time.Second, func() bool { return len(a.handled())+len(b.handled()) >= 10 })
+	smsstest.WaitFor(t, 20*time.Second, "10 messages handled", func() bool { return len(a.handled())+len(b.handled()) >= 10 })
 	holder, standby := a, b
 	if len(b.handled()) > 0 {
 		holder, standby = b, a
@@ -170,7 +171,7 @@ func TestGroupOneConsumerAtATime(t *testing.T) {
 		publish(t, c, "t", 5)
 		time.Sleep(ttl / 2)
 	}
-	waitFor(t, "30 messages handled", 20*time.Second, func() bool { return len(holder.handled()) >= 30 })
+	smsstest.WaitFor(t, 20*time.Second, "30 messages handled", func() bool { return len(holder.handled()) >= 30 })
 	if got := standby.handled(); len(got) != 0 || standby.isHeld() {
 		t.Fatalf("standby handled %v (held %v) while the holder runs", got, standby.isHeld())
 	}
@@ -182,12 +183,12 @@ func TestGroupOneConsumerAtATime(t *testing.T) {
 	// continues right after the group's progress.
 	holder.stop(t)
 	start := time.Now()
-	waitFor(t, "standby takes over", 10*time.Second, standby.isHeld)
+	smsstest.WaitFor(t, 10*time.Second, "standby takes over", standby.isHeld)
 	if d := time.Since(start); d > ttl {
 		t.Errorf("takeover after a release took %v", d)
 	}
 	publish(t, c, "t", 3)
-	waitFor(t, "standby handles new messages", 20*time.Second, func() bool { return len(standby.handled()) >= 3 })
+	smsstest.WaitFor(t, 20*time.Second, "standby handles new messages", func() bool { return len(standby.handled()) >= 3 })
 	if got := standby.handled(); !slices.Equal(got, ids(32, 34)) {
 		t.Errorf("standby handled %v, want 32..34", got)
 	}
@@ -307,11 +308,11 @@ func TestGroupTakeoverAfterHolderKilled(t *testing.T) {
 		child.Process.Kill()
 		<-exited
 	})
-	waitFor(t, "child holds the lock", 20*time.Second, func() bool { return l.has("held true") })
+	smsstest.WaitFor(t, 20*time.Second, "child holds the lock", func() bool { return l.has("held true") })
 
 	standby := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: ttl}), "t")
 	publish(t, c, "t", 60) // ids 2..61
-	waitFor(t, "child acked 15 messages", 20*time.Second, func() bool { return l.lastAcked() >= 16 })
+	smsstest.WaitFor(t, 20*time.Second, "child acked 15 messages", func() bool { return l.lastAcked() >= 16 })
 	if got := standby.handled(); len(got) != 0 {
 		t.Fatalf("standby handled %v while the child holds the lock", got)
 	}
@@ -344,13 +345,13 @@ return 0`, []string{g.Key()}, token).Int64()
 		t.Fatalf("progress %d behind the child's last ack %d", progress, acked)
 	}
 
-	waitFor(t, "standby takes over", 20*time.Second, standby.isHeld)
+	smsstest.WaitFor(t, 20*time.Second, "standby takes over", standby.isHeld)
 	// The standby tries every 50ms, so it takes over right after the key
 	// expires; ten tries' worth is slack for a loaded machine.
 	if d := standby.lastChange().Sub(expiry); d > 500*time.Millisecond {
 		t.Errorf("takeover %v after the child's key expired", d)
 	}
-	waitFor(t, "all messages handled", 30*time.Second, func() bool {
+	smsstest.WaitFor(t, 30*time.Second, "all messages handled", func() bool {
 		h := standby.handled()
 		return len(h) > 0 && h[len(h)-1] == 61
 	})
@@ -372,14 +373,14 @@ func TestGroupPausesWhileRedisIsDown(t *testing.T) {
 			publish(t, c, "t", 5) // 2..6
 			// Saved and acknowledged: a batch handled but not yet saved when
 			// Redis goes away is delivered again, by design.
-			waitFor(t, "5 handled and saved", 20*time.Second, func() bool { return m.lastAcked() == 6 })
+			smsstest.WaitFor(t, 20*time.Second, "5 handled and saved", func() bool { return m.lastAcked() == 6 })
 
 			if mode == "paused" {
 				rs.Pause()
 			} else {
 				rs.Kill()
 			}
-			waitFor(t, "consumption stops", 10*time.Second, func() bool { return !m.isHeld() })
+			smsstest.WaitFor(t, 10*time.Second, "consumption stops", func() bool { return !m.isHeld() })
 			if d := m.lastChange().Sub(spy.lastGrant()); d >= ttl {
 				t.Errorf("consumer stopped %v after its last renewal was sent; TTL %v", d, ttl)
 			}
@@ -393,7 +394,7 @@ func TestGroupPausesWhileRedisIsDown(t *testing.T) {
 			} else {
 				rs.Start()
 			}
-			waitFor(t, "consumption resumes", 20*time.Second, func() bool { return len(m.handled()) >= 10 })
+			smsstest.WaitFor(t, 20*time.Second, "consumption resumes", func() bool { return len(m.handled()) >= 10 })
 			if got := m.handled(); !slices.Equal(got, ids(2, 11)) {
 				t.Errorf("handled %v, want 2..11 exactly once", got)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/smssmq/smss/client/dlock"
 	"github.com/smssmq/smss/client/internal/testserver"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
@@ -26,17 +27,6 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func closed(ch <-chan struct{}) bool {
@@ -148,7 +138,7 @@ func TestLeaseLostBeforeExpiryWhenRedisDies(t *testing.T) {
 			}
 			// Wait for one renewal so the outage starts mid-lease.
 			acquired := spy.lastGrant()
-			waitFor(t, "a renewal", 5*time.Second, func() bool { return spy.lastGrant().After(acquired) })
+			smsstest.WaitFor(t, 5*time.Second, "a renewal", func() bool { return spy.lastGrant().After(acquired) })
 			if mode == "killed" {
 				rs.Kill()
 			} else {
@@ -178,7 +168,7 @@ func TestLeaseLostBeforeExpiryWhenRedisDies(t *testing.T) {
 			} else {
 				rs.Resume()
 			}
-			waitFor(t, "lock available again", 10*time.Second, func() bool {
+			smsstest.WaitFor(t, 10*time.Second, "lock available again", func() bool {
 				le2, err := l.TryAcquire(ctx)
 				if err != nil {
 					return false

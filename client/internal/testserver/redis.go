@@ -3,24 +3,24 @@
 package testserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // Redis is a redis-server process on a loopback port, without persistence.
 type Redis struct {
-	t      testing.TB
-	Addr   string
-	port   int
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	exited chan struct{}
+	t    testing.TB
+	Addr string
+	port int
+	proc *smsstest.Proc
 }
 
 // StartRedis starts redis-server. When it is not installed the test fails
@@ -42,47 +42,30 @@ func StartRedis(t testing.TB) *Redis {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return smsstest.FreePort(t)
 }
 
 // Start (re)starts the server on its port; its data starts empty.
 func (r *Redis) Start() {
 	t := r.t
 	t.Helper()
-	r.out = &syncBuffer{}
-	r.exited = make(chan struct{})
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd, exited := r.cmd, r.exited
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		kill(cmd, exited)
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if err := r.ping(); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("redis-server not ready within 20 s: %v\n%s", err, r.out.String())
-		}
+	r.proc = smsstest.StartProc(t, exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir()), nil)
+	err := errors.New("not polled")
+	up := smsstest.Poll(20*time.Second, func() bool {
 		select {
-		case <-exited:
-			t.Fatalf("redis-server exited during start-up:\n%s", r.out.String())
-		case <-time.After(10 * time.Millisecond):
+		case <-r.proc.Exited():
+			return true
+		default:
 		}
+		err = r.ping()
+		return err == nil
+	})
+	if !up {
+		t.Fatalf("redis-server not ready within 20 s: %v\n%s", err, r.proc.Out.String())
+	}
+	if err != nil {
+		t.Fatalf("redis-server exited during start-up:\n%s", r.proc.Out.String())
 	}
 }
 
@@ -108,11 +91,11 @@ func (r *Redis) ping() error {
 }
 
 // Kill stops the server with SIGKILL (all keys are lost).
-func (r *Redis) Kill() { kill(r.cmd, r.exited) }
+func (r *Redis) Kill() { r.proc.Kill() }
 
 // Pause freezes the server (SIGSTOP): connections stay open but nothing is
 // answered, as in a network partition. Resume undoes it; keys survive.
-func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
+func (r *Redis) Pause() { r.proc.Stop() }
 
 // Resume continues a paused server.
-func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
+func (r *Redis) Resume() { r.proc.Cont() }

@@ -1,95 +1,23 @@
 package testserver
 
 import (
-	"bytes"
-	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	binPath   string
-	buildErr  error
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // Main runs the tests and removes the binaries built for them.
-func Main(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { smsstest.Main(m) }
 
 // Binary returns the path of an smss binary built from this module, or the
 // one named by the environment variable SMSS_TEST_BIN.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if bin := os.Getenv("SMSS_TEST_BIN"); bin != "" {
-			binPath = bin
-			return
-		}
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if buildDir, buildErr = os.MkdirTemp("", "smss-client-test"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "smss")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/smss")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/smss: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module")
-	}
-	return filepath.Dir(mod), nil
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return smsstest.SmssBinary(t)
 }
 
 // Server is a running smss process.
@@ -101,15 +29,10 @@ type Server struct {
 	// Args are command-line arguments added to every (re)start, e.g. the
 	// -role slave flags; clear them before Restart to promote a slave the
 	// way an operator does today (restart it as a master on its port).
-	Args   []string
-	port   int
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	exited chan struct{}
-	err    error
+	Args []string
+	port int
+	proc *smsstest.Proc
 }
-
-var listenRe = regexp.MustCompile(`smss listening.*addr=(\S+)`)
 
 // Start starts a master on a free port with its data in a fresh directory.
 // extra is YAML appended to the config (e.g. "timeout:\n  server:\n    alive: 500\n").
@@ -133,69 +56,24 @@ func StartSlave(t testing.TB, master *Server, extra string) *Server {
 func (s *Server) start() {
 	t := s.t
 	t.Helper()
-	cfg := fmt.Sprintf("host: 127.0.0.1\nport: %d\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n%s",
-		s.port, filepath.Join(s.Dir, "data"), s.Extra)
-	path := filepath.Join(s.Dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+	smsstest.WriteConfig(t, s.Dir, s.port, s.Extra)
+	s.proc = smsstest.StartSmss(t, s.Dir, s.Args...)
+	s.Addr = s.proc.Addr
+	_, p, err := net.SplitHostPort(s.Addr)
+	if err != nil {
+		t.Fatalf("listen address %q: %v", s.Addr, err)
 	}
-	s.out = &syncBuffer{}
-	s.exited = make(chan struct{})
-	s.cmd = exec.Command(Binary(t), append([]string{"-config", path}, s.Args...)...)
-	s.cmd.Dir = s.Dir
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd, exited := s.cmd, s.exited
-	go func() {
-		s.err = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() { kill(cmd, exited) })
-	deadline := time.After(30 * time.Second)
-	for {
-		if m := listenRe.FindStringSubmatch(s.out.String()); m != nil {
-			s.Addr = m[1]
-			_, p, err := net.SplitHostPort(s.Addr)
-			if err != nil {
-				t.Fatalf("listen address %q: %v", s.Addr, err)
-			}
-			s.port, _ = strconv.Atoi(p)
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("smss exited during start-up: %v\n%s", s.err, s.out.String())
-		case <-deadline:
-			t.Fatalf("smss did not listen within 30 s:\n%s", s.out.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-func kill(cmd *exec.Cmd, exited chan struct{}) {
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
+	s.port, _ = strconv.Atoi(p)
 }
 
 // Kill stops the server with SIGKILL.
-func (s *Server) Kill() { kill(s.cmd, s.exited) }
+func (s *Server) Kill() { s.proc.Kill() }
 
-// Stop stops the server with SIGTERM and waits for a clean exit.
+// Stop stops the server with SIGTERM and waits for it to exit.
 func (s *Server) Stop() {
 	s.t.Helper()
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.t.Fatalf("smss did not stop within 30 s:\n%s", s.out.String())
-	}
+	s.proc.Signal(syscall.SIGTERM)
+	s.proc.Wait(30 * time.Second)
 }
 
 // Restart starts the server again on the same data directory and port
@@ -206,4 +84,4 @@ func (s *Server) Restart() {
 }
 
 // Log returns the server's output so far.
-func (s *Server) Log() string { return s.out.String() }
+func (s *Server) Log() string { return s.proc.Out.String() }

@@ -1,0 +1,15 @@
+// Package smsstest is the test kit shared by the module's tests: a polling
+// wait with a deadline, a goroutine-safe output buffer, a starter for smss
+// (and other) subprocesses, and a TCP proxy that cuts, pauses or delays a
+// link.
+//
+// Invariants:
+//   - It imports nothing of this module, so any package's tests may use it
+//     without an import cycle; only test code imports it (internal/layering
+//     checks both).
+//   - Conditions are awaited with deadlines, never with fixed sleeps; a
+//     wait that times out fails the test with what it waited for.
+//   - Every process and proxy it starts is ended in t.Cleanup; binaries it
+//     builds are built once per test binary and removed by Main (or
+//     RemoveBinaries) when the tests are done.
+package smsstest
