@@ -112,7 +112,7 @@ func newController(n *Node) *controller {
 func (c *controller) run(ctx context.Context) {
 	// Act only on a state that includes every entry committed by earlier
 	// leaders: the barrier returns once the FSM applied them all.
-	for c.n.raft.Barrier(c.o.FailAfter).Error() != nil {
+	for waitFuture(ctx, c.n.raft.Barrier(c.o.FailAfter)) != nil {
 		select {
 		case <-ctx.Done():
 			return
@@ -442,7 +442,7 @@ func (c *controller) maintainISR(st State, mr Report, now time.Time, notes *[]st
 func (c *controller) apply(ctx context.Context, cmd Command, done chan error) {
 	c.applying = true
 	go func() {
-		err := c.propose(cmd)
+		err := c.propose(ctx, cmd)
 		if done != nil {
 			done <- err
 		}
@@ -453,13 +453,13 @@ func (c *controller) apply(ctx context.Context, cmd Command, done chan error) {
 	}()
 }
 
-func (c *controller) propose(cmd Command) error {
+func (c *controller) propose(ctx context.Context, cmd Command) error {
 	b, err := EncodeCommand(cmd)
 	if err != nil {
 		return err
 	}
 	f := c.n.raft.Apply(b, c.o.FailAfter)
-	if err := f.Error(); err != nil {
+	if err := waitFuture(ctx, f); err != nil {
 		return fmt.Errorf("cluster: apply %s: %w", cmd.Op, err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {

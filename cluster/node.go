@@ -208,7 +208,7 @@ func (n *Node) verifyLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		start := time.Now()
-		if n.raft.VerifyLeader().Error() == nil {
+		if waitFuture(ctx, n.raft.VerifyLeader()) == nil {
 			n.verified.Store(start.UnixNano())
 		}
 		select {
@@ -216,6 +216,20 @@ func (n *Node) verifyLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// waitFuture waits for f or ctx. raft v1.7.2 may leave a VerifyLeader
+// future unanswered when it shuts down right after the quorum answered; a
+// goroutine waits for it so that the caller cannot hang on it.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	ch := make(chan error, 1)
+	go func() { ch <- f.Error() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -313,9 +327,10 @@ func (n *Node) Status() ClusterStatus {
 // peers see it as failed.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		err := n.raft.Shutdown().Error()
+		// The controller first, while raft still answers its futures.
 		close(n.done)
 		n.wg.Wait()
+		err := n.raft.Shutdown().Error()
 		n.closeErr = errors.Join(err, n.closeResources())
 	})
 	return n.closeErr

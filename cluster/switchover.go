@@ -44,6 +44,10 @@ func checkTarget(st State, target string) error {
 }
 
 func (c *controller) acceptSwitchover(req *switchReq) error {
+	if c.sw != nil && c.sw.ctx.Err() != nil {
+		c.sw.resp <- fmt.Errorf("%w to %s: %w", ErrSwitchover, c.sw.target, c.sw.ctx.Err())
+		c.sw = nil // its caller gave up
+	}
 	if c.sw != nil {
 		return fmt.Errorf("%w to %s: a switchover to %s is pending", ErrSwitchover, req.target, c.sw.target)
 	}
