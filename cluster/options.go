@@ -140,6 +140,15 @@ func DefaultOptions() Options {
 var ErrOptions = errors.New("cluster: invalid options")
 
 func (o *Options) check() error {
+	err := o.checkSettings()
+	if o.Prober == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no Prober", ErrOptions))
+	}
+	return err
+}
+
+// checkSettings checks everything but the Prober.
+func (o *Options) checkSettings() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s", ErrOptions, fmt.Sprintf(format, args...)))
@@ -185,9 +194,6 @@ func (o *Options) check() error {
 	}
 	if o.ElectionTimeout < o.HeartbeatTimeout {
 		bad("ElectionTimeout %v must be >= HeartbeatTimeout %v", o.ElectionTimeout, o.HeartbeatTimeout)
-	}
-	if o.Prober == nil {
-		bad("no Prober")
 	}
 	if (o.ServerTLS == nil) != (o.ClientTLS == nil) {
 		bad("ServerTLS and ClientTLS must be set together")
