@@ -132,6 +132,7 @@ type testCluster struct {
 	t     *testing.T
 	sim   *sim
 	opts  Options
+	tweak func(id string, o *Options)
 	peers []Peer
 	dirs  map[string]string
 	nodes map[string]*Node
@@ -169,10 +170,17 @@ func freePort(t *testing.T) string {
 // fake data nodes answer at once).
 func newTestCluster(t *testing.T, opts Options, ids ...string) *testCluster {
 	t.Helper()
+	return newTestClusterWith(t, opts, nil, ids...)
+}
+
+// newTestClusterWith is newTestCluster with tweak applied to each node's
+// options before it opens.
+func newTestClusterWith(t *testing.T, opts Options, tweak func(id string, o *Options), ids ...string) *testCluster {
+	t.Helper()
 	if len(ids) == 0 {
 		ids = []string{"a", "b", "c"}
 	}
-	tc := &testCluster{t: t, sim: newSim(ids...), opts: opts, dirs: map[string]string{},
+	tc := &testCluster{t: t, sim: newSim(ids...), opts: opts, tweak: tweak, dirs: map[string]string{},
 		nodes: map[string]*Node{}, logs: &lockedBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -200,6 +208,9 @@ func (tc *testCluster) open(id string) *Node {
 	o := tc.opts
 	o.NodeID, o.Peers, o.Dir, o.Prober = id, tc.peers, tc.dirs[id], tc.sim
 	o.Logger = slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test-node", id)
+	if tc.tweak != nil {
+		tc.tweak(id, &o)
+	}
 	n, err := Open(o)
 	if err != nil {
 		tc.t.Fatalf("open %s: %v", id, err)
