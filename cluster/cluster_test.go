@@ -104,6 +104,8 @@ func TestFailoverSkipsIneligibleMember(t *testing.T) {
 		return in && m.Instance == "00000000cccc" && !m.Eligible
 	})
 	tc.sim.set("c", func(s *simNode) { s.last = 900 })
+	// b, once master, does not adopt anything either: c stays ineligible.
+	tc.sim.set("b", func(s *simNode) { s.freeze, s.adopted = true, 0 })
 	tc.sim.set("a", func(s *simNode) { s.down = true })
 	st = tc.waitState(10*time.Second, "a new master", func(st State) bool { return st.Epoch == 2 })
 	if st.Master != "b" {
@@ -298,8 +300,11 @@ func TestRestartKeepsState(t *testing.T) {
 	if err := tc.nodes["c"].raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
-	tc.close("c")
-	tc.sim.set("c", func(s *simNode) { s.down = false })
+	// Only c's raft node restarts: its data node stays up (the sim keeps
+	// answering for it), so that nothing changes the state meanwhile.
+	if err := tc.nodes["c"].Close(); err != nil {
+		t.Fatal(err)
+	}
 	c := tc.open("c")
 	tc.waitFor(10*time.Second, "c's state back", func() bool { return reflect.DeepEqual(c.State(), want) })
 
@@ -308,6 +313,8 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		tc.sim.set(id, func(s *simNode) { s.down = false })
+	}
+	for _, id := range []string{"a", "b", "c"} {
 		tc.open(id)
 	}
 	l := tc.leader()

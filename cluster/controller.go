@@ -38,8 +38,9 @@ type controller struct {
 	applying bool
 	applied  chan applyResult
 	switchCh chan *switchReq
-	sw       *switchReq // the pending switchover
-	answer   chan error // the switchover's answer, when decide elects its target
+	stopped  chan struct{} // closed when run returns
+	sw       *switchReq    // the pending switchover
+	answer   chan error    // the switchover's answer, when decide elects its target
 
 	statusMu sync.Mutex
 	status   ControllerStatus
@@ -106,10 +107,12 @@ func newController(n *Node) *controller {
 		memberBad: map[string]time.Time{},
 		applied:   make(chan applyResult, 1),
 		switchCh:  make(chan *switchReq),
+		stopped:   make(chan struct{}),
 	}
 }
 
 func (c *controller) run(ctx context.Context) {
+	defer close(c.stopped)
 	// Act only on a state that includes every entry committed by earlier
 	// leaders: the barrier returns once the FSM applied them all.
 	for waitFuture(ctx, c.n.raft.Barrier(c.o.FailAfter)) != nil {
@@ -217,8 +220,10 @@ func (c *controller) decide(st State, now time.Time, notes *[]string) *Command {
 		return c.bootstrap(st, notes)
 	}
 	if st.Epoch != c.badEpoch {
-		// A new master gets FailAfter of its own to take over.
+		// A new master gets FailAfter of its own to take over, and its
+		// slaves ISRLag of their own to connect to it.
 		c.badEpoch, c.badSince = st.Epoch, time.Time{}
+		clear(c.memberBad)
 	}
 	healthy, why := c.masterHealth(st)
 	if !healthy {

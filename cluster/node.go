@@ -77,6 +77,9 @@ func Open(o Options) (*Node, error) {
 		notify: make(chan bool, 16), done: make(chan struct{})}
 	n.fsm = newFSM(n.log)
 	if err := n.open(); err != nil {
+		if n.raft != nil {
+			n.raft.Shutdown().Error()
+		}
 		n.closeResources()
 		return nil, err
 	}

@@ -53,8 +53,10 @@ type SlaveReport struct {
 	LagMs int64
 }
 
-// Prober asks one node for its status. It must return when ctx is done;
-// the controller in any case stops waiting for it then.
+// Prober asks one node for its status. The controller calls it for every
+// peer at once (it must be safe for concurrent use), this node included.
+// It should return when ctx is done; the controller in any case stops
+// waiting for it then.
 type Prober interface {
 	Probe(ctx context.Context, p Peer) (Report, error)
 }

@@ -16,12 +16,21 @@ func (c *controller) switchover(ctx context.Context, target string) error {
 	req := &switchReq{ctx: ctx, target: target, resp: make(chan error, 1)}
 	select {
 	case c.switchCh <- req:
+	case <-c.stopped:
+		return &NotLeaderError{}
 	case <-ctx.Done():
 		return fmt.Errorf("%w to %s: %w", ErrSwitchover, target, ctx.Err())
 	}
 	select {
 	case err := <-req.resp:
 		return err
+	case <-c.stopped:
+		select {
+		case err := <-req.resp: // answered on the way out
+			return err
+		default:
+			return &NotLeaderError{}
+		}
 	case <-ctx.Done():
 		// The loop drops the request at its next round (ctx is its own).
 		return fmt.Errorf("%w to %s: target did not catch up with the master: %w", ErrSwitchover, target, ctx.Err())
