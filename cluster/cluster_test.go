@@ -337,6 +337,28 @@ func TestRestartKeepsState(t *testing.T) {
 			t.Fatalf("%s after the restart: %+v, want %+v", id, st, want)
 		}
 	}
+	if strings.Contains(tc.logs.String(), "differ from the raft membership") {
+		t.Fatal("peer drift reported for unchanged peers")
+	}
+}
+
+// A node restarted with other peers than its stored raft membership keeps
+// the stored one and says so.
+func TestPeerDriftLogged(t *testing.T) {
+	tc := bootstrapped(t, fastOptions(), "a")
+	if err := tc.nodes["c"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	tc.peers[0].Raft = freePort(t) // a "moved"
+	c := tc.open("c")
+	if !strings.Contains(tc.logs.String(), "differ from the raft membership") {
+		t.Fatal("peer drift not logged")
+	}
+	for _, m := range c.Status().Members {
+		if m.ID == "a" && m.Raft == tc.peers[0].Raft {
+			t.Fatalf("the configured address replaced the stored one: %+v", m)
+		}
+	}
 }
 
 // Switchover elects an eligible member once it caught up; it refuses a

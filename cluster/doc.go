@@ -47,6 +47,13 @@
 //     before another one can be elected.
 //
 // Raft store: Options.Dir holds raft.db (bolt log and stable store) and
-// snapshots/. The peer set is fixed by configuration and bootstrapped on a
-// first start; three voters survive one failure, five survive two.
+// snapshots/. The peer set is bootstrapped from the configuration on a
+// first start and then kept by raft: a later change of the configured peers
+// is only logged (membership changes are not implemented). Three voters
+// survive one failure, five survive two.
+//
+// The raft transport is plain TCP unless Options.ServerTLS/ClientTLS are
+// set; plain TCP authenticates nobody, so whoever reaches a raft port can
+// take part in the consensus: use mutual TLS (ClientAuth
+// RequireAndVerifyClientCert) or a closed network.
 package cluster

@@ -151,8 +151,34 @@ func (n *Node) open() error {
 			return fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 		n.log.Info("cluster: bootstrapped raft", "peers", len(o.Peers))
+	} else {
+		n.warnPeerDrift()
 	}
 	return nil
+}
+
+// warnPeerDrift logs when the configured peers differ from the raft
+// configuration stored in Dir: raft keeps the stored one (membership
+// changes are not made from the configuration).
+func (n *Node) warnPeerDrift() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	stored := map[string]string{}
+	for _, s := range f.Configuration().Servers {
+		stored[string(s.ID)] = string(s.Address)
+	}
+	same := len(stored) == len(n.o.Peers)
+	for _, p := range n.o.Peers {
+		if stored[p.ID] != p.Raft {
+			same = false
+		}
+	}
+	if !same {
+		n.log.Warn("cluster: the configured peers differ from the raft membership stored in the cluster directory; the stored one is used",
+			"stored", fmt.Sprint(stored))
+	}
 }
 
 // monitor follows raft's leadership changes: it runs the controller and
