@@ -33,6 +33,8 @@ type Config struct {
 	Replication ReplicationClient `yaml:"replication"`
 	// Server: the client listener's serving shape (epoll.go).
 	Server ServerSection `yaml:"server"`
+	// Cluster: automatic failover (cluster.go); absent means none.
+	Cluster Cluster `yaml:"cluster"`
 
 	// Source says where the values came from (a file path or
 	// SourceEmbedded); set by Load, never read from YAML.
@@ -240,6 +242,7 @@ func Default() *Config {
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, RejoinMaxProbes: 64},
 		Server:      ServerSection{Epoll: true, EpollMinConns: 8},
+		Cluster:     defaultCluster(),
 	}
 	setSecurityDefaults(c)
 	return c

@@ -159,6 +159,12 @@ func checkSection(n *yaml.Node, t reflect.Type, prefix string) error {
 			}
 			continue
 		}
+		if f.Type.Kind() == reflect.Map {
+			if err := checkMap(v, f.Type, key); err != nil {
+				return err
+			}
+			continue
+		}
 		leaf := v
 		for leaf.Kind == yaml.AliasNode {
 			leaf = leaf.Alias
@@ -177,6 +183,37 @@ func checkSection(n *yaml.Node, t reflect.Type, prefix string) error {
 		}
 		if err := leaf.Decode(reflect.New(f.Type).Interface()); err != nil {
 			return errAt(v, "key %q: %q is not a valid %s", key, leaf.Value, f.Type.Kind())
+		}
+	}
+	return nil
+}
+
+// checkMap verifies a mapping of names to sections (cluster.peers): each
+// name given once, each value a section of the map's element type.
+func checkMap(n *yaml.Node, t reflect.Type, prefix string) error {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return errAt(n, "%s must be a mapping of names to sections", prefix)
+	}
+	seen := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Value == "" || k.Value == "<<" {
+			return errAt(k, "%s: every entry needs a plain name", prefix)
+		}
+		if line, dup := seen[k.Value]; dup {
+			return errAt(k, "%s.%s set twice (first on line %d)", prefix, k.Value, line)
+		}
+		seen[k.Value] = k.Line
+		if t.Elem().Kind() == reflect.Struct {
+			if err := checkSection(v, t.Elem(), join(prefix, k.Value)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

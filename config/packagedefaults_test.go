@@ -6,6 +6,7 @@ import (
 
 	"github.com/smssmq/smss/admin"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/cluster"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/lifecycle"
 	"github.com/smssmq/smss/protocol"
@@ -58,6 +59,14 @@ func TestPackageDefaultsMatchConfig(t *testing.T) {
 		{"replication.lingerMs", replication.DefaultLinger, ms(c.Replication.LingerMs)},
 		{"replication.syncTimeoutMs", replication.DefaultSyncTimeout, ms(c.Replication.SyncTimeoutMs)},
 		{"replication.rejoinMaxProbes", int64(replication.DefaultMaxProbes), c.Replication.RejoinMaxProbes},
+		{"cluster.failAfterMs", cluster.DefaultFailAfter, c.Cluster.FailAfter()},
+		{"cluster.probeIntervalMs", cluster.DefaultProbeInterval, c.Cluster.ProbeInterval()},
+		{"cluster.probeTimeoutMs", cluster.DefaultProbeTimeout, c.Cluster.ProbeTimeout()},
+		{"cluster.leaseMs", cluster.DefaultLease, c.Cluster.Lease()},
+		{"cluster.isrLagMs", cluster.DefaultISRLag, c.Cluster.ISRLag()},
+		{"cluster.switchoverWaitMs", cluster.DefaultSwitchoverWait, c.Cluster.SwitchoverWait()},
+		{"cluster.heartbeatMs", cluster.DefaultHeartbeatTimeout, c.Cluster.Heartbeat()},
+		{"cluster.electionMs", cluster.DefaultElectionTimeout, c.Cluster.Election()},
 	}
 	for _, tt := range tests {
 		if tt.pkg != tt.conf {

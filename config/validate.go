@@ -105,6 +105,7 @@ func (c *Config) Validate() error {
 	c.validateCursor(&v)
 	c.validateServer(&v)
 	c.validateSecurity(&v)
+	c.validateCluster(&v)
 	return errors.Join(v.errs...)
 }
 

@@ -1,0 +1,382 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Node is this process's member of the cluster: its raft node, its copy of
+// the State, and — while it is the raft leader — the controller.
+type Node struct {
+	o      Options
+	log    *slog.Logger
+	fsm    *fsm
+	raft   *raft.Raft
+	stream *streamLayer
+	trans  *raft.NetworkTransport
+	store  *raftboltdb.BoltStore
+
+	notify chan bool // raft's leadership changes
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	// verified is when the last successful VerifyLeader of this
+	// leadership started (unix ns; 0: none yet); lostAt is when this node
+	// last stopped being leader. Both feed LeaseValid.
+	verified atomic.Int64
+	lostAt   atomic.Int64
+
+	ctrlMu sync.Mutex
+	ctrl   *controller // nil unless leader
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ErrNotLeader is wrapped by the errors of calls only the raft leader
+// serves; a *NotLeaderError says which node leads.
+var ErrNotLeader = errors.New("cluster: not the raft leader")
+
+// NotLeaderError is ErrNotLeader with the current leader's id ("" if none
+// is known).
+type NotLeaderError struct{ Leader string }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return ErrNotLeader.Error() + " (no leader known)"
+	}
+	return fmt.Sprintf("%v (the leader is %s)", ErrNotLeader, e.Leader)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// Open starts this node: the raft store in o.Dir, the transport on its
+// peer's Raft address, and raft itself. On a first start (no raft state in
+// o.Dir) it bootstraps the configured peers as voters; every node may do so
+// with the same peer set. The controller runs whenever this node is leader.
+func Open(o Options) (*Node, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	o.Peers = append([]Peer(nil), o.Peers...)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	n := &Node{o: o, log: o.Logger.With("component", "cluster", "node", o.NodeID),
+		notify: make(chan bool, 16), done: make(chan struct{})}
+	n.fsm = newFSM(n.log)
+	if err := n.open(); err != nil {
+		if n.raft != nil {
+			n.raft.Shutdown().Error()
+		}
+		n.closeResources()
+		return nil, err
+	}
+	n.wg.Add(1)
+	go n.monitor()
+	return n, nil
+}
+
+func (n *Node) open() error {
+	o := &n.o
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	hlog := newRaftLogger(n.o.Logger)
+	var err error
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.Dir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("cluster: raft store: %w", err)
+	}
+	logs, err := raft.NewLogCache(256, n.store)
+	if err != nil {
+		return fmt.Errorf("cluster: raft log cache: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(o.Dir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("cluster: raft snapshots: %w", err)
+	}
+	self, _ := o.peer(o.NodeID)
+	n.stream, err = newStreamLayer(self.Raft, o.ServerTLS, o.ClientTLS)
+	if err != nil {
+		return err
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: n.stream, MaxPool: 3, Timeout: 2 * o.ElectionTimeout, Logger: hlog,
+	})
+
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(o.NodeID)
+	conf.HeartbeatTimeout = o.HeartbeatTimeout
+	conf.ElectionTimeout = o.ElectionTimeout
+	conf.LeaderLeaseTimeout = min(o.HeartbeatTimeout, o.Lease)
+	conf.CommitTimeout = min(conf.CommitTimeout, o.HeartbeatTimeout/5)
+	// The state is a few hundred bytes: snapshot often, keep a short log.
+	conf.SnapshotThreshold = 1024
+	conf.TrailingLogs = 1024
+	conf.NotifyCh = n.notify
+	conf.Logger = hlog
+	if err := raft.ValidateConfig(conf); err != nil {
+		return fmt.Errorf("%w: raft: %v", ErrOptions, err)
+	}
+
+	existing, err := raft.HasExistingState(logs, n.store, snaps)
+	if err != nil {
+		return fmt.Errorf("cluster: raft state: %w", err)
+	}
+	n.raft, err = raft.NewRaft(conf, n.fsm, logs, n.store, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("cluster: raft: %w", err)
+	}
+	if !existing {
+		var cfg raft.Configuration
+		for _, p := range o.Peers {
+			cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter,
+				ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Raft)})
+		}
+		// Several nodes bootstrapping the same set is fine; one that
+		// already heard from a leader refuses with ErrCantBootstrap.
+		if err := n.raft.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+		n.log.Info("cluster: bootstrapped raft", "peers", len(o.Peers))
+	} else {
+		n.warnPeerDrift()
+	}
+	return nil
+}
+
+// warnPeerDrift logs when the configured peers differ from the raft
+// configuration stored in Dir: raft keeps the stored one (membership
+// changes are not made from the configuration).
+func (n *Node) warnPeerDrift() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	stored := map[string]string{}
+	for _, s := range f.Configuration().Servers {
+		stored[string(s.ID)] = string(s.Address)
+	}
+	same := len(stored) == len(n.o.Peers)
+	for _, p := range n.o.Peers {
+		if stored[p.ID] != p.Raft {
+			same = false
+		}
+	}
+	if !same {
+		n.log.Warn("cluster: the configured peers differ from the raft membership stored in the cluster directory; the stored one is used",
+			"stored", fmt.Sprint(stored))
+	}
+}
+
+// monitor follows raft's leadership changes: it runs the controller and
+// the lease check while this node leads.
+func (n *Node) monitor() {
+	defer n.wg.Done()
+	var stop func()
+	for {
+		select {
+		case leader := <-n.notify:
+			if leader && stop == nil {
+				n.verified.Store(0)
+				stop = n.lead()
+			} else if !leader && stop != nil {
+				n.lostAt.Store(time.Now().UnixNano())
+				stop()
+				stop = nil
+			}
+		case <-n.done:
+			if stop != nil {
+				stop()
+			}
+			return
+		}
+	}
+}
+
+// lead starts the controller and the lease check; the returned function
+// stops both and waits for them.
+func (n *Node) lead() func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := newController(n)
+	n.ctrlMu.Lock()
+	n.ctrl = c
+	n.ctrlMu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.run(ctx) }()
+	go func() { defer wg.Done(); n.verifyLoop(ctx) }()
+	n.log.Info("cluster: raft leader, controller started")
+	return func() {
+		cancel()
+		wg.Wait()
+		n.ctrlMu.Lock()
+		n.ctrl = nil
+		n.ctrlMu.Unlock()
+		n.log.Info("cluster: raft leadership lost, controller stopped")
+	}
+}
+
+// verifyLoop confirms the leadership with a quorum several times per Lease,
+// so that LeaseValid on the leader is a load, not a round trip per write.
+func (n *Node) verifyLoop(ctx context.Context) {
+	period := max(n.o.Lease/4, time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		start := time.Now()
+		if waitFuture(ctx, n.raft.VerifyLeader()) == nil {
+			n.verified.Store(start.UnixNano())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// waitFuture waits for f or ctx. raft v1.7.2 may leave a VerifyLeader
+// future unanswered when it shuts down right after the quorum answered; a
+// goroutine waits for it so that the caller cannot hang on it.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	ch := make(chan error, 1)
+	go func() { ch <- f.Error() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// State returns the local FSM's committed state (possibly behind the
+// leader's by the entries not yet applied here).
+func (n *Node) State() State { return n.fsm.State() }
+
+// Changes delivers every applied change of the State, coalesced: a reader
+// that falls behind receives the newest state, never an older one after a
+// newer. The FSM never waits for the reader.
+func (n *Node) Changes() <-chan State { return n.fsm.changes }
+
+// Leader returns the raft leader's id, if one is known.
+func (n *Node) Leader() (string, bool) {
+	_, id := n.raft.LeaderWithID()
+	return string(id), id != ""
+}
+
+// LeaseValid reports whether this node heard from a raft quorum within
+// Lease: on the leader, a VerifyLeader that started within Lease succeeded;
+// on a follower, the leader's last contact (received after this node last
+// lost the leadership, if it ever led) is within Lease. A master answers
+// writes only while it holds.
+func (n *Node) LeaseValid() bool {
+	now := time.Now()
+	if n.raft.State() == raft.Leader {
+		v := n.verified.Load()
+		return v != 0 && now.Sub(time.Unix(0, v)) < n.o.Lease
+	}
+	lc := n.raft.LastContact()
+	if lc.IsZero() || lc.UnixNano() <= n.lostAt.Load() {
+		return false
+	}
+	return now.Sub(lc) < n.o.Lease
+}
+
+// Switchover elects target, an eligible ISR member, once its last eventId
+// reached the master's; it waits at most until ctx is done or
+// SwitchoverWait passed. Only the raft leader serves it: elsewhere it
+// returns a *NotLeaderError.
+func (n *Node) Switchover(ctx context.Context, target string) error {
+	n.ctrlMu.Lock()
+	c := n.ctrl
+	n.ctrlMu.Unlock()
+	if c == nil {
+		id, _ := n.Leader()
+		return &NotLeaderError{Leader: id}
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.o.SwitchoverWait)
+	defer cancel()
+	return c.switchover(ctx, target)
+}
+
+// MemberStatus is one configured raft member.
+type MemberStatus struct {
+	ID, Raft, Addr string
+	Voter          bool
+}
+
+// ClusterStatus is what Status returns.
+type ClusterStatus struct {
+	Node       string
+	Leader     string // "" if none known
+	LeaseValid bool
+	State      State
+	Members    []MemberStatus
+	// Controller is set only on the leader.
+	Controller *ControllerStatus
+}
+
+// Status describes the cluster as this node sees it.
+func (n *Node) Status() ClusterStatus {
+	s := ClusterStatus{Node: n.o.NodeID, LeaseValid: n.LeaseValid(), State: n.State()}
+	s.Leader, _ = n.Leader()
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			m := MemberStatus{ID: string(srv.ID), Raft: string(srv.Address), Voter: srv.Suffrage == raft.Voter}
+			if p, ok := n.o.peer(m.ID); ok {
+				m.Addr = p.Addr
+			}
+			s.Members = append(s.Members, m)
+		}
+	}
+	n.ctrlMu.Lock()
+	c := n.ctrl
+	n.ctrlMu.Unlock()
+	if c != nil {
+		cs := c.snapshotStatus()
+		s.Controller = &cs
+	}
+	return s
+}
+
+// Close stops the controller and raft and closes the store. The node's
+// peers see it as failed.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		// The controller first, while raft still answers its futures.
+		close(n.done)
+		n.wg.Wait()
+		err := n.raft.Shutdown().Error()
+		n.closeErr = errors.Join(err, n.closeResources())
+	})
+	return n.closeErr
+}
+
+func (n *Node) closeResources() error {
+	var errs []error
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	} else if n.stream != nil {
+		errs = append(errs, n.stream.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cluster: close: %w", err)
+	}
+	return nil
+}
