@@ -113,6 +113,10 @@ type Options struct {
 	// CursorRetention forgets positions idle this long (not subscribed,
 	// no ack) at the next snapshot (cursor.retentionDays); 0 never.
 	CursorRetention time.Duration
+	// ReadCommitted limits subscribers to the commit point
+	// (commitpoint.go): set with replication.syncSlaves > 0 unless
+	// replication.readCommitted is false.
+	ReadCommitted bool
 
 	// counts sets the message counts' tunables, for tests (startCounts
 	// fills in the rest).
@@ -237,6 +241,7 @@ type Broker struct {
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
 	disk      *diskGuard // store.minFreeMB (disk.go)
+	commit    commitGate // read-committed delivery (commitpoint.go)
 
 	// The data directory's instance id, once read or made (instance.go).
 	instMu sync.Mutex
@@ -289,6 +294,7 @@ func Open(opts Options) (*Broker, error) {
 		done:      make(chan struct{}),
 		fatal:     make(chan error, 1),
 	}
+	b.commit.init(opts.ReadCommitted)
 	if err := os.MkdirAll(opts.Dir, fsmode.Dir()); err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}
