@@ -93,7 +93,7 @@ func (c *confirmState) handle(rec Confirm) {
 			c.malformed("the hello's position is beyond what this stream started from")
 		default:
 			c.last = rec.EventID
-			c.slave = c.t.register(c.addr, c.seq, rec)
+			c.slave = c.t.register(c.addr, c.seq, rec, c.oldestUnconfirmed)
 			c.mode.Store(confirmActive)
 			c.log.Info("the slave confirms what it applies (semi-synchronous replication)",
 				"position", rec.EventID, "fsynced", rec.Fsynced)
@@ -164,6 +164,17 @@ func (c *confirmState) latency(pos int64) (time.Duration, bool) {
 // commit as the writes' handlers, and often runs first.
 func (c *confirmState) urgent() bool {
 	return c != nil && c.mode.Load() == confirmActive && c.t.need > 0 && !c.t.degradedFlag.Load()
+}
+
+// oldestUnconfirmed is when the oldest commit streamed and not confirmed
+// was seen.
+func (c *confirmState) oldestUnconfirmed() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.marks) == 0 {
+		return time.Time{}, false
+	}
+	return c.marks[0].at, true
 }
 
 // close takes the slave out of the tracker (the stream ended).
