@@ -31,7 +31,8 @@ import (
 //     cluster applies it from its consensus log), so a member leaves it
 //     before the master answers a write without it.
 type commitState struct {
-	point    int64 // guarded by SyncTracker.mu
+	point    int64         // guarded by SyncTracker.mu
+	changed  chan struct{} // closed and replaced when point rises; guarded by SyncTracker.mu
 	onCommit func(int64)
 
 	inSync  bool
@@ -45,6 +46,10 @@ func (t *SyncTracker) raiseCommitLocked(id int64) {
 		return
 	}
 	t.commit.point = id
+	if t.commit.changed != nil {
+		close(t.commit.changed)
+	}
+	t.commit.changed = make(chan struct{})
 	if t.commit.onCommit != nil {
 		t.commit.onCommit(id)
 	}
@@ -59,6 +64,17 @@ func (t *SyncTracker) CommitPoint() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.commit.point
+}
+
+// commitView returns the commit point and a channel closed when it rises
+// (replica streams of version 2 wait on it to send commit frames).
+func (t *SyncTracker) commitView() (int64, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.commit.changed == nil {
+		t.commit.changed = make(chan struct{})
+	}
+	return t.commit.point, t.commit.changed
 }
 
 // inSyncLowestLocked is the position every in-sync member has: the lowest

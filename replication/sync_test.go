@@ -188,7 +188,7 @@ func TestStreamUrgency(t *testing.T) {
 		t.Fatal("no semi-sync: urgent")
 	}
 	feedHello := func(tr *SyncTracker) *confirmState {
-		c := newConfirmState(tr, "s", func() int64 { return 10 }, quiet)
+		c := newConfirmState(tr, "s", func() int64 { return 10 }, nil, quiet)
 		c.feed(AppendConfirm(nil, hello(1, 10)))
 		return c
 	}
@@ -197,7 +197,7 @@ func TestStreamUrgency(t *testing.T) {
 		t.Fatal("syncSlaves 0: urgent")
 	}
 	tr := newTestTrackerLast(t, 2, true, 50*time.Millisecond, func() int64 { return 20 })
-	foreign := newConfirmState(tr, "f", func() int64 { return 10 }, quiet)
+	foreign := newConfirmState(tr, "f", func() int64 { return 10 }, nil, quiet)
 	foreign.feed([]byte{0, 0})
 	if foreign.urgent() {
 		t.Fatal("non-confirming slave: urgent")
