@@ -115,7 +115,6 @@ const ReplicaStreamV2 = 2
 // clients look for the master again on it.
 const FencedPrefix = "fenced: "
 
-
 // IsMaster reports whether the node said it is a master.
 func (s *NodeStatus) IsMaster() bool { return s.Role == RoleMaster }
 

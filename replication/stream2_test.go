@@ -105,4 +105,3 @@ func TestStreamV2StaleMaster(t *testing.T) {
 		t.Fatalf("a slave knowing epoch 2 followed a master at epoch 1: lastEventId %d, status %+v", sb.LastEventID(), st)
 	}
 }
-
