@@ -99,9 +99,9 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
 	// 18 + 5 cursor keys of issue 22 + server.epoll and
 	// worker.inlineDeliveries and server.maxProcs and server.epollMinConns
-	// of issue 24 + source
-	if len(s) != 87 {
-		t.Errorf("summary has %d entries, want 87", len(s))
+	// of issue 24 + replication.readCommitted of issue 32 + source
+	if len(s) != 88 {
+		t.Errorf("summary has %d entries, want 88", len(s))
 	}
 }
 

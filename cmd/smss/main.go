@@ -137,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		CursorSegmentBytes:     cfg.Cursor.SegmentBytes,
 		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
 		CursorRetention:        cfg.CursorRetention(),
+		ReadCommitted:          cfg.Replication.ReadCommittedOn(),
 	}
 	bopts.InlineDeliveries = inlineDeliveries(cfg.Worker.InlineDeliveries)
 	b, err := broker.Open(bopts)
@@ -197,12 +198,14 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		LastEventID: b.LastEventID,
 		Logger:      logger,
 		LogSample:   cfg.Log.Sample,
+		OnCommit:    b.SetCommitPoint, // read-committed delivery; a no-op when off
 	})
 	if err != nil {
 		logger.Error("cannot set up semi-synchronous replication", "err", err)
 		return exitUsage
 	}
 	adm.setSync(syncTracker)
+	n.sync = syncTracker
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -228,6 +231,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Replication:       replication.SourceOf(b.ReplicaStream),
 		ReplicaLinger:     cfg.ReplicaLinger(),
 		Sync:              syncTracker,
+		ReplicaEpoch:      b.Epoch,
+		OnSlaveEpoch:      n.slaveEpoch,
 		Metrics:           adm.metrics(),
 		Security:          sec,
 		Control:           n,
