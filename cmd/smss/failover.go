@@ -40,6 +40,10 @@ type node struct {
 	// process rather than serve a tail the master never had.
 	diverged chan error
 
+	// restart makes serve return to run the node again with another
+	// role (a cluster's master stepping down); buffered, one request.
+	restart chan *restartAs
+
 	// sync is the semi-synchronous tracker (set before serving): the
 	// commit point and the replica stream version of status.
 	sync *replication.SyncTracker
