@@ -61,6 +61,7 @@ type Broker struct {
 	// dedupeIDs is the size of the writer's dedupe window, for readers.
 	dedupeIDs atomic.Int64
 	disk      *diskGuard // store.minFreeMB (disk.go)
+	commit    commitGate // read-committed delivery (commitpoint.go)
 	inst      instanceID // the data directory's instance id (instance.go)
 }
 
@@ -145,6 +146,7 @@ func Open(opts Options) (*Broker, error) {
 		writeQueue: writeQueue{room: make(chan struct{}), arrive: make(chan struct{}, 1)},
 		life:       lifecycle{stop: make(chan struct{}), done: make(chan struct{}), fatal: make(chan error, 1)},
 	}
+	b.commit.init(opts.ReadCommitted)
 	if err := os.MkdirAll(opts.Dir, fsmode.Dir()); err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", opts.Dir, err)
 	}

@@ -100,6 +100,10 @@ type Options struct {
 	// CursorRetention forgets positions idle this long (not subscribed,
 	// no ack) at the next snapshot (cursor.retentionDays); 0 never.
 	CursorRetention time.Duration
+	// ReadCommitted limits subscribers to the commit point
+	// (commitpoint.go): set with replication.syncSlaves > 0 unless
+	// replication.readCommitted is false.
+	ReadCommitted bool
 
 	// counts sets the message counts' tunables, for tests (startCounts
 	// fills in the rest).

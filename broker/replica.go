@@ -199,6 +199,7 @@ type BinlogStream struct {
 	since  int64                  // ms the stream started
 	sent   atomic.Int64           // last eventId handed to the sender
 	remote atomic.Pointer[string] // SetRemoteAddr
+	wake   func() <-chan struct{} // SetWake; nil: waits end with commits only
 }
 
 type replicaSet struct {
@@ -304,8 +305,14 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 			armTimer(&s.timer, wait) // one timer per stream, re-armed per wait
 			timerSet = true
 		}
+		var wake <-chan struct{}
+		if s.wake != nil {
+			wake = s.wake()
+		}
 		select {
 		case <-changed:
+		case <-wake:
+			return 0, nil // the caller has something else to send
 		case <-s.timer.C:
 			s.reader.Close() // hold no descriptor while idle
 			return 0, nil
@@ -314,6 +321,12 @@ func (s *BinlogStream) Next(ctx context.Context, max int, wait time.Duration, fn
 		}
 	}
 }
+
+// SetWake makes Next's wait for a commit also end (returning 0) when the
+// channel fn returns closes; fn is asked at every wait and may return nil.
+// A version 2 replica stream sends commit frames that way
+// (docs/protocol.md §4.6). Call it before the first Next.
+func (s *BinlogStream) SetWake(fn func() <-chan struct{}) { s.wake = fn }
 
 // Close unregisters the stream.
 func (s *BinlogStream) Close() {

@@ -304,7 +304,8 @@ func (b *Broker) Subscribers() []metrics.SubscriberInfo {
 // package, and the process adds it (cmd/smss).
 func (b *Broker) Replication() metrics.ReplicationInfo {
 	last := b.LastEventID()
-	r := metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: last, Slaves: []metrics.SlaveInfo{}}
+	r := metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: last, Slaves: []metrics.SlaveInfo{},
+		ReadCommitted: b.ReadCommitted(), CommitPoint: b.CommitPoint(), HeldByCommit: b.BlockedOnCommit()}
 	if b.IsSlave() {
 		r.Role = metrics.RoleSlave
 	}

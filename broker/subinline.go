@@ -41,7 +41,7 @@ const DefaultInlineDeliveries = 4
 // parked subscriber), which spends one of the commit's inline deliveries.
 // It returns false, registering nothing, when inline delivery is off.
 func (s *Subscription) SetCommitHook(fn func(inline bool) bool) bool {
-	if s.b.opts.InlineDeliveries <= 0 || fn == nil || s.hook != nil {
+	if s.b.opts.InlineDeliveries <= 0 || s.b.commit.on || fn == nil || s.hook != nil {
 		return false
 	}
 	s.hook = fn

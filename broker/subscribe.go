@@ -134,6 +134,13 @@ func (s *Subscription) Deleted() <-chan struct{} { return s.t.deleted }
 // Options.MaxFrameBytes; the reader stays before that message.
 var errFrameFull = errors.New("subscription frame full")
 
+// errNotCommitted stops a read before the first message above the commit
+// point (commitpoint.go); the reader stays before it.
+var errNotCommitted = errors.New("message above the commit point")
+
+// errIdle ends Next's wait when wait passed (the caller sends an alive).
+var errIdle = errors.New("subscription idle")
+
 // Next appends up to max messages to dst as subscription message units
 // (docs/protocol.md §2.4) and returns how many. The units appended stay within
 // Options.MaxFrameBytes, except that the first is appended whatever its
@@ -155,7 +162,8 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 		default:
 		}
 		changed := s.t.log.Changed()
-		out, n, err := s.read(dst, max)
+		limit, moved := s.b.commit.view()
+		out, n, held, err := s.read(dst, max, limit)
 		if err != nil || n > 0 {
 			return out, n, err
 		}
@@ -168,23 +176,47 @@ func (s *Subscription) Next(ctx context.Context, dst []byte, max int, wait time.
 			armTimer(&s.timer, wait)
 			timerSet = true
 		}
+		// Only a subscriber the commit point holds back waits for it to
+		// move; one at the end of its topic waits for a commit, so that a
+		// move does not wake every idle subscriber of every topic.
+		var move <-chan struct{}
+		if held {
+			move = moved
+			s.b.commit.blocked.Add(1)
+		}
+		var end error
 		select {
 		case <-changed:
+		case <-move:
 		case <-s.t.deleted:
-			return dst, 0, protocol.ErrTopicDeleted
+			end = protocol.ErrTopicDeleted
 		case <-s.timer.C:
 			s.reader.Close() // hold no descriptor while idle
-			return dst, 0, nil
+			end = errIdle
 		case <-ctx.Done():
-			return dst, 0, ctx.Err()
+			end = ctx.Err()
+		}
+		if held {
+			s.b.commit.blocked.Add(-1)
+		}
+		switch {
+		case end == errIdle:
+			return dst, 0, nil
+		case end != nil:
+			return dst, 0, end
 		}
 	}
 }
 
-func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
+// read appends up to max messages with eventIds at or below limit; held
+// reports that it stopped before a message above limit.
+func (s *Subscription) read(dst []byte, max int, limit int64) (_ []byte, _ int, held bool, _ error) {
 	lastAt, lastID := -1, int64(0)
 	room := s.b.opts.MaxFrameBytes
 	n, endOfFile, err := s.reader.Next(max, func(eventID, _ int64, raw []byte, next segment.Position) error {
+		if eventID > limit {
+			return errNotCommitted // delivered once the commit point passes it
+		}
 		// The reader's decoder has validated the block already.
 		ts, record, ok := topicblock.Delivery(raw)
 		if !ok {
@@ -199,7 +231,8 @@ func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 		dst = protocol.AppendSubMessage(dst, ts, eventID, next.FileID, next.Offset, record)
 		return nil
 	})
-	if errors.Is(err, errFrameFull) {
+	held = errors.Is(err, errNotCommitted)
+	if errors.Is(err, errFrameFull) || held {
 		err = nil
 	}
 	if n > 0 {
@@ -214,16 +247,16 @@ func (s *Subscription) read(dst []byte, max int) ([]byte, int, error) {
 	}
 	if err != nil {
 		if errors.Is(err, segment.ErrFileRemoved) {
-			return dst, n, protocol.NewBizError("subscription position is gone: " + err.Error())
+			return dst, n, false, protocol.NewBizError("subscription position is gone: " + err.Error())
 		}
 		var ce *segment.CorruptError
 		if errors.As(err, &ce) {
 			s.b.log.Error("corrupt topic data under a subscriber", "topic", s.t.meta.Name, "who", s.who, "err", err)
-			return dst, n, protocol.NewBizError("corrupt data in topic file: " + err.Error())
+			return dst, n, false, protocol.NewBizError("corrupt data in topic file: " + err.Error())
 		}
-		return dst, n, err
+		return dst, n, false, err
 	}
-	return dst, n, nil
+	return dst, n, held, nil
 }
 
 func putInt64(b []byte, v int64) {

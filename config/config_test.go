@@ -99,9 +99,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// three semi-sync keys and rejoinMaxProbes) + 10 hardening keys of issue
 	// 18 + 5 cursor keys of issue 22 + server.epoll and
 	// worker.inlineDeliveries and server.maxProcs and server.epollMinConns
-	// of issue 24 + 10 cluster keys of issue 31 + source
-	if len(s) != 97 {
-		t.Errorf("summary has %d entries, want 97", len(s))
+	// of issue 24 + 10 cluster keys of issue 31 + replication.readCommitted
+	// of issue 32 + source
+	if len(s) != 98 {
+		t.Errorf("summary has %d entries, want 98", len(s))
 	}
 }
 

@@ -83,6 +83,12 @@ type ReplicationClient struct {
 	SyncSlaves    int    `yaml:"syncSlaves"`
 	SyncTimeoutMs int64  `yaml:"syncTimeoutMs"`
 	OnSyncTimeout string `yaml:"onSyncTimeout"`
+	// ReadCommitted (with SyncSlaves > 0) serves subscribers, on the
+	// master and on its slaves, only what SyncSlaves slaves confirmed:
+	// what a failover keeps (docs/protocol.md §4.6). false delivers every
+	// committed write at once, as before, including writes a failover may
+	// then drop.
+	ReadCommitted bool `yaml:"readCommitted"`
 	// RejoinMaxProbes is slave side: the most replica requests one search
 	// for the common prefix of a divergent binlog may send (issue 16;
 	// each is a connection to the master, and about 2·log2 of the
@@ -98,6 +104,10 @@ const (
 
 // MaxSyncSlaves bounds replication.syncSlaves (far above any real setup).
 const MaxSyncSlaves = 64
+
+// ReadCommittedOn reports whether subscribers are limited to the commit
+// point: replication.syncSlaves > 0 and replication.readCommitted.
+func (r ReplicationClient) ReadCommittedOn() bool { return r.SyncSlaves > 0 && r.ReadCommitted }
 
 // SyncTimeout is replication.syncTimeoutMs.
 func (c *Config) SyncTimeout() time.Duration { return ms(c.Replication.SyncTimeoutMs) }

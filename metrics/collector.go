@@ -56,6 +56,8 @@ var (
 	descSyncWaiting  = desc("replication_sync_waiting_writes", "Writes whose reply waits for slave confirmations.")
 	descSyncDegraded = desc("replication_sync_degraded", "1 while writes are answered asynchronously after a confirmation timeout (onSyncTimeout: degrade).")
 	descSyncTimeouts = desc("replication_sync_timeouts_total", "Writes not confirmed by the slaves within replication.syncTimeoutMs, by the mode that answered them (fail: 400, degrade: 200).", "mode")
+	descCommitPoint  = desc("replication_commit_point", "The highest eventId subscribers are served up to (read-committed delivery): what enough slaves confirmed; on a slave, what its master last sent.")
+	descHeldByCommit = desc("replication_commit_held_subscribers", "Subscribers that read everything up to the commit point and wait for it to move.")
 	descSyncUnconf   = desc("replication_sync_unconfirmed_writes_total", "Writes answered 200 without the slaves' confirmations (degrade mode).")
 	descReplConn     = desc("replication_connected", "1 when this slave's replica stream is open.")
 	descReplLag      = desc("replication_lag_events", "Master's last eventId minus this slave's (when known).")
@@ -67,7 +69,7 @@ var (
 	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster, descDedupeIDs,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
 		descSlaves, descSlaveLag, descSlaveConf, descSlaveConfLat, descSyncSlaves, descSyncConfirm, descSyncWaiting,
-		descSyncDegraded, descSyncTimeouts, descSyncUnconf, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
+		descSyncDegraded, descSyncTimeouts, descSyncUnconf, descCommitPoint, descHeldByCommit, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
 		descCertExpiry}
 )
 
@@ -179,6 +181,10 @@ func (c *sourceCollector) collectTopics(e *emitter, src Source, topics []protoco
 }
 
 func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
+	if r.ReadCommitted {
+		e.gauge(descCommitPoint, float64(r.CommitPoint))
+		e.gauge(descHeldByCommit, float64(r.HeldByCommit))
+	}
 	if r.Role == RoleSlave {
 		connected, lagEvents, lagSec := 0.0, -1.0, 0.0
 		if l := r.Master; l != nil {

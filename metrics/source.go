@@ -82,6 +82,12 @@ type ReplicationInfo struct {
 	// Sync is the master's semi-synchronous replication (replication.sync*
 	// keys); nil where the process has none (a slave).
 	Sync *SyncInfo `json:"sync,omitempty"`
+	// ReadCommitted is true when subscribers are served only up to
+	// CommitPoint (replication.readCommitted with syncSlaves > 0);
+	// HeldByCommit counts the subscribers waiting for it to move.
+	ReadCommitted bool  `json:"readCommitted"`
+	CommitPoint   int64 `json:"commitPoint"`
+	HeldByCommit  int64 `json:"heldByCommit"`
 }
 
 // SyncInfo describes semi-synchronous replication on a master.

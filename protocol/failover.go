@@ -63,7 +63,57 @@ type NodeStatus struct {
 	// Master is the address a slave follows; empty (and left out) on a
 	// master.
 	Master string `json:"master,omitempty"`
+
+	// The fields below are left out when zero, so a status reads as
+	// before to a client that does not know them.
+
+	// Replica is the replica stream version the node serves as a master
+	// (ReplicaStreamV2: commit frames and epoch records, docs/protocol.md
+	// §4.6); 0 is the stream of §4.3.
+	Replica int `json:"replica,omitempty"`
+	// CommitPoint is the highest eventId a failover keeps and subscribers
+	// are served up to (read-committed delivery); 0 when not tracked.
+	CommitPoint int64 `json:"commitPoint,omitempty"`
+	// Instance is the data directory's instance id (12 hex digits), the
+	// one a slave's hello carries.
+	Instance string `json:"instance,omitempty"`
+	// Cluster is the node's view of its cluster (smss -role auto).
+	Cluster *ClusterView `json:"cluster,omitempty"`
 }
+
+// ClusterView is what a node of a cluster reports in its status: what the
+// cluster's controller needs to decide a failover and to keep the in-sync
+// set, and what operators see (smssctl cluster status).
+type ClusterView struct {
+	Node   string `json:"node"`             // this node's id
+	Leader string `json:"leader,omitempty"` // the consensus leader's id, if known
+	// Epoch and Master are the cluster state this node applied.
+	Epoch  uint64 `json:"epoch"`
+	Master string `json:"master,omitempty"`
+	// Fenced is why this node refuses writes although the cluster names it
+	// master (a lost lease; an epoch it has not taken yet); empty otherwise.
+	Fenced string `json:"fenced,omitempty"`
+	// InSyncVersion is the version of the in-sync set a master applies.
+	InSyncVersion uint64 `json:"inSyncVersion,omitempty"`
+	// Slaves lists a master's confirming slaves.
+	Slaves []SlaveConfirm `json:"slaves,omitempty"`
+}
+
+// SlaveConfirm is one confirming slave as its master sees it.
+type SlaveConfirm struct {
+	Instance  string `json:"instance"`
+	Confirmed int64  `json:"confirmed"`
+	LagMs     int64  `json:"lagMs"`
+}
+
+// ReplicaStreamV2 is NodeStatus.Replica of a master that serves commit
+// frames and reads epoch records (docs/protocol.md §4.6).
+const ReplicaStreamV2 = 2
+
+// FencedPrefix starts the text of the 400 a fenced master answers a write
+// with (a cluster master that lost its lease or learned a newer epoch):
+// clients look for the master again on it.
+const FencedPrefix = "fenced: "
 
 // IsMaster reports whether the node said it is a master.
 func (s *NodeStatus) IsMaster() bool { return s.Role == RoleMaster }

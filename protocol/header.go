@@ -88,8 +88,11 @@ func (c Command) Acceptable() bool {
 
 // Response status codes (docs/protocol.md §2.1).
 const (
-	StatusOK     uint16 = 200
-	StatusAlive  uint16 = 201
+	StatusOK    uint16 = 200
+	StatusAlive uint16 = 201
+	// StatusCommit is a commit frame on a version 2 replica stream
+	// (docs/protocol.md §4.6): CommitFrameLen bytes after the header.
+	StatusCommit uint16 = 202
 	StatusSubEnd uint16 = 255
 	StatusError  uint16 = 400
 )

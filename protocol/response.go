@@ -46,6 +46,32 @@ func AppendReplyOK(dst []byte) []byte { return appendCode(dst, StatusOK) }
 // AppendReplyAlive appends a 201.
 func AppendReplyAlive(dst []byte) []byte { return appendCode(dst, StatusAlive) }
 
+// CommitFrameLen is the body of a commit frame: the commit point (int64
+// LE) and the master's epoch (uint64 LE).
+const CommitFrameLen = 16
+
+// AppendCommitFrame appends a commit frame (202, docs/protocol.md §4.6):
+// the 10-byte header with bytes 2..9 zero, then the commit point and the
+// master's epoch.
+func AppendCommitFrame(dst []byte, commitPoint int64, epoch uint64) []byte {
+	dst = appendCode(dst, StatusCommit)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(commitPoint))
+	return binary.LittleEndian.AppendUint64(dst, epoch)
+}
+
+// DecodeCommitFrame decodes the CommitFrameLen bytes after a commit
+// frame's header; a negative commit point is malformed.
+func DecodeCommitFrame(b []byte) (commitPoint int64, epoch uint64, err error) {
+	if len(b) != CommitFrameLen {
+		return 0, 0, fmt.Errorf("commit frame body of %d bytes, want %d", len(b), CommitFrameLen)
+	}
+	commitPoint = int64(binary.LittleEndian.Uint64(b))
+	if commitPoint < 0 {
+		return 0, 0, fmt.Errorf("commit frame with a negative commit point %d", commitPoint)
+	}
+	return commitPoint, binary.LittleEndian.Uint64(b[8:]), nil
+}
+
 // AppendReplySubEnd appends a 255 (subscription ended: topic deleted).
 func AppendReplySubEnd(dst []byte) []byte { return appendCode(dst, StatusSubEnd) }
 

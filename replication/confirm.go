@@ -17,16 +17,24 @@ import (
 // ConfirmLen bytes:
 //
 //	0..3   "SMC1" (ConfirmMagic)
-//	4      kind: 1 hello, 2 confirm
+//	4      kind: 1 hello, 2 confirm, 3 epoch (version 2 streams only)
 //	5      flags: bit 0 (ConfirmFsynced) = the eventIds confirmed are
-//	       fsynced on the slave (it runs store.flushLevel 2); other bits 0
+//	       fsynced on the slave (it runs store.flushLevel 2); bit 1
+//	       (ConfirmV2, hello only) = this slave reads commit frames and
+//	       sends epoch records (docs/protocol.md §4.6); other bits 0
 //	6..11  hello: the slave's instance id (6 random bytes kept in its
 //	       data directory, SlaveOptions.InstanceID, so a master never
 //	       counts one slave twice over an old and a new connection, even
-//	       across a restart of the slave); confirm: zero
-//	12..19 int64 LE eventId: the last eventId of the last block the slave
-//	       has in its binlog, written by its writer (and fsynced when
-//	       flag bit 0 is set)
+//	       across a restart of the slave); confirm, epoch: zero
+//	12..19 hello, confirm: int64 LE eventId: the last eventId of the last
+//	       block the slave has in its binlog, written by its writer (and
+//	       fsynced when flag bit 0 is set); epoch: the highest promotion
+//	       epoch the slave knows (int64 LE, non-negative)
+//
+// A slave sets bit 1 and sends epoch records only to a master whose
+// status says it serves version 2 (protocol.NodeStatus.Replica), so a
+// master of an earlier version, which would take them as malformed, never
+// sees one.
 //
 // Our master counts a connection as confirming only when its first bytes
 // are the magic; anything else (an original slave's silence, 2-byte acks)
@@ -41,10 +49,15 @@ const (
 const (
 	ConfirmHello   byte = 1
 	ConfirmConfirm byte = 2
+	ConfirmEpoch   byte = 3
 )
 
-// ConfirmFsynced is flag bit 0 (byte 5).
-const ConfirmFsynced byte = 1
+// Flags of byte 5: ConfirmFsynced (bit 0) on hello and confirm records,
+// ConfirmV2 (bit 1) on a hello only.
+const (
+	ConfirmFsynced byte = 1
+	ConfirmV2      byte = 2
+)
 
 // InstanceIDLen is the length of the hello's instance id.
 const InstanceIDLen = 6
@@ -56,8 +69,9 @@ var ErrBadConfirm = errors.New("malformed confirmation record")
 type Confirm struct {
 	Kind     byte
 	Fsynced  bool
+	V2       bool                // hello only: a version 2 slave
 	Instance [InstanceIDLen]byte // hello only
-	EventID  int64
+	EventID  int64               // the epoch in an epoch record
 }
 
 // AppendConfirm appends the ConfirmLen bytes of c to dst.
@@ -65,11 +79,14 @@ func AppendConfirm(dst []byte, c Confirm) []byte {
 	var r [ConfirmLen]byte
 	copy(r[:4], ConfirmMagic)
 	r[4] = c.Kind
-	if c.Fsynced {
+	if c.Fsynced && c.Kind != ConfirmEpoch {
 		r[5] = ConfirmFsynced
 	}
 	if c.Kind == ConfirmHello {
 		copy(r[6:12], c.Instance[:])
+		if c.V2 {
+			r[5] |= ConfirmV2
+		}
 	}
 	binary.LittleEndian.PutUint64(r[12:], uint64(c.EventID))
 	return append(dst, r[:]...)
@@ -92,20 +109,26 @@ func DecodeConfirm(b []byte) (Confirm, error) {
 		return Confirm{}, fmt.Errorf("%w: magic % x", ErrBadConfirm, b[:4])
 	}
 	c := Confirm{Kind: b[4], Fsynced: b[5]&ConfirmFsynced != 0}
+	allowed := ConfirmFsynced
 	switch c.Kind {
 	case ConfirmHello:
 		copy(c.Instance[:], b[6:12])
-	case ConfirmConfirm:
+		c.V2 = b[5]&ConfirmV2 != 0
+		allowed |= ConfirmV2
+	case ConfirmConfirm, ConfirmEpoch:
 		for _, x := range b[6:12] {
 			if x != 0 {
-				return Confirm{}, fmt.Errorf("%w: reserved bytes 6..11 of a confirm are % x, want zeros", ErrBadConfirm, b[6:12])
+				return Confirm{}, fmt.Errorf("%w: reserved bytes 6..11 of kind %d are % x, want zeros", ErrBadConfirm, c.Kind, b[6:12])
 			}
+		}
+		if c.Kind == ConfirmEpoch {
+			allowed = 0
 		}
 	default:
 		return Confirm{}, fmt.Errorf("%w: kind %d", ErrBadConfirm, c.Kind)
 	}
-	if b[5]&^ConfirmFsynced != 0 {
-		return Confirm{}, fmt.Errorf("%w: unknown flags %#02x", ErrBadConfirm, b[5])
+	if b[5]&^allowed != 0 {
+		return Confirm{}, fmt.Errorf("%w: unknown flags %#02x for kind %d", ErrBadConfirm, b[5], c.Kind)
 	}
 	c.EventID = int64(binary.LittleEndian.Uint64(b[12:]))
 	if c.EventID < 0 {

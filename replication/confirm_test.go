@@ -21,6 +21,10 @@ func TestConfirmRecordBytes(t *testing.T) {
 			"534d4331" + "02" + "00" + "000000000000" + "0700000000000000"},
 		{"confirm drops the instance", Confirm{Kind: ConfirmConfirm, Fsynced: true, Instance: [6]byte{9}, EventID: 1 << 40},
 			"534d4331" + "02" + "01" + "000000000000" + "0000000000010000"},
+		{"hello version 2 fsynced", Confirm{Kind: ConfirmHello, Fsynced: true, V2: true, Instance: [6]byte{0xaa}, EventID: 3},
+			"534d4331" + "01" + "03" + "aa0000000000" + "0300000000000000"},
+		{"epoch 5", Confirm{Kind: ConfirmEpoch, EventID: 5},
+			"534d4331" + "03" + "00" + "000000000000" + "0500000000000000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,8 +37,8 @@ func TestConfirmRecordBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := tc.c
-			if want.Kind == ConfirmConfirm {
-				want.Instance = [6]byte{}
+			if want.Kind != ConfirmHello {
+				want.Instance, want.V2 = [6]byte{}, false
 			}
 			if got != want {
 				t.Fatalf("decoded %+v, want %+v", got, want)
@@ -56,8 +60,11 @@ func TestDecodeConfirmRejects(t *testing.T) {
 		{"empty", nil, "0 bytes"},
 		{"magic", mod(func(b []byte) []byte { b[3] = '2'; return b }), "magic"},
 		{"kind 0", mod(func(b []byte) []byte { b[4] = 0; return b }), "kind 0"},
-		{"kind 3", mod(func(b []byte) []byte { b[4] = 3; return b }), "kind 3"},
-		{"flags", mod(func(b []byte) []byte { b[5] = 2; return b }), "unknown flags"},
+		{"kind 4", mod(func(b []byte) []byte { b[4] = 4; return b }), "kind 4"},
+		{"flags", mod(func(b []byte) []byte { b[5] = 4; return b }), "unknown flags"},
+		{"version 2 flag on a confirm", mod(func(b []byte) []byte { b[5] = ConfirmV2; return b }), "unknown flags"},
+		{"flags on an epoch record", mod(func(b []byte) []byte { b[4], b[5] = ConfirmEpoch, ConfirmFsynced; return b }), "unknown flags"},
+		{"reserved bytes of an epoch record", mod(func(b []byte) []byte { b[4], b[7] = ConfirmEpoch, 1; return b }), "reserved"},
 		{"reserved", mod(func(b []byte) []byte { b[11] = 1; return b }), "reserved"},
 		{"negative", mod(func(b []byte) []byte { b[19] = 0x80; return b }), "negative"},
 		{"2-byte acks", bytes.Repeat([]byte{1, 0}, 10), "magic"},
@@ -123,7 +130,7 @@ func FuzzConfirmFeed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
 		tr := newTestTracker(t, 1, false)
 		const sent = 100
-		c := newConfirmState(tr, "slave", func() int64 { return sent }, quiet)
+		c := newConfirmState(tr, "slave", func() int64 { return sent }, nil, quiet)
 		n := max(int(step), 1)
 		for off := 0; off < len(data); off += n {
 			c.feed(data[off:min(off+n, len(data))])

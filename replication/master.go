@@ -85,6 +85,12 @@ type MasterOptions struct {
 	// Sync receives the confirmations of a confirming slave (semi-sync
 	// replication); nil discards whatever the slave sends.
 	Sync *SyncTracker
+	// Epoch is the master's promotion epoch, sent in commit frames to a
+	// version 2 slave (nil: 0). OnEpoch receives the epoch a version 2
+	// slave says it knows (an epoch record): one above Epoch tells this
+	// master that a newer one exists.
+	Epoch   func() uint64
+	OnEpoch func(uint64)
 }
 
 // Defaults of MasterOptions.
@@ -139,7 +145,7 @@ var errConnClosed = errors.New("connection closed by this server")
 func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source, after int64, opts MasterOptions) (reuse bool, err error) {
 	opts.setDefaults()
 	log := opts.Logger.With("replicaFrom", after)
-	m := &masterConn{conn: conn, opts: &opts}
+	m := &masterConn{conn: conn, opts: &opts, commitSent: -1}
 	st, err := src.ReplicaStream(after)
 	if err != nil {
 		log.Warn("replica request refused", "err", err)
@@ -161,7 +167,10 @@ func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source
 		if sr, ok := st.(sentReporter); ok {
 			sent = sr.SentEventID
 		}
-		m.confirm = newConfirmState(opts.Sync, conn.RemoteAddr().String(), sent, log)
+		m.confirm = newConfirmState(opts.Sync, conn.RemoteAddr().String(), sent, opts.OnEpoch, log)
+		if w, ok := st.(waker); ok {
+			w.SetWake(m.commitMoved)
+		}
 	}
 	stopReader, err := m.discardInput(r, cancel)
 	if err != nil {
@@ -193,6 +202,59 @@ type masterConn struct {
 	blocks  int64
 	bytes   int64
 	confirm *confirmState // nil: the slave's input is discarded
+	// commitSent is the commit point last sent in a commit frame (-1:
+	// none yet); stream goroutine only.
+	commitSent int64
+}
+
+// waker is implemented by a Stream whose wait for the next commit can also
+// end when another channel closes (*broker.BinlogStream): a version 2
+// stream then sends a commit frame as soon as the commit point moves,
+// not only with the next block.
+type waker interface {
+	SetWake(func() <-chan struct{})
+}
+
+// commitMoved is the channel that closes when the commit point rises past
+// what this stream sent (or, before the slave's first record, when that
+// record arrives); nil when the slave is not version 2 (the stream's wait
+// then ends only with a commit).
+func (m *masterConn) commitMoved() <-chan struct{} {
+	if m.confirm == nil {
+		return nil
+	}
+	if m.confirm.mode.Load() == confirmUndecided {
+		return m.confirm.decided // the hello may say version 2
+	}
+	if !m.confirm.v2.Load() {
+		return nil
+	}
+	cp, ch := m.confirm.t.commitView()
+	if cp != m.commitSent {
+		return closedChan
+	}
+	return ch
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// appendCommit appends a commit frame when the slave is version 2 and the
+// commit point changed since the last one; it reports whether it did.
+func (m *masterConn) appendCommit() bool {
+	if m.confirm == nil || !m.confirm.v2.Load() {
+		return false
+	}
+	cp, _ := m.confirm.t.commitView()
+	if cp == m.commitSent {
+		return false
+	}
+	var epoch uint64
+	if m.opts.Epoch != nil {
+		epoch = m.opts.Epoch()
+	}
+	m.out = protocol.AppendCommitFrame(m.out, cp, epoch)
+	m.commitSent = cp
+	return true
 }
 
 // sentReporter is implemented by a Stream that knows the last eventId it
@@ -263,6 +325,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 				n, err = n+n2, err2
 			}
 		}
+		committed := err == nil && m.appendCommit()
 		if len(m.out) > 0 {
 			lastWrite, lastN = time.Now(), found
 		}
@@ -283,7 +346,7 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 			}
 			return fmt.Errorf("read binlog: %w", err)
 		}
-		if n == 0 {
+		if n == 0 && !committed {
 			m.out = protocol.AppendReplyAlive(m.out[:0])
 			if err := m.flush(); err != nil {
 				return err

@@ -45,11 +45,23 @@ type confirmState struct {
 
 	mu    sync.Mutex
 	marks []sentMark // FIFO of (last eventId sent, when its commit was seen)
+
+	// v2 is set when the hello says the slave reads commit frames and
+	// sends epoch records (docs/protocol.md §4.6); onEpoch receives those.
+	v2      atomic.Bool
+	onEpoch func(uint64)
+	// decided is closed once the first record decided the mode: a stream
+	// waiting before the hello arrived then learns that it is version 2.
+	decided     chan struct{}
+	decidedOnce sync.Once
 }
 
-func newConfirmState(t *SyncTracker, addr string, sent func() int64, log *slog.Logger) *confirmState {
-	return &confirmState{t: t, addr: addr, sent: sent, log: log, seq: t.streams.Add(1)}
+func newConfirmState(t *SyncTracker, addr string, sent func() int64, onEpoch func(uint64), log *slog.Logger) *confirmState {
+	return &confirmState{t: t, addr: addr, sent: sent, onEpoch: onEpoch, log: log, seq: t.streams.Add(1),
+		decided: make(chan struct{})}
 }
+
+func (c *confirmState) decide() { c.decidedOnce.Do(func() { close(c.decided) }) }
 
 // feed consumes bytes the slave sent (reader goroutine only).
 func (c *confirmState) feed(b []byte) {
@@ -63,6 +75,7 @@ func (c *confirmState) feed(b []byte) {
 		b = b[k:]
 		if mode == confirmUndecided && !IsConfirmPrefix(c.buf[:c.n]) {
 			c.mode.Store(confirmDiscarding)
+			c.decide()
 			c.log.Debug("the slave does not confirm (an original smss slave or a debug client); it never counts toward replication.syncSlaves")
 			return
 		}
@@ -93,14 +106,22 @@ func (c *confirmState) handle(rec Confirm) {
 			c.malformed("the hello's position is beyond what this stream started from")
 		default:
 			c.last = rec.EventID
-			c.slave = c.t.register(c.addr, c.seq, rec)
+			c.slave = c.t.register(c.addr, c.seq, rec, c.oldestUnconfirmed)
+			c.v2.Store(rec.V2)
 			c.mode.Store(confirmActive)
+			c.decide()
 			c.log.Info("the slave confirms what it applies (semi-synchronous replication)",
-				"position", rec.EventID, "fsynced", rec.Fsynced)
+				"position", rec.EventID, "fsynced", rec.Fsynced, "streamVersion2", rec.V2)
 		}
 		return
 	}
 	switch {
+	case rec.Kind == ConfirmEpoch && c.v2.Load():
+		if c.onEpoch != nil {
+			c.onEpoch(uint64(rec.EventID))
+		}
+	case rec.Kind == ConfirmEpoch:
+		c.malformed("an epoch record from a slave whose hello did not announce version 2")
 	case rec.Kind != ConfirmConfirm:
 		c.malformed("a second hello")
 	case rec.EventID < c.last:
@@ -116,6 +137,7 @@ func (c *confirmState) handle(rec Confirm) {
 
 func (c *confirmState) malformed(why string) {
 	c.mode.Store(confirmDiscarding)
+	c.decide()
 	if c.slave != nil {
 		c.slave.remove()
 	}
@@ -164,6 +186,17 @@ func (c *confirmState) latency(pos int64) (time.Duration, bool) {
 // commit as the writes' handlers, and often runs first.
 func (c *confirmState) urgent() bool {
 	return c != nil && c.mode.Load() == confirmActive && c.t.need > 0 && !c.t.degradedFlag.Load()
+}
+
+// oldestUnconfirmed is when the oldest commit streamed and not confirmed
+// was seen.
+func (c *confirmState) oldestUnconfirmed() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.marks) == 0 {
+		return time.Time{}, false
+	}
+	return c.marks[0].at, true
 }
 
 // close takes the slave out of the tracker (the stream ended).

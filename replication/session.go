@@ -46,6 +46,19 @@ func (d *deadlineConn) Read(p []byte) (int, error) {
 // the master sent at least one frame (then the backoff starts over).
 func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	s.setState(StateConnecting)
+	s.v2 = false
+	if s.opts.Probe != nil {
+		pctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout+s.opts.RequestTimeout)
+		version, epoch, err := s.opts.Probe(pctx)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("ask the master's status: %w", err)
+		}
+		if err := s.checkEpoch(epoch); err != nil {
+			return false, err
+		}
+		s.v2 = version >= protocol.ReplicaStreamV2
+	}
 	dctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
 	conn, err := s.opts.DialContext(dctx, "tcp", s.opts.MasterAddr)
 	cancel()
@@ -187,6 +200,9 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		s.readFrames(br, free, items, quit)
 	}()
 	cs := newConfirmSender(conn, s.instance, s.opts.Fsynced, s.opts.RequestTimeout, s.log)
+	if s.v2 {
+		cs.v2, cs.epoch = true, s.knownEpoch()
+	}
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
@@ -216,6 +232,9 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 			// first post (a block or an alive: the master accepted the
 			// stream) sends the hello; a lone 400 sends nothing.
 			cs.post(s.have)
+			if !s.v2 && s.opts.OnCommit != nil {
+				s.opts.OnCommit(s.have) // no commit frames: serve what it has
+			}
 		}
 		if err != nil {
 			return progressed, err
@@ -366,6 +385,27 @@ func (s *Slave) readFrame(br *bufio.Reader, b *batch) error {
 	case protocol.StatusAlive:
 		now := time.Now()
 		s.update(func(st *Status) { st.LastFrameAt = now })
+		return nil
+	case protocol.StatusCommit:
+		if !s.v2 {
+			return stopped("the master sent a commit frame (header % x) on a stream of version 0", h[:])
+		}
+		var body [protocol.CommitFrameLen]byte
+		if _, err := io.ReadFull(br, body[:]); err != nil {
+			return s.readErr("commit frame", unexpectedEOF(err))
+		}
+		cp, epoch, err := protocol.DecodeCommitFrame(body[:])
+		if err != nil {
+			return stopped("%v", err)
+		}
+		if err := s.checkEpoch(epoch); err != nil {
+			return err
+		}
+		now := time.Now()
+		s.update(func(st *Status) { st.LastFrameAt, st.CommitPoint = now, cp })
+		if s.opts.OnCommit != nil {
+			s.opts.OnCommit(cp)
+		}
 		return nil
 	case protocol.StatusError:
 		n := int(h.ErrLen())

@@ -96,6 +96,23 @@ type SlaveOptions struct {
 	// master has not noticed yet that the old one is dead. Zero picks a
 	// random id for this Slave.
 	InstanceID [InstanceIDLen]byte
+	// Probe, if set, asks the master's status before each session: the
+	// replica stream version it serves (protocol.NodeStatus.Replica) and
+	// its promotion epoch. An original master, which has no status
+	// command, is version 0 with epoch 0 and no error. A version 2 master
+	// gets a version 2 hello and sends commit frames (docs/protocol.md
+	// §4.6). nil: every session is version 0.
+	Probe func(ctx context.Context) (version int, epoch uint64, err error)
+	// KnownEpoch is the highest promotion epoch this node knows (its own,
+	// the masters it followed, its cluster's): the slave refuses to follow
+	// or confirm for a master whose epoch is lower (ErrStaleMaster), and
+	// tells a version 2 master (an epoch record). nil: 0.
+	KnownEpoch func() uint64
+	// OnCommit receives the commit point: the master's, from its commit
+	// frames; from a master of an earlier version, which sends none, the
+	// last eventId applied (its subscribers are served what it holds, as
+	// before read-committed delivery existed).
+	OnCommit func(eventID int64)
 }
 
 // Defaults of SlaveOptions.
@@ -176,10 +193,13 @@ type Status struct {
 	// ConnectedSince is when the current stream was opened; zero when not
 	// streaming.
 	ConnectedSince time.Time
-	LastFrameAt    time.Time     // last frame (data or alive) from the master
-	NextRetry      time.Time     // when connecting after a failure: next attempt
-	RetryIn        time.Duration // the backoff that NextRetry came from
-	Blocks         int64         // blocks applied by this process
+	LastFrameAt    time.Time // last frame (data or alive) from the master
+	// CommitPoint is the last commit point a version 2 master sent
+	// (docs/protocol.md §4.6); 0 from an earlier one.
+	CommitPoint int64
+	NextRetry   time.Time     // when connecting after a failure: next attempt
+	RetryIn     time.Duration // the backoff that NextRetry came from
+	Blocks      int64         // blocks applied by this process
 }
 
 // ErrStopped is wrapped by the error Run returns when replication stopped
@@ -213,6 +233,32 @@ type Slave struct {
 	// anchor the divergence check, and the master refused the fallback
 	// anchor (diverge.go); the next session resumes unchecked.
 	unverifiable bool
+	// v2 is the session's stream version (SlaveOptions.Probe): commit
+	// frames are expected, epoch records sent. Set before the session's
+	// reader starts, read by it.
+	v2 bool
+}
+
+// ErrStaleMaster is wrapped by the error of a session that ended because
+// the master's promotion epoch is below the one this node knows: a newer
+// master exists, and this slave neither follows nor confirms for the old
+// one (fencing). The session is retried with backoff; a cluster re-points
+// the slave.
+var ErrStaleMaster = errors.New("the master's epoch is below the epoch this node knows")
+
+func (s *Slave) knownEpoch() uint64 {
+	if s.opts.KnownEpoch == nil {
+		return 0
+	}
+	return s.opts.KnownEpoch()
+}
+
+// checkEpoch refuses a master whose epoch is below the known one.
+func (s *Slave) checkEpoch(epoch uint64) error {
+	if known := s.knownEpoch(); epoch < known {
+		return fmt.Errorf("%w: master %s is at epoch %d, this node knows epoch %d; not following it", ErrStaleMaster, s.opts.MasterAddr, epoch, known)
+	}
+	return nil
 }
 
 // NewSlave prepares replication into t. It reads the position from t's

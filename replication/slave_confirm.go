@@ -24,6 +24,11 @@ type confirmSender struct {
 
 	pos  atomic.Int64
 	kick chan struct{}
+
+	// v2: the hello says version 2 and an epoch record (epoch) follows it
+	// (docs/protocol.md §4.6). Set before run.
+	v2    bool
+	epoch uint64
 }
 
 func newConfirmSender(conn net.Conn, instance [InstanceIDLen]byte, fsynced bool, timeout time.Duration, log *slog.Logger) *confirmSender {
@@ -63,7 +68,10 @@ func (c *confirmSender) run(quit <-chan struct{}) {
 		if hello {
 			kind = ConfirmHello
 		}
-		buf = AppendConfirm(buf[:0], Confirm{Kind: kind, Fsynced: c.fsynced, Instance: c.instance, EventID: pos})
+		buf = AppendConfirm(buf[:0], Confirm{Kind: kind, Fsynced: c.fsynced, V2: c.v2, Instance: c.instance, EventID: pos})
+		if hello && c.v2 {
+			buf = AppendConfirm(buf, Confirm{Kind: ConfirmEpoch, EventID: int64(min(c.epoch, 1<<62))})
+		}
 		if err := writeAll(c.conn, buf, c.timeout); err != nil {
 			select {
 			case <-quit: // the session is ending: the connection was closed

@@ -34,6 +34,18 @@ type SyncOptions struct {
 	// LogSample logs 1 in LogSample timeouts (0: none); state changes are
 	// always logged.
 	LogSample int
+	// OnCommit, if set, receives every rise of the commit point
+	// (CommitPoint), called with the tracker's lock held: it must not
+	// call back into the tracker (broker.SetCommitPoint does not).
+	OnCommit func(eventID int64)
+	// InSync switches to the in-sync rule of a cluster (commit.go): a
+	// write is confirmed once every slave of the in-sync set (SetInSync)
+	// confirmed it, and only while that set has at least Slaves members.
+	InSync bool
+	// Fence, if set, is asked before a write is answered 200: a non-nil
+	// error (a *protocol.BizError starting protocol.FencedPrefix) refuses
+	// it. A cluster master that lost its lease is fenced.
+	Fence func() error
 }
 
 // DefaultSyncTimeout is SyncOptions.Timeout's default.
@@ -68,10 +80,12 @@ type SyncTracker struct {
 	log     *slog.Logger
 	sample  uint64
 	biz     error // the fail-mode error, built once
+	fence   func() error
 
 	mu       sync.Mutex
 	slaves   []*SyncSlave // confirming, connected
-	kth      int64        // the need-th highest confirmed position
+	kth      int64        // the need-th highest confirmed position (the in-sync set's lowest, InSync)
+	commit   commitState  // commit.go
 	waiters  waiterHeap
 	degraded bool
 	since    time.Time // degraded since
@@ -111,9 +125,21 @@ func NewSyncTracker(o SyncOptions) (*SyncTracker, error) {
 	}
 	msg := fmt.Sprintf("write not confirmed by %d slave(s) within %d ms; it is stored on the master and may still be replicated",
 		o.Slaves, o.Timeout.Milliseconds())
-	return &SyncTracker{need: o.Slaves, timeout: o.Timeout, degrade: o.Degrade, last: o.LastEventID,
+	if o.InSync && o.Degrade {
+		return nil, errors.New("replication: onSyncTimeout degrade cannot apply to a cluster's in-sync rule: a fenced or partitioned master would acknowledge writes a failover loses")
+	}
+	if o.InSync && o.Slaves < 1 {
+		return nil, fmt.Errorf("replication: a cluster needs at least 1 sync slave, got %d", o.Slaves)
+	}
+	if o.InSync {
+		msg = fmt.Sprintf("write not confirmed by the in-sync slaves (at least %d) within %d ms; it is stored on the master and may still be replicated",
+			o.Slaves, o.Timeout.Milliseconds())
+	}
+	t := &SyncTracker{need: o.Slaves, timeout: o.Timeout, degrade: o.Degrade, last: o.LastEventID,
 		log: o.Logger.With("component", "semi-sync"), sample: uint64(max(o.LogSample, 0)),
-		biz: &notConfirmed{protocol.NewBizError(msg)}, sharedGrace: sharedIDGrace}, nil
+		biz: &notConfirmed{protocol.NewBizError(msg)}, sharedGrace: sharedIDGrace}
+	t.commit.onCommit, t.commit.inSync, t.fence = o.OnCommit, o.InSync, o.Fence
+	return t, nil
 }
 
 // Enabled reports whether writes wait for confirmations (Slaves > 0).
@@ -161,12 +187,17 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 	if t == nil || t.need == 0 || eventID <= 0 {
 		return nil
 	}
+	if err := t.fenced(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	if t.kth >= eventID {
 		t.mu.Unlock()
-		return nil
+		return t.fenced()
 	}
 	if t.degraded {
+		// Answered 200: make it visible as the acknowledged write it is.
+		t.raiseCommitLocked(t.last())
 		t.mu.Unlock()
 		t.unconfirmed.Add(1)
 		return nil
@@ -190,7 +221,7 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 	case <-w.ch:
 		w.timer.Stop()
 		t.waiterPool.Put(w)
-		return nil
+		return t.fenced()
 	case <-w.timer.C:
 	case <-ctx.Done():
 		w.timer.Stop()
@@ -202,7 +233,7 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 		t.mu.Unlock()
 		<-w.ch
 		t.waiterPool.Put(w)
-		return nil
+		return t.fenced()
 	}
 	heap.Remove(&t.waiters, w.idx)
 	w.idx = -1
@@ -221,6 +252,7 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 	t.timeoutsDeg.Add(1)
 	t.unconfirmed.Add(1)
 	t.enterDegradedLocked()
+	t.raiseCommitLocked(t.last())
 	t.mu.Unlock()
 	t.waiterPool.Put(w)
 	t.logTimeout(eventID)
@@ -246,6 +278,7 @@ func (t *SyncTracker) enterDegradedLocked() {
 	t.target, t.targetAt = t.last(), t.since
 	t.degradations.Add(1)
 	released := len(t.waiters)
+	t.raiseCommitLocked(t.target) // every write up to it is answered 200 now
 	for len(t.waiters) > 0 {
 		w := heap.Pop(&t.waiters).(*waiter)
 		t.unconfirmed.Add(1)
@@ -320,6 +353,10 @@ type SyncSlave struct {
 	replacedBy string    // the address of the newer connection that superseded it
 	replacedAt time.Time // when
 	warned     bool      // the shared-id warning was logged for it
+
+	// oldest is when the oldest block streamed on this connection and not
+	// yet confirmed was committed (ok false: none); set before it counts.
+	oldest func() (time.Time, bool)
 }
 
 // sharedIDGrace is how long after its replacement a connection's
@@ -338,9 +375,9 @@ const sharedIDGrace = time.Second
 // says: the old connection's position no longer counts, nor do its later
 // confirmations (confirm). Of two connections with one id the one whose
 // stream started later wins, whichever hello is read first.
-func (t *SyncTracker) register(addr string, seq uint64, h Confirm) *SyncSlave {
+func (t *SyncTracker) register(addr string, seq uint64, h Confirm, oldest func() (time.Time, bool)) *SyncSlave {
 	now := time.Now()
-	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, seq: seq, since: now, pos: h.EventID, fsynced: h.Fsynced, at: now}
+	s := &SyncSlave{t: t, addr: addr, instance: h.Instance, seq: seq, since: now, pos: h.EventID, fsynced: h.Fsynced, at: now, oldest: oldest}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := 0; i < len(t.slaves); i++ {
@@ -434,7 +471,10 @@ func (t *SyncTracker) advanceLocked() {
 		return
 	}
 	k := int64(0)
-	if len(t.slaves) >= t.need {
+	switch {
+	case t.commit.inSync:
+		k = t.inSyncLowestLocked()
+	case len(t.slaves) >= t.need:
 		t.pos = t.pos[:0]
 		for _, s := range t.slaves {
 			t.pos = append(t.pos, s.pos)
@@ -443,6 +483,7 @@ func (t *SyncTracker) advanceLocked() {
 		k = t.pos[len(t.pos)-t.need]
 	}
 	t.kth = k
+	t.raiseCommitLocked(k)
 	for len(t.waiters) > 0 && t.waiters[0].id <= k {
 		w := heap.Pop(&t.waiters).(*waiter)
 		w.ch <- struct{}{}

@@ -77,15 +77,15 @@ func TestSyncReplacedConnection(t *testing.T) {
 			oldSeq, newSeq := tr.streams.Add(1), tr.streams.Add(1)
 			var old, nw *SyncSlave
 			if c.oldFirst {
-				old = tr.register("old", oldSeq, hello(7, 1))
+				old = tr.register("old", oldSeq, hello(7, 1), nil)
 				old.confirm(c.oldPos, false, 0, false)
 				if got := tr.Confirmed(); got != c.oldPos {
 					t.Fatalf("before the newer connection: confirmed %d, want %d", got, c.oldPos)
 				}
-				nw = tr.register("new", newSeq, hello(7, c.newPos))
+				nw = tr.register("new", newSeq, hello(7, c.newPos), nil)
 			} else {
-				nw = tr.register("new", newSeq, hello(7, c.newPos))
-				old = tr.register("old", oldSeq, hello(7, c.oldPos))
+				nw = tr.register("new", newSeq, hello(7, c.newPos), nil)
+				old = tr.register("old", oldSeq, hello(7, c.oldPos), nil)
 			}
 			if c.oldLater > 0 {
 				old.confirm(c.oldLater, false, 0, false)

@@ -67,15 +67,15 @@ func TestSyncWaitCounts(t *testing.T) {
 	tr := newTestTracker(t, 2, false)
 	w5, w9 := waitAsync(tr, ctx, 5), waitAsync(tr, ctx, 9)
 	waitWaiting(t, tr, 2)
-	a := tr.register("a", tr.streams.Add(1), hello(1, 9))
+	a := tr.register("a", tr.streams.Add(1), hello(1, 9), nil)
 	expectPending(t, w5, "one slave of two")
-	b := tr.register("b", tr.streams.Add(1), hello(2, 4))
+	b := tr.register("b", tr.streams.Add(1), hello(2, 4), nil)
 	expectPending(t, w5, "second slave below")
 	b.confirm(7, false, 0, false)
 	expectDone(t, w5, nil, "5 with both slaves at >= 7")
 	expectPending(t, w9, "9 with one slave at 7")
 	// The same instance reconnecting does not count twice.
-	tr.register("a2", tr.streams.Add(1), hello(1, 9))
+	tr.register("a2", tr.streams.Add(1), hello(1, 9), nil)
 	expectPending(t, w9, "9 with one slave counted twice")
 	if in, _ := tr.Info(); in.Confirming != 2 || in.Confirmed != 7 {
 		t.Fatalf("info %+v", in)
@@ -99,7 +99,7 @@ func TestSyncWaitCounts(t *testing.T) {
 // a business error, within the timeout.
 func TestSyncFailTimeout(t *testing.T) {
 	tr := newTestTrackerLast(t, 1, false, 150*time.Millisecond, func() int64 { return 3 })
-	tr.register("silent", tr.streams.Add(1), hello(1, 2))
+	tr.register("silent", tr.streams.Add(1), hello(1, 2), nil)
 	start := time.Now()
 	err := tr.Wait(context.Background(), 3)
 	took := time.Since(start)
@@ -139,7 +139,7 @@ func TestSyncContextAndTrivialCases(t *testing.T) {
 		t.Fatalf("info %+v", in)
 	}
 	// The cancelled waiter is gone from the heap: a confirmation is fine.
-	tr.register("a", tr.streams.Add(1), hello(1, 4))
+	tr.register("a", tr.streams.Add(1), hello(1, 4), nil)
 }
 
 // TestSyncDegrade: a timeout answers 200, releases the other waiters,
@@ -150,7 +150,7 @@ func TestSyncDegrade(t *testing.T) {
 	last.Store(10)
 	tr := newTestTrackerLast(t, 1, true, 100*time.Millisecond, last.Load)
 	ctx := context.Background()
-	s := tr.register("a", tr.streams.Add(1), hello(1, 2))
+	s := tr.register("a", tr.streams.Add(1), hello(1, 2), nil)
 	w10 := waitAsync(tr, ctx, 10)
 	waitWaiting(t, tr, 1)
 	w8 := waitAsync(tr, ctx, 8) // released with w10's timeout
@@ -188,7 +188,7 @@ func TestStreamUrgency(t *testing.T) {
 		t.Fatal("no semi-sync: urgent")
 	}
 	feedHello := func(tr *SyncTracker) *confirmState {
-		c := newConfirmState(tr, "s", func() int64 { return 10 }, quiet)
+		c := newConfirmState(tr, "s", func() int64 { return 10 }, nil, quiet)
 		c.feed(AppendConfirm(nil, hello(1, 10)))
 		return c
 	}
@@ -197,7 +197,7 @@ func TestStreamUrgency(t *testing.T) {
 		t.Fatal("syncSlaves 0: urgent")
 	}
 	tr := newTestTrackerLast(t, 2, true, 50*time.Millisecond, func() int64 { return 20 })
-	foreign := newConfirmState(tr, "f", func() int64 { return 10 }, quiet)
+	foreign := newConfirmState(tr, "f", func() int64 { return 10 }, nil, quiet)
 	foreign.feed([]byte{0, 0})
 	if foreign.urgent() {
 		t.Fatal("non-confirming slave: urgent")

@@ -113,6 +113,11 @@ type Options struct {
 	// confirmations arriving on replica streams; nil (or 0 slaves)
 	// answers at once.
 	Sync *replication.SyncTracker
+	// ReplicaEpoch is the promotion epoch a master sends in commit frames
+	// to version 2 slaves; OnSlaveEpoch receives the epoch such a slave
+	// says it knows (docs/protocol.md §4.6). nil: 0, and ignored.
+	ReplicaEpoch func() uint64
+	OnSlaveEpoch func(uint64)
 	// ReplicaLinger is replication.MasterOptions.Linger: how long a busy
 	// replica stream gathers commits into one write, replication.lingerMs
 	// (0: the replication package's default; negative: off).

@@ -18,7 +18,7 @@ func (c *conn) replica(start time.Time) bool {
 	src := &replicaSource{Source: c.s.opts.Replication, c: c, start: start}
 	reuse, err := replication.ServeMaster(c.s.ctx, c.nc, c.br, src, c.req.EventID,
 		replication.MasterOptions{AliveInterval: c.s.opts.AliveInterval, Linger: c.s.opts.ReplicaLinger, Logger: c.log,
-			Sync: c.s.opts.Sync})
+			Sync: c.s.opts.Sync, Epoch: c.s.opts.ReplicaEpoch, OnEpoch: c.s.opts.OnSlaveEpoch})
 	if src.opened && err != nil && !errors.Is(err, replication.ErrSlaveGone) && !c.s.isShutting() {
 		c.s.opts.Metrics.Error(metrics.KindReplication)
 	}

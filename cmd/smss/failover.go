@@ -12,6 +12,7 @@ import (
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
 	"github.com/smssmq/smss/server"
 )
 
@@ -38,6 +39,33 @@ type node struct {
 	// node's binlog is not a prefix of its master's: serve then ends the
 	// process rather than serve a tail the master never had.
 	diverged chan error
+
+	// restart makes serve return to run the node again with another
+	// role (a cluster's master stepping down); buffered, one request.
+	restart chan *restartAs
+
+	// sync is the semi-synchronous tracker (set before serving): the
+	// commit point and the replica stream version of status.
+	sync *replication.SyncTracker
+	// newerEpoch is the highest epoch a slave reported above this node's
+	// own (a newer master exists), 0 when none; warned once per value.
+	newerEpoch atomic.Uint64
+}
+
+// slaveEpoch receives the epoch a version 2 slave knows (an epoch record
+// on its replica stream). One above this master's own means that another
+// node was promoted: this one is an old master, and its slaves are
+// leaving it (they refuse to confirm for a lower epoch). Outside a
+// cluster only an operator can act on it: it is logged.
+func (n *node) slaveEpoch(epoch uint64) {
+	own := n.b.Epoch()
+	if epoch <= own || n.newerEpoch.Load() >= epoch {
+		return
+	}
+	n.newerEpoch.Store(epoch)
+	n.log.Error("A SLAVE KNOWS A NEWER PROMOTION EPOCH: another node was promoted master after this one; "+
+		"its slaves no longer confirm writes for it. Stop it and bring it back as a slave with -rejoin",
+		"ownEpoch", own, "slaveEpoch", epoch)
 }
 
 var (
@@ -91,6 +119,14 @@ func (n *node) stop() {
 // Status implements server.Control.
 func (n *node) Status() server.NodeStatus {
 	st := server.NodeStatus{Role: server.RoleMaster, Epoch: n.b.Epoch(), LastEventID: n.b.LastEventID()}
+	if n.sync.Enabled() {
+		// It tracks confirmations, so it can send commit frames.
+		st.Replica = protocol.ReplicaStreamV2
+		st.CommitPoint = n.sync.CommitPoint()
+	}
+	if n.b.ReadCommitted() {
+		st.CommitPoint = n.b.CommitPoint()
+	}
 	if n.b.IsSlave() {
 		st.Role = server.RoleSlave
 		if r := n.runner.Load(); r != nil {

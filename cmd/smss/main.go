@@ -108,6 +108,45 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		logger.Error("cannot prepare the data directory", "key", "store.path", "err", err)
 		return exitFailure
 	}
+	// A node changes role in place (a cluster's master that steps down
+	// comes back as a slave of the new one, through -rejoin's path): the
+	// broker, the server and the node are built anew, the process and its
+	// admin endpoint stay.
+	for {
+		code, next := runNode(cfg, fl, role, adm, logger, sig)
+		if next == nil {
+			logger.Info("smss stopped", "exit", code)
+			return code
+		}
+		logger.Warn("restarting in place with a new role", "role", next.role, "master", next.master(), "rejoin", next.rejoin, "why", next.why)
+		nf := *fl
+		nf.masterHost, nf.masterPort, nf.rejoin = next.masterHost, next.masterPort, next.rejoin
+		fl, role = &nf, next.role
+	}
+}
+
+// restartAs asks runNode's caller to run the node again with another role
+// (serve returns it).
+type restartAs struct {
+	role       string
+	masterHost string
+	masterPort int
+	rejoin     bool
+	why        string
+}
+
+func (r *restartAs) master() string {
+	if r.masterHost == "" {
+		return ""
+	}
+	return net.JoinHostPort(r.masterHost, fmt.Sprint(r.masterPort))
+}
+
+// runNode opens the data directory, serves with role until a signal, a
+// failure or a role change, and closes it. It returns the exit status, or
+// the role to run again with.
+func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) (int, *restartAs) {
+	code := exitOK
 	bopts := broker.Options{
 		Dir:           cfg.Store.Path,
 		MaxLogSize:    cfg.Store.MaxLogSize,
@@ -137,19 +176,20 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		CursorSegmentBytes:     cfg.Cursor.SegmentBytes,
 		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
 		CursorRetention:        cfg.CursorRetention(),
+		ReadCommitted:          cfg.Replication.ReadCommittedOn(),
 	}
 	bopts.InlineDeliveries = inlineDeliveries(cfg.Worker.InlineDeliveries)
 	b, err := broker.Open(bopts)
 	if err != nil {
 		logger.Error("cannot open the data directory", "dir", cfg.Store.Path, "err", err)
-		return exitFailure
+		return exitFailure, nil
 	}
 	if role == roleSlave && b.ReadOnly() != nil {
 		// The divergence check may move a tail aside (-rejoin): a write.
 		logger.Warn("started read-only: skipping the check against the master's binlog", "cause", b.ReadOnly())
 	} else if role == roleSlave {
 		if b, code = checkDivergence(cfg, fl, b, bopts, logger, sig); code >= 0 {
-			return code
+			return code, nil
 		}
 	} else if fl.rejoin {
 		logger.Warn("-rejoin applies to -role slave only; ignored")
@@ -160,28 +200,33 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		logger.Error("cannot start the background jobs", "err", err)
 		adm.shutdown()
 		b.Close()
-		return exitFailure
+		return exitFailure, nil
 	}
-	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event, diverged: make(chan error, 1)}
-	code = serve(cfg, role, fl, n, adm, logger, sig)
-	bg.stop()      // background jobs write through the broker: stop them first
-	adm.shutdown() // it reads the broker's state
+	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event, diverged: make(chan error, 1),
+		restart: make(chan *restartAs, 1)}
+	code, next := serve(cfg, role, fl, n, adm, logger, sig)
+	bg.stop() // background jobs write through the broker: stop them first
+	if next == nil {
+		adm.shutdown() // it reads the broker's state
+	} else {
+		adm.setBroker(nil) // until the next run opens it again
+	}
 	if err := b.Close(); err != nil {
 		logger.Error("closing the broker failed; the last writes may not be durable", "err", err)
 		code = exitFailure
 	}
-	logger.Info("smss stopped", "exit", code)
-	return code
+	return code, next
 }
 
 // serve runs the network server until a signal, a fatal broker error or a
 // server failure, then shuts the server down. The caller closes the broker.
-func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) int {
+func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) (int, *restartAs) {
 	b := n.b
+	var next *restartAs // set when the node leaves serve to run again with another role
 	sec, listenerTLS, err := setupSecurity(cfg, logger)
 	if err != nil {
 		logger.Error("cannot set up authentication or TLS", "err", err)
-		return exitUsage
+		return exitUsage, nil
 	}
 	// Replication is always the broker's source: the server serves replica
 	// requests while the broker is a master, which it asks at each request,
@@ -197,12 +242,14 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		LastEventID: b.LastEventID,
 		Logger:      logger,
 		LogSample:   cfg.Log.Sample,
+		OnCommit:    b.SetCommitPoint, // read-committed delivery; a no-op when off
 	})
 	if err != nil {
 		logger.Error("cannot set up semi-synchronous replication", "err", err)
-		return exitUsage
+		return exitUsage, nil
 	}
 	adm.setSync(syncTracker)
+	n.sync = syncTracker
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -228,6 +275,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Replication:       replication.SourceOf(b.ReplicaStream),
 		ReplicaLinger:     cfg.ReplicaLinger(),
 		Sync:              syncTracker,
+		ReplicaEpoch:      b.Epoch,
+		OnSlaveEpoch:      n.slaveEpoch,
 		Metrics:           adm.metrics(),
 		Security:          sec,
 		Control:           n,
@@ -240,11 +289,11 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	})
 	if err != nil {
 		logger.Error("cannot create the server", "err", err)
-		return exitFailure
+		return exitFailure, nil
 	}
 	if err := srv.Listen(); err != nil {
 		logger.Error("cannot listen", "addr", cfg.ListenAddr(), "err", err)
-		return exitFailure
+		return exitFailure, nil
 	}
 	addr := srv.Addr()
 	adm.setListenerTLS(listenerTLS)
@@ -265,7 +314,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		if err := n.startFollowing(fl.masterHost, fl.masterPort); err != nil {
 			logger.Error("cannot start replication", "err", err)
 			srv.Shutdown(context.Background())
-			return exitUsage
+			return exitUsage, nil
 		}
 		hup.master = n.link()
 		// follow replaces the link: SIGHUP reloads the one in use.
@@ -286,6 +335,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	case err := <-b.Fatal():
 		logger.Error("the writer stopped on a fatal error; shutting down", "err", err)
 		code = exitFailure
+	case next = <-n.restart:
+		logger.Warn("leaving this role: the server stops and the node runs again", "role", next.role, "why", next.why)
 	case err := <-n.diverged:
 		logger.Error("STOPPING: this node's binlog is not a prefix of its master's; restart it with -rejoin to move the divergent tail aside and follow", "err", err)
 		code = exitFailure
@@ -318,7 +369,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 			logger.Warn("server did not stop within the shutdown timeout", "timeout", shutdownTimeout)
 		}
 	}
-	return code
+	return code, next
 }
 
 // backend is the broker as the server sees it: only Subscribe's result

@@ -79,6 +79,20 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 		r.applied.Store(last)
 		r.appliedAt.Store(time.Now().UnixNano())
 	}
+	// Before each session: the master's stream version (commit frames)
+	// and epoch; a master below the epoch this node knows is not followed.
+	opts.Probe = func(ctx context.Context) (int, uint64, error) {
+		st, err := queryStatus(ctx, base, addr)
+		if errors.Is(err, client.ErrNotSupported) {
+			return 0, 0, nil // an original smss: no status, no epoch
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return st.Replica, st.Epoch, nil
+	}
+	opts.KnownEpoch = b.Epoch
+	opts.OnCommit = b.SetCommitPoint
 	// The hello's instance id is the data directory's, not this
 	// process's: a slave restarted before the master noticed its old
 	// connection is dead then replaces that connection instead of
