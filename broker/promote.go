@@ -35,6 +35,22 @@ func (b *Broker) Promote(ctx context.Context) (uint64, error) {
 	return c.epoch, nil
 }
 
+// PromoteTo is Promote with the epoch given, for a cluster whose consensus
+// assigns it (the node may already hold it: a master of that epoch that
+// restarted). An epoch below Epoch() is refused: epochs only grow.
+func (b *Broker) PromoteTo(ctx context.Context, epoch uint64) (uint64, error) {
+	if epoch == 0 || epoch < b.epoch.Load() {
+		return 0, fmt.Errorf("broker: promote to epoch %d: this node already holds epoch %d", epoch, b.epoch.Load())
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.op, c.epoch = opPromote, epoch
+	if err := b.submit(ctx, c); err != nil {
+		return 0, err
+	}
+	return c.epoch, nil
+}
+
 // LearnEpoch records the epoch of the master this slave follows when it is
 // higher than Epoch, durably, so that a later promotion numbers itself
 // above every master this node has followed. It reports whether the epoch
@@ -63,6 +79,12 @@ func (w *writer) promote(c *command) error {
 		return protocol.ErrAlreadyMaster
 	}
 	epoch := b.epoch.Load() + 1
+	if c.epoch != 0 { // PromoteTo: the cluster's epoch
+		if c.epoch < b.epoch.Load() {
+			return fmt.Errorf("broker: promote to epoch %d below this node's %d", c.epoch, b.epoch.Load())
+		}
+		epoch = c.epoch
+	}
 	if err := w.commitMeta(func(mb *meta.Batch) {
 		mb.SetRole(meta.RoleMaster)
 		mb.SetEpoch(epoch)

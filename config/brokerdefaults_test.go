@@ -54,6 +54,8 @@ func TestBrokerDefaultOptionsMatchConfig(t *testing.T) {
 		"CursorSegmentBytes":     {"cursor.segmentBytes", d.CursorSegmentBytes, c.Cursor.SegmentBytes},
 		"CursorSnapshotInterval": {"cursor.snapshotMinutes", d.CursorSnapshotInterval, c.CursorSnapshotInterval()},
 		"CursorRetention":        {"cursor.retentionDays", d.CursorRetention, c.CursorRetention()},
+		// Off by default on both sides: the shipped syncSlaves is 0.
+		"ReadCommitted": {"replication.readCommitted with syncSlaves", d.ReadCommitted, c.Replication.ReadCommittedOn()},
 	}
 	notKeys := map[string]string{
 		"Dir":               "store.path: each server's own; DefaultOptions has none",

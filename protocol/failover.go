@@ -93,10 +93,19 @@ type ClusterView struct {
 	// Fenced is why this node refuses writes although the cluster names it
 	// master (a lost lease; an epoch it has not taken yet); empty otherwise.
 	Fenced string `json:"fenced,omitempty"`
+	// InSync is the cluster's in-sync set: the slaves every write waits
+	// for; only an eligible member may be elected.
+	InSync []InSyncMember `json:"inSync,omitempty"`
 	// InSyncVersion is the version of the in-sync set a master applies.
 	InSyncVersion uint64 `json:"inSyncVersion,omitempty"`
 	// Slaves lists a master's confirming slaves.
 	Slaves []SlaveConfirm `json:"slaves,omitempty"`
+}
+
+// InSyncMember is one member of a cluster's in-sync set.
+type InSyncMember struct {
+	Node     string `json:"node"`
+	Eligible bool   `json:"eligible"`
 }
 
 // SlaveConfirm is one confirming slave as its master sees it.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,6 +41,10 @@ type node struct {
 	// process rather than serve a tail the master never had.
 	diverged chan error
 
+	// auto is the cluster this node belongs to (-role auto), nil
+	// otherwise.
+	auto *autoNode
+
 	// restart makes serve return to run the node again with another
 	// role (a cluster's master stepping down); buffered, one request.
 	restart chan *restartAs
@@ -50,6 +55,16 @@ type node struct {
 	// newerEpoch is the highest epoch a slave reported above this node's
 	// own (a newer master exists), 0 when none; warned once per value.
 	newerEpoch atomic.Uint64
+}
+
+// knownEpoch is the highest epoch this node knows: its own (the masters it
+// followed) and, in a cluster, the cluster's.
+func (n *node) knownEpoch() uint64 {
+	e := n.b.Epoch()
+	if n.auto != nil {
+		e = max(e, n.auto.cn.State().Epoch)
+	}
+	return e
 }
 
 // slaveEpoch receives the epoch a version 2 slave knows (an epoch record
@@ -84,7 +99,7 @@ var errShuttingDown = protocol.NewBizError("the server is shutting down")
 
 // startFollowing starts a slave's replication from masterHost:masterPort.
 func (n *node) startFollowing(masterHost string, masterPort int) error {
-	r, err := startReplication(n.cfg, masterHost, masterPort, n.event, n.b, n.log, n.diverged)
+	r, err := startReplication(n.cfg, masterHost, masterPort, n.event, n.b, n.knownEpoch, n.log, n.diverged)
 	if err != nil {
 		return err
 	}
@@ -133,6 +148,12 @@ func (n *node) Status() server.NodeStatus {
 			st.Master = r.addr
 		}
 	}
+	if n.auto != nil {
+		if id, err := n.b.InstanceID(); err == nil {
+			st.Instance = hex.EncodeToString(id[:])
+		}
+		st.Cluster = n.auto.view(n)
+	}
 	return st
 }
 
@@ -145,6 +166,15 @@ func (n *node) Status() server.NodeStatus {
 // replica requests are served from then on (the server asks the broker's
 // role at each request).
 func (n *node) Promote(ctx context.Context) (uint64, error) {
+	if n.auto != nil {
+		return 0, protocol.NewBizError("this node is one of a cluster (-role auto): the cluster elects its master; use smssctl switchover to move it")
+	}
+	return n.promote(ctx, 0)
+}
+
+// promote turns the slave into a master; to is the epoch a cluster
+// assigned, 0 for the next one (the manual promote).
+func (n *node) promote(ctx context.Context, to uint64) (uint64, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
@@ -166,7 +196,13 @@ func (n *node) Promote(ctx context.Context) (uint64, error) {
 	if r != nil {
 		r.Stop()
 	}
-	epoch, err := n.b.Promote(ctx)
+	var epoch uint64
+	var err error
+	if to == 0 {
+		epoch, err = n.b.Promote(ctx)
+	} else {
+		epoch, err = n.b.PromoteTo(ctx, to)
+	}
 	if err != nil {
 		n.log.Error("promotion failed; still a slave", "err", err)
 		if r != nil {
@@ -189,7 +225,7 @@ func (n *node) Promote(ctx context.Context) (uint64, error) {
 // resume restarts replication from r's master after a failed promotion or
 // follow, so the slave keeps following rather than standing still.
 func (n *node) resume(r *replicaRunner) {
-	again, err := runReplication(n.cfg, r.link, r.addr, n.event, n.b, n.log, n.diverged)
+	again, err := runReplication(n.cfg, r.link, r.addr, n.event, n.b, n.knownEpoch, n.log, n.diverged)
 	if err != nil {
 		n.setRunner(nil)
 		n.log.Error("could not resume replication; the slave follows no master now", "master", r.addr, "err", err)
@@ -202,6 +238,14 @@ func (n *node) resume(r *replicaRunner) {
 // addr, resuming from its own binlog's last block with the TLS and login
 // settings of the configuration (replication.*). On a master it refuses.
 func (n *node) Follow(ctx context.Context, addr string) error {
+	if n.auto != nil {
+		return protocol.NewBizError("this node is one of a cluster (-role auto): it follows the master the cluster elects")
+	}
+	return n.follow(ctx, addr)
+}
+
+// follow re-points the slave to addr (Follow, and a cluster's agent).
+func (n *node) follow(ctx context.Context, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return protocol.NewBizError(fmt.Sprintf("follow: invalid master address %q: %v", addr, err))
@@ -229,7 +273,7 @@ func (n *node) Follow(ctx context.Context, addr string) error {
 		from = old.addr
 		old.Stop()
 	}
-	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.log, n.diverged)
+	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.knownEpoch, n.log, n.diverged)
 	if err != nil {
 		n.log.Error("follow failed; resuming the previous master", "master", addr, "previousMaster", from, "err", err)
 		if old != nil {
@@ -240,4 +284,13 @@ func (n *node) Follow(ctx context.Context, addr string) error {
 	n.setRunner(r)
 	n.log.Warn("FOLLOWING A NEW MASTER", "master", addr, "previousMaster", from, "lastEventId", n.b.LastEventID())
 	return nil
+}
+
+// fence is the tracker's Fence: a cluster node refuses writes unless it is
+// the cluster's master (cluster.go); nil outside a cluster.
+func (n *node) fence() func() error {
+	if n.auto == nil {
+		return nil
+	}
+	return n.auto.fence
 }

@@ -11,6 +11,9 @@ import (
 const (
 	roleMaster = "master"
 	roleSlave  = "slave"
+	// roleAuto: the node is one of a cluster (the config's cluster
+	// section) and the cluster decides its role (cluster.go).
+	roleAuto = "auto"
 )
 
 // flags are the command-line options of docs/protocol.md §9.2 plus -config. -host and
@@ -32,14 +35,14 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 	fl := &flags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("smss", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&fl.role, "role", roleMaster, "master or slave")
+	fs.StringVar(&fl.role, "role", roleMaster, "master, slave, or auto (a node of the cluster in the config's cluster section, which decides the role)")
 	fs.StringVar(&fl.masterHost, "host", "", "master host to replicate from (slave only)")
 	fs.IntVar(&fl.masterPort, "port", 12301, "master port to replicate from (slave only; the listen port is the config key port)")
 	fs.Int64Var(&fl.event, "event", 0, "last eventId already replicated (slave only)")
 	fs.BoolVar(&fl.rejoin, "rejoin", false, "slave only: if this node's binlog has diverged from the master's, move the divergent tail aside into <store.path>/diverged/ and follow (without it such a node refuses to start)")
 	fs.StringVar(&fl.configPath, "config", "", "config file (default ./config/config.yaml if present, else built-in defaults)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: smss [-config PATH] [-role master|slave] [-host H -port P -event E [-rejoin]]\n")
+		fmt.Fprintf(fs.Output(), "usage: smss [-config PATH] [-role master|slave|auto] [-host H -port P -event E [-rejoin]]\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -58,10 +61,10 @@ func parseFlags(args []string, stderr io.Writer) (*flags, int) {
 		fmt.Fprintf(stderr, "smss: -event must be >= 0 (got %d)\n", fl.event)
 		return nil, exitUsage
 	}
-	if fl.role != roleMaster && fl.role != roleSlave {
+	if fl.role != roleMaster && fl.role != roleSlave && fl.role != roleAuto {
 		// A typo must not start a writable master next to the real one
 		// (split brain): refuse instead of guessing.
-		fmt.Fprintf(stderr, "smss: -role must be %s or %s (got %q)\n", roleMaster, roleSlave, fl.role)
+		fmt.Fprintf(stderr, "smss: -role must be %s, %s or %s (got %q)\n", roleMaster, roleSlave, roleAuto, fl.role)
 		return nil, exitUsage
 	}
 	if fl.masterPort < 1 || fl.masterPort > 65535 {

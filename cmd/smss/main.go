@@ -37,6 +37,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -93,6 +94,14 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	defer logCloser.Close()
 
 	role := fl.resolveRole(logger)
+	var auto *autoNode
+	switch {
+	case role == roleAuto && !cfg.Cluster.Enabled():
+		fmt.Fprintln(stderr, "smss: -role auto needs the config's cluster section (cluster.node and cluster.peers); see config/config.yaml")
+		return exitUsage
+	case role != roleAuto && cfg.Cluster.Enabled():
+		logger.Warn("the config has a cluster section but -role is not auto: this node runs outside the cluster", "role", role)
+	}
 	logger.Info("config in effect", cfg.Summary()...)
 	logMaxProcs(cfg.Server.MaxProcs, logger)
 	warnFDBudget(cfg, logger)
@@ -112,8 +121,19 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 	// comes back as a slave of the new one, through -rejoin's path): the
 	// broker, the server and the node are built anew, the process and its
 	// admin endpoint stay.
+	if role == roleAuto {
+		var err error
+		if auto, err = startAuto(cfg, logger); err != nil {
+			logger.Error("cannot start the cluster node", "err", err)
+			return exitFailure
+		}
+		defer auto.close()
+		// Every node of a cluster starts as a slave following nobody; the
+		// agent promotes it or points it at the master (cluster.go).
+		role = roleSlave
+	}
 	for {
-		code, next := runNode(cfg, fl, role, adm, logger, sig)
+		code, next := runNode(cfg, fl, role, adm, auto, logger, sig)
 		if next == nil {
 			logger.Info("smss stopped", "exit", code)
 			return code
@@ -145,7 +165,7 @@ func (r *restartAs) master() string {
 // runNode opens the data directory, serves with role until a signal, a
 // failure or a role change, and closes it. It returns the exit status, or
 // the role to run again with.
-func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, logger *slog.Logger, sig <-chan os.Signal) (int, *restartAs) {
+func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, auto *autoNode, logger *slog.Logger, sig <-chan os.Signal) (int, *restartAs) {
 	code := exitOK
 	bopts := broker.Options{
 		Dir:           cfg.Store.Path,
@@ -187,7 +207,7 @@ func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, log
 	if role == roleSlave && b.ReadOnly() != nil {
 		// The divergence check may move a tail aside (-rejoin): a write.
 		logger.Warn("started read-only: skipping the check against the master's binlog", "cause", b.ReadOnly())
-	} else if role == roleSlave {
+	} else if role == roleSlave && fl.masterHost != "" {
 		if b, code = checkDivergence(cfg, fl, b, bopts, logger, sig); code >= 0 {
 			return code, nil
 		}
@@ -203,7 +223,7 @@ func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, log
 		return exitFailure, nil
 	}
 	n := &node{cfg: cfg, b: b, bg: bg, adm: adm, log: logger, event: fl.event, diverged: make(chan error, 1),
-		restart: make(chan *restartAs, 1)}
+		restart: make(chan *restartAs, 1), auto: auto}
 	code, next := serve(cfg, role, fl, n, adm, logger, sig)
 	bg.stop() // background jobs write through the broker: stop them first
 	if next == nil {
@@ -243,6 +263,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Logger:      logger,
 		LogSample:   cfg.Log.Sample,
 		OnCommit:    b.SetCommitPoint, // read-committed delivery; a no-op when off
+		InSync:      n.auto != nil,
+		Fence:       n.fence(),
 	})
 	if err != nil {
 		logger.Error("cannot set up semi-synchronous replication", "err", err)
@@ -310,6 +332,8 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		// each one. It serves what it holds until a restart with space.
 		logger.Error("REPLICATION PAUSED: this slave started read-only on a full disk and cannot apply replicated blocks; free some space and restart it to resume replication",
 			"master", net.JoinHostPort(fl.masterHost, fmt.Sprint(fl.masterPort)), "cause", b.ReadOnly())
+	} else if role == roleSlave && n.auto != nil && fl.masterHost == "" {
+		logger.Info("cluster node: following no master until the cluster names one", "node", n.auto.self)
 	} else if role == roleSlave {
 		if err := n.startFollowing(fl.masterHost, fl.masterPort); err != nil {
 			logger.Error("cannot start replication", "err", err)
@@ -327,6 +351,10 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve() }()
+	if n.auto != nil {
+		n.auto.attach(n)
+		defer n.auto.detach()
+	}
 
 	code := exitOK
 	select {
@@ -338,6 +366,14 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	case next = <-n.restart:
 		logger.Warn("leaving this role: the server stops and the node runs again", "role", next.role, "why", next.why)
 	case err := <-n.diverged:
+		if r := n.runner.Load(); n.auto != nil && r != nil {
+			host, port, _ := net.SplitHostPort(r.addr)
+			p, _ := strconv.Atoi(port)
+			next = &restartAs{role: roleSlave, masterHost: host, masterPort: p, rejoin: true,
+				why: "this node's binlog diverged from the master's: the divergent tail goes aside (-rejoin)"}
+			logger.Warn("leaving this role: the server stops and the node rejoins", "master", r.addr, "err", err)
+			break
+		}
 		logger.Error("STOPPING: this node's binlog is not a prefix of its master's; restart it with -rejoin to move the divergent tail aside and follow", "err", err)
 		code = exitFailure
 	case err := <-serveErr:

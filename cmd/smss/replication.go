@@ -41,7 +41,7 @@ type replicaRunner struct {
 // returns at once: the listener is already serving reads, and an
 // unreachable master is retried in the background forever. Call Stop
 // before closing the broker.
-func startReplication(cfg *config.Config, masterHost string, masterPort int, event int64, b *broker.Broker, logger *slog.Logger, diverged chan<- error) (*replicaRunner, error) {
+func startReplication(cfg *config.Config, masterHost string, masterPort int, event int64, b *broker.Broker, known func() uint64, logger *slog.Logger, diverged chan<- error) (*replicaRunner, error) {
 	if masterHost == "" {
 		return nil, errors.New("smss: -role slave needs -host (the master's address)")
 	}
@@ -49,7 +49,7 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 	if err != nil {
 		return nil, err
 	}
-	return runReplication(cfg, link, net.JoinHostPort(masterHost, strconv.Itoa(masterPort)), event, b, logger, diverged)
+	return runReplication(cfg, link, net.JoinHostPort(masterHost, strconv.Itoa(masterPort)), event, b, known, logger, diverged)
 }
 
 // runReplication starts replication from addr through link (nil: a plain
@@ -57,7 +57,7 @@ func startReplication(cfg *config.Config, masterHost string, masterPort int, eve
 // binlog now, so a previous runner must have stopped. When replication
 // stops because the local binlog is not a prefix of the master's, the
 // error is sent to diverged (if not nil and not full).
-func runReplication(cfg *config.Config, link *masterLink, addr string, event int64, b *broker.Broker, logger *slog.Logger, diverged chan<- error) (*replicaRunner, error) {
+func runReplication(cfg *config.Config, link *masterLink, addr string, event int64, b *broker.Broker, known func() uint64, logger *slog.Logger, diverged chan<- error) (*replicaRunner, error) {
 	base := client.DialFunc((&net.Dialer{}).DialContext)
 	if link != nil {
 		base = link.DialContext
@@ -91,7 +91,7 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 		}
 		return st.Replica, st.Epoch, nil
 	}
-	opts.KnownEpoch = b.Epoch
+	opts.KnownEpoch = known
 	opts.OnCommit = b.SetCommitPoint
 	// The hello's instance id is the data directory's, not this
 	// process's: a slave restarted before the master noticed its old

@@ -30,10 +30,10 @@ func TestStartReplicationWithoutMaster(t *testing.T) {
 	}
 	defer b.Close()
 	cfg := config.Default()
-	if _, err := startReplication(cfg, "", port, 0, b, logger, nil); err == nil {
+	if _, err := startReplication(cfg, "", port, 0, b, b.Epoch, logger, nil); err == nil {
 		t.Fatal("a slave without -host was accepted")
 	}
-	r, err := startReplication(cfg, "127.0.0.1", port, 0, b, logger, nil)
+	r, err := startReplication(cfg, "127.0.0.1", port, 0, b, b.Epoch, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

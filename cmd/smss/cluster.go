@@ -1,0 +1,293 @@
+package main
+
+// -role auto: the node is one of a cluster (issue 31; the config's cluster
+// section). The consensus (package cluster) decides who is master, the
+// epoch and the in-sync set; this file makes the node act on it:
+//
+//   - Every node starts as a slave that follows nobody (a standby). The
+//     agent (one goroutine, every event in one select) applies each cluster
+//     state: the node named master is promoted to exactly the state's
+//     epoch; every other node follows that master's smss address.
+//   - A master that is no longer named (a newer epoch elected someone else)
+//     steps down: the node runs again in place as a slave of the new master
+//     with -rejoin's path, so a divergent tail goes to diverged/ (logged).
+//   - A slave whose binlog diverged from the master's it follows does the
+//     same instead of exiting, as -rejoin would.
+//   - The master answers writes only while it is the state's master at the
+//     state's epoch and its consensus lease holds (fence): every other
+//     write is refused "fenced: …" and, being unconfirmed, never delivered
+//     (read-committed). Writes wait for every member of the in-sync set
+//     (replication.SyncTracker's in-sync rule), which the agent hands the
+//     tracker from each state.
+//   - The cluster's controller asks each node's status (the status
+//     command) through Probe.
+//
+// The consensus node lives for the process; the smss node (broker, server)
+// is rebuilt at each in-place restart, and the agent acts on the current
+// one.
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/cluster"
+	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
+)
+
+// autoRetry is how often the agent applies the current state again when
+// nothing changed: an action that failed (a master not reachable yet) is
+// retried that often.
+const autoRetry = 500 * time.Millisecond
+
+type autoNode struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	self  string
+	peers map[string]cluster.Peer
+	dials map[string]client.DialFunc // per peer: the replication dialer
+	cn    *cluster.Node
+
+	cur  atomic.Pointer[node] // the node being served; nil between runs
+	mu   sync.Mutex           // serializes act
+	stop chan struct{}
+	done chan struct{}
+	// acted is the last state the agent acted on completely (its Version),
+	// for logs only.
+	acted atomic.Uint64
+}
+
+// startAuto opens the consensus and starts the agent.
+func startAuto(cfg *config.Config, logger *slog.Logger) (*autoNode, error) {
+	o, err := cluster.FromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &autoNode{cfg: cfg, log: logger.With("component", "cluster"), self: o.NodeID,
+		peers: map[string]cluster.Peer{}, dials: map[string]client.DialFunc{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	for _, p := range o.Peers {
+		a.peers[p.ID] = p
+		host, _, err := net.SplitHostPort(p.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.peers.%s.addr: %w", p.ID, err)
+		}
+		link, err := masterDialer(cfg, host, logger)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: the connection to %s: %w", p.ID, err)
+		}
+		dial := client.DialFunc((&net.Dialer{}).DialContext)
+		if link != nil {
+			dial = link.DialContext
+		}
+		a.dials[p.ID] = dial
+	}
+	o.Prober = a
+	o.Logger = logger.With("component", "consensus")
+	cn, err := cluster.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	a.cn = cn
+	go a.run()
+	return a, nil
+}
+
+// close stops the agent, then the consensus.
+func (a *autoNode) close() {
+	close(a.stop)
+	<-a.done
+	if err := a.cn.Close(); err != nil {
+		a.log.Warn("closing the consensus node", "err", err)
+	}
+}
+
+// attach makes n the node the agent acts on (runNode, before serving);
+// detach ends that (after serving).
+func (a *autoNode) attach(n *node) {
+	a.cur.Store(n)
+	go a.kick()
+}
+
+func (a *autoNode) detach() { a.cur.Store(nil) }
+
+func (a *autoNode) kick() { a.act(a.cn.State()) }
+
+func (a *autoNode) run() {
+	defer close(a.done)
+	t := time.NewTicker(autoRetry)
+	defer t.Stop()
+	changes := a.cn.Changes()
+	for {
+		select {
+		case st := <-changes:
+			a.act(st)
+		case <-t.C:
+			a.act(a.cn.State())
+		case <-a.stop:
+			return
+		}
+	}
+}
+
+// act brings the current node in line with st.
+func (a *autoNode) act(st cluster.State) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.cur.Load()
+	if n == nil || st.Master == "" {
+		return
+	}
+	n.sync.SetInSync(a.instances(st), st.Version)
+	b := n.b
+	if st.Master == a.self {
+		switch {
+		case b.IsSlave():
+			a.log.Warn("the cluster elected this node master: promoting", "epoch", st.Epoch, "lastEventId", b.LastEventID(), "reason", st.Reason)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := n.promote(ctx, st.Epoch); err != nil {
+				a.log.Error("promotion to the cluster's epoch failed; retrying", "epoch", st.Epoch, "err", err)
+				return
+			}
+		case b.Epoch() != st.Epoch:
+			// A master of an older epoch elected again: it takes the new
+			// epoch through a slave's promotion.
+			a.requestRestart(n, &restartAs{role: roleSlave, why: fmt.Sprintf("this master's epoch %d is not the cluster's %d", b.Epoch(), st.Epoch)})
+			return
+		}
+		a.acted.Store(st.Version)
+		return
+	}
+	p, ok := a.peers[st.Master]
+	if !ok {
+		a.log.Error("the cluster names a master that is not among the peers of this node's configuration", "master", st.Master)
+		return
+	}
+	host, portStr, _ := net.SplitHostPort(p.Addr)
+	port, _ := strconv.Atoi(portStr)
+	if !b.IsSlave() {
+		a.requestRestart(n, &restartAs{role: roleSlave, masterHost: host, masterPort: port, rejoin: true,
+			why: fmt.Sprintf("the cluster elected %s master at epoch %d (this node held epoch %d)", st.Master, st.Epoch, b.Epoch())})
+		return
+	}
+	if r := n.runner.Load(); r != nil && r.addr == p.Addr {
+		a.acted.Store(st.Version)
+		return
+	}
+	if b.ReadOnly() != nil {
+		return // it cannot apply blocks; status says why
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.follow(ctx, p.Addr); err != nil {
+		a.log.Warn("cannot follow the cluster's master yet; retrying", "master", st.Master, "addr", p.Addr, "err", err)
+		return
+	}
+	a.acted.Store(st.Version)
+}
+
+// requestRestart asks serve to run the node again (at most one request).
+func (a *autoNode) requestRestart(n *node, r *restartAs) {
+	select {
+	case n.restart <- r:
+		a.log.Warn("stepping down: this node runs again as a slave", "master", r.master(), "why", r.why)
+	default:
+	}
+}
+
+// instances are the in-sync members' instance ids, for the tracker.
+func (a *autoNode) instances(st cluster.State) [][replication.InstanceIDLen]byte {
+	out := make([][replication.InstanceIDLen]byte, 0, len(st.ISR))
+	for _, m := range st.ISR {
+		var id [replication.InstanceIDLen]byte
+		if b, err := hex.DecodeString(m.Instance); err == nil && len(b) == len(id) {
+			copy(id[:], b)
+			out = append(out, id)
+		} else {
+			a.log.Error("an in-sync member's instance id is not 12 hex digits; writes wait for it until it leaves", "node", m.Node, "instance", m.Instance)
+			out = append(out, id) // a zero id no slave has: writes wait
+		}
+	}
+	return out
+}
+
+// errFenced builds the refusal of a write by a fenced master.
+func errFenced(why string) error { return protocol.NewBizError(protocol.FencedPrefix + why) }
+
+// fence refuses writes unless this node is the cluster's master at its
+// epoch and holds the consensus lease (replication.SyncOptions.Fence).
+func (a *autoNode) fence() error {
+	why := a.fencedWhy(a.cur.Load())
+	if why == "" {
+		return nil
+	}
+	return errFenced(why)
+}
+
+func (a *autoNode) fencedWhy(n *node) string {
+	st := a.cn.State()
+	switch {
+	case n == nil:
+		return "this node is changing role"
+	case st.Master != a.self:
+		return fmt.Sprintf("this node is not the cluster's master (epoch %d, master %q)", st.Epoch, st.Master)
+	case n.b.IsSlave() || n.b.Epoch() != st.Epoch:
+		return fmt.Sprintf("this node has not taken the cluster's epoch %d yet (it holds %d)", st.Epoch, n.b.Epoch())
+	case !a.cn.LeaseValid():
+		return "this node lost contact with the cluster's majority (its lease expired); a new master may be elected"
+	}
+	return ""
+}
+
+// view is the cluster part of n's status.
+func (a *autoNode) view(n *node) *protocol.ClusterView {
+	st := a.cn.State()
+	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master}
+	if id, ok := a.cn.Leader(); ok {
+		v.Leader = id
+	}
+	for _, m := range st.ISR {
+		v.InSync = append(v.InSync, protocol.InSyncMember{Node: m.Node, Eligible: m.Eligible})
+	}
+	if !n.b.IsSlave() {
+		v.Fenced = a.fencedWhy(n)
+		v.InSyncVersion = n.sync.InSyncVersion()
+		v.Slaves = n.sync.SlaveReports()
+	}
+	return v
+}
+
+// Probe implements cluster.Prober: the peer's status, asked like a slave
+// asks its master's.
+func (a *autoNode) Probe(ctx context.Context, p cluster.Peer) (cluster.Report, error) {
+	dial := a.dials[p.ID]
+	if dial == nil {
+		return cluster.Report{}, fmt.Errorf("cluster: no peer %q", p.ID)
+	}
+	st, err := queryStatus(ctx, dial, p.Addr)
+	if err != nil {
+		return cluster.Report{}, err
+	}
+	if st.Cluster == nil {
+		return cluster.Report{}, errors.New("the node at " + p.Addr + " is not a cluster node (-role auto)")
+	}
+	r := cluster.Report{Role: st.Role, Epoch: st.Epoch, LastEventID: st.LastEventID, Instance: st.Instance}
+	if st.IsMaster() {
+		r.CommitPoint, r.AdoptedVersion = st.CommitPoint, st.Cluster.InSyncVersion
+		for _, s := range st.Cluster.Slaves {
+			r.Slaves = append(r.Slaves, cluster.SlaveReport{Instance: s.Instance, Connected: true, Confirmed: s.Confirmed, LagMs: s.LagMs})
+		}
+	}
+	return r, nil
+}
