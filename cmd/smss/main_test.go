@@ -320,7 +320,7 @@ func TestStartupErrors(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, code: 2, stderr: "-nope"},
 		{name: "negative event", args: []string{"-event", "-1"}, code: 2, stderr: "-event must be >= 0"},
 		{name: "bad master port", args: []string{"-port", "70000"}, code: 2, stderr: "-port must be between"},
-		{name: "unknown role", args: []string{"-role", "slav"}, code: 2, stderr: `smss: -role must be master or slave (got "slav")`},
+		{name: "unknown role", args: []string{"-role", "slav"}, code: 2, stderr: `smss: -role must be master, slave or auto (got "slav")`},
 		{name: "stray argument", args: []string{"extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{name: "help", args: []string{"-h"}, code: 0, stderr: "usage: smss"},
 		{name: "port in use", config: "port: " + busyPort + "\n", code: 1, stdout: "cannot listen"},
