@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // TestReadCommittedGate: with ReadCommitted a subscriber gets only messages
@@ -78,7 +80,7 @@ func TestReadCommittedGate(t *testing.T) {
 			// A waiting subscriber is woken by the move, not by a commit.
 			got := make(chan []int64, 1)
 			go func() { got <- read(10 * time.Second) }()
-			waitUntil(t, func() bool { return b.commit.waiting() })
+			smsstest.WaitFor(t, 5*time.Second, "a subscriber waiting on the commit point", b.commit.waiting)
 			start := time.Now()
 			b.SetCommitPoint(ids[19])
 			select {
@@ -93,17 +95,5 @@ func TestReadCommittedGate(t *testing.T) {
 				t.Fatal("a subscriber waiting on the commit point was not woken by its move")
 			}
 		})
-	}
-}
-
-// waitUntil polls cond until it holds (5 s deadline).
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
