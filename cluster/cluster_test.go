@@ -89,6 +89,23 @@ func TestFailoverElectsMostAdvancedEligible(t *testing.T) {
 	}
 }
 
+// A master that answers its probes but reports itself fenced (its lease
+// lost: cut from the consensus, not from the controller) is replaced like
+// an unreachable one; one that is fenced for less than FailAfter is not.
+func TestFailoverReplacesFencedMaster(t *testing.T) {
+	tc := bootstrapped(t, fastOptions(), "a")
+	tc.waitState(10*time.Second, "b eligible", func(st State) bool { m, _ := st.Member("b"); return m.Eligible })
+	tc.sim.set("a", func(s *simNode) { s.fenced = "lease expired" })
+	start := time.Now()
+	st := tc.waitState(10*time.Second, "a new master", func(st State) bool { return st.Epoch == 2 })
+	if st.Master == "a" {
+		t.Fatalf("the fenced master was kept: %+v", st)
+	}
+	if took := time.Since(start); took < tc.opts.FailAfter {
+		t.Fatalf("replaced after %v, before FailAfter %v", took, tc.opts.FailAfter)
+	}
+}
+
 // An eligible member that is less advanced wins over one that is not
 // eligible yet, however advanced.
 func TestFailoverSkipsIneligibleMember(t *testing.T) {

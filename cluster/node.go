@@ -114,6 +114,7 @@ func (n *Node) open() error {
 	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream, MaxPool: 3, Timeout: 2 * o.ElectionTimeout, Logger: hlog,
+		ServerAddressProvider: peerAddrs{o},
 	})
 
 	conf := raft.DefaultConfig()

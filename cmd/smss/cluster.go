@@ -285,6 +285,7 @@ func (a *autoNode) Probe(ctx context.Context, p cluster.Peer) (cluster.Report, e
 	r := cluster.Report{Role: st.Role, Epoch: st.Epoch, LastEventID: st.LastEventID, Instance: st.Instance}
 	if st.IsMaster() {
 		r.CommitPoint, r.AdoptedVersion = st.CommitPoint, st.Cluster.InSyncVersion
+		r.Fenced = st.Cluster.Fenced
 		for _, s := range st.Cluster.Slaves {
 			r.Slaves = append(r.Slaves, cluster.SlaveReport{Instance: s.Instance, Connected: true, Confirmed: s.Confirmed, LagMs: s.LagMs})
 		}
