@@ -54,13 +54,19 @@ type clusterStatus struct {
 
 // clusterStatusOf asks addr's status; ok false when it does not answer.
 func clusterStatusOf(addr string) (clusterStatus, bool) {
+	return clusterStatusWithin(addr, 2*time.Second)
+}
+
+// clusterStatusWithin is clusterStatusOf waiting at most d (a hung node
+// answers nothing).
+func clusterStatusWithin(addr string, d time.Duration) (clusterStatus, bool) {
 	var st clusterStatus
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := net.DialTimeout("tcp", addr, d)
 	if err != nil {
 		return st, false
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second)) // a hung node answers nothing
+	c.SetDeadline(time.Now().Add(d))
 	if _, err := c.Write(must(protocol.AppendStatus(nil, nil))); err != nil {
 		return st, false
 	}
