@@ -115,7 +115,6 @@ func (n *chaosNode) start() {
 	n.runs = append(n.runs, n.p)
 }
 
-
 func (cc *chaosCluster) byID(id string) *chaosNode {
 	for _, n := range cc.nodes {
 		if n.id == id {
