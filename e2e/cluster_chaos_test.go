@@ -85,9 +85,12 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 			raft, addr := "127.0.0.1:"+strconv.Itoa(m.raft), m.addr()
 			if m != n {
 				n.raftTo[m.id] = smsstest.NewProxy(t, raft)
-				n.smssTo[m.id] = smsstest.NewProxy(t, addr)
-				raft, addr = n.raftTo[m.id].Addr(), n.smssTo[m.id].Addr()
+				raft = n.raftTo[m.id].Addr()
 			}
+			// Its own smss address too: the controller probes its own
+			// node there, and a test may hide a node from every probe.
+			n.smssTo[m.id] = smsstest.NewProxy(t, addr)
+			addr = n.smssTo[m.id].Addr()
 			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.id, raft, addr)
 		}
 		replConfig(t, n.dir, n.port, extra+"cluster:\n  node: "+n.id+"\n  peers:\n"+peers.String())
@@ -520,3 +523,76 @@ func TestClusterChaos(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestClusterInSyncRule: a write is acknowledged only once every member of
+// the in-sync set has it, so whichever member the cluster elects holds it.
+// The master's link to b is slow, so c confirms first; then c is hidden
+// from every probe (its own node's included: it cannot be elected) while
+// its raft links stay (b and c keep a majority) and the master is killed:
+// b is elected, and must hold every acknowledged write although c
+// confirmed each one long before b did.
+func TestClusterInSyncRule(t *testing.T) {
+	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 5000\n  onSyncTimeout: fail\n")
+	master, _ := cc.healthy(90 * time.Second)
+	var slow, hidden *chaosNode
+	for _, n := range cc.nodes {
+		if n != master {
+			if slow == nil {
+				slow = n
+			} else {
+				hidden = n
+			}
+		}
+	}
+	topics := []string{"c0", "c1"}
+	for _, name := range topics {
+		if !smsstest.Poll(30*time.Second, func() bool {
+			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
+			if err != nil {
+				return false
+			}
+			defer nc.Close()
+			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			return err == nil || strings.Contains(err.Error(), "topic exist")
+		}) {
+			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
+		}
+	}
+	// The replica stream to the slow slave (and its probes): every byte
+	// 150 ms late, well within the probe timeout and the silence timeout.
+	slow.smssTo[master.id].Delay(150 * time.Millisecond)
+	l := newFailoverLoad(master.addr(), topics)
+	l.start(8)
+	defer l.finish()
+	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 200 }) {
+		t.Fatalf("only %d acknowledgements\n%s", l.ackedCount.Load(), cc.describe())
+	}
+	for _, n := range cc.nodes {
+		n.smssTo[hidden.id].Cut()
+	}
+	// What is still on its way to the slow slave is lost with the master
+	// (a cut drops the proxy's queue, as the killed master's socket
+	// buffers would be).
+	slow.smssTo[master.id].Cut()
+	master.p.kill()
+	killed := time.Now()
+	var next *chaosNode
+	if !smsstest.Poll(60*time.Second, func() bool {
+		next, _ = cc.master()
+		return next != nil
+	}) {
+		t.Fatalf("no master after the kill\n%s", cc.describe())
+	}
+	if next != slow {
+		t.Fatalf("%s was elected, want %s (the only one the controller reaches)\n%s", next.id, slow.id, cc.describe())
+	}
+	t.Logf("%s elected %v after the kill, with %s hidden", next.id, time.Since(killed).Round(time.Millisecond), hidden.id)
+	l.pause()
+	// What the elected node holds, before anything else can reach it.
+	if lost := l.verify(t, next.data(), 0); lost != 0 {
+		t.Fatalf("%d acknowledged messages are not on the elected %s: a write was acknowledged before every in-sync member had it", lost, next.id)
+	}
+	l.resume()
+	l.finish()
+	t.Logf("%d acknowledged, all on %s", l.ackedCount.Load(), next.id)
+}
