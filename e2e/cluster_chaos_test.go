@@ -281,6 +281,61 @@ func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d tim
 	return got, at
 }
 
+// zombieCheck is what watchFenced saw of a master cut from the majority.
+type zombieCheck struct {
+	fencedAt time.Time // when its status first said fenced
+	err      error     // what it answered a write then; want a fenced refusal
+}
+
+// watchFenced waits until old's status says it is fenced, then writes to
+// it once: a master that lost its lease must refuse at once, as fenced,
+// not hold the write until the sync timeout.
+func watchFenced(l *failoverLoad, old *chaosNode, topic string, seq int) <-chan zombieCheck {
+	out := make(chan zombieCheck, 1)
+	go func() {
+		var zc zombieCheck
+		if !smsstest.Poll(20*time.Second, func() bool {
+			st, ok := clusterStatusWithin(old.addr(), 300*time.Millisecond)
+			return ok && st.Cluster != nil && st.Cluster.Fenced != ""
+		}) {
+			zc.err = fmt.Errorf("%s never said it is fenced", old.id)
+			out <- zc
+			return
+		}
+		zc.fencedAt = time.Now()
+		body := fmt.Sprintf("zombie-%06d", seq)
+		l.mu.Lock()
+		l.acked[body] = false
+		l.mu.Unlock()
+		req := must(protocol.AppendPub(nil, []byte(topic), nil, record([][2]string{{"smss-msg-id", "zombie-" + strconv.Itoa(seq)}}, body)))
+		c, err := net.DialTimeout("tcp", old.addr(), time.Second)
+		if err != nil {
+			zc.err = err
+			out <- zc
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			zc.err = err
+			out <- zc
+			return
+		}
+		_, err = protocol.ReadReply(bufio.NewReader(c), protocol.ReplyPlain, 1<<20)
+		if err == nil {
+			l.mu.Lock()
+			l.acked[body] = true // verified like any acknowledged write
+			l.mu.Unlock()
+			err = fmt.Errorf("%s acknowledged a write after saying it is fenced", old.id)
+		} else if elapsed := time.Since(zc.fencedAt); elapsed > time.Second {
+			err = fmt.Errorf("%s took %v to refuse a write (%w), want a fenced refusal at once", old.id, elapsed.Round(time.Millisecond), err)
+		}
+		zc.err = err
+		out <- zc
+	}()
+	return out
+}
+
 // oneAcknowledger fails when a node acknowledged a write sent after
 // another node's first acknowledgement following its own (by the order in
 // which nodes first acknowledged in acks): two masters at once.
@@ -414,6 +469,7 @@ func TestClusterChaos(t *testing.T) {
 		}
 		rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
 		var after func() // undoes the fault once a master acknowledged
+		var zombie <-chan zombieCheck
 		what := fault
 		at := time.Now()
 		switch fault {
@@ -425,11 +481,13 @@ func TestClusterChaos(t *testing.T) {
 			after = master.p.Cont
 		case "partition-master":
 			cc.isolate(master, false)
+			zombie = watchFenced(l, master, "c2", cycle)
 			after = cc.heal
 		case "asymmetric":
 			kept, lost := others[0], others[1]
 			cc.link(master, lost, true, true)
 			cc.link(master, kept, false, true) // raft only: the replica stream stays
+			zombie = watchFenced(l, master, "c2", cycle)
 			what = fmt.Sprintf("%s (%s keeps %s's replica stream)", fault, master.id, kept.id)
 			after = cc.heal
 		case "partition-leader":
@@ -463,6 +521,20 @@ func TestClusterChaos(t *testing.T) {
 		probes++
 		next, acked := cc.probeWrite(l, "c0", probes, 60*time.Second)
 		took := acked.Sub(at)
+		if zombie != nil {
+			// The old master fenced itself before another acknowledged
+			// anything (the lease is shorter than failAfterMs), and then
+			// refused writes as fenced.
+			zc := <-zombie
+			switch {
+			case zc.fencedAt.IsZero() || zc.err != nil && !strings.HasPrefix(zc.err.Error(), protocol.FencedPrefix):
+				t.Fatalf("cycle %d (%s): the master cut from the majority: %v\n%s", cycle, what, zc.err, cc.describe())
+			case !zc.fencedAt.Before(acked):
+				t.Fatalf("cycle %d (%s): %s said it is fenced %v after %s acknowledged a write", cycle, what, master.id,
+					zc.fencedAt.Sub(acked).Round(time.Millisecond), next.id)
+			}
+			what += fmt.Sprintf(", fenced %v after the fault", zc.fencedAt.Sub(at).Round(time.Millisecond))
+		}
 		if after != nil {
 			after()
 		}
