@@ -387,6 +387,48 @@ func dirtyReads(t *testing.T, dataDir string, topics []string, subs []*liveSub, 
 	}
 }
 
+// storedPositionOnce waits until the consumer with a stored position was
+// handed every message of its topic in the master's history, and fails if
+// it took one twice (above the last eventId it acknowledged), one that
+// history does not hold, or one again at another eventId.
+func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, fault string) {
+	t.Helper()
+	held := map[string]bool{}
+	for _, blk := range readStore(t, dataDir, []string{fs.topic}).topics[fs.topic] {
+		held[bodyOf(t, blk.Record)] = true
+	}
+	var missing []string
+	if !smsstest.Poll(30*time.Second, func() bool {
+		got := fs.snapshot()
+		missing = missing[:0]
+		for b := range held {
+			if got[b] == 0 {
+				missing = append(missing, b)
+			}
+		}
+		return len(missing) == 0
+	}) {
+		sort.Strings(missing)
+		t.Fatalf("cycle %d (%s): the stored-position consumer was never handed %d of the %d messages of %s (first %q); it subscribed %d times",
+			cycle, fault, len(missing), len(held), fs.topic, missing[0], fs.resubscribed.Load())
+	}
+	if ch := fs.historyChanged(); len(ch) > 0 {
+		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q again at another eventId: the history it was shown changed", cycle, fault, ch[0])
+	}
+	dups := 0
+	for b, n := range fs.snapshot() {
+		if !held[b] {
+			t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q, which the history does not hold", cycle, fault, b)
+		}
+		if n > 1 {
+			dups++
+		}
+	}
+	if dups > 0 {
+		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %d messages more than once", cycle, fault, dups)
+	}
+}
+
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -439,6 +481,9 @@ func TestClusterChaos(t *testing.T) {
 	l.sticky.Store(ptr(master.addr()))
 	l.start(8)
 	defer l.finish()
+	// A consumer with a stored position that follows the master.
+	fs := startFollowSub(func() string { return *l.addr.Load() }, "c3", "chaos-stored")
+	defer fs.close()
 
 	times := map[string][]time.Duration{}
 	var all []time.Duration
@@ -557,12 +602,13 @@ func TestClusterChaos(t *testing.T) {
 			t.Fatalf("cycle %d (%s): %d acknowledged messages lost\n%s", cycle, what, lost, cc.describe())
 		}
 		dirtyReads(t, m.data(), topics, subs, cycle, what)
+		storedPositionOnce(t, m.data(), fs, cycle, what)
 		l.mu.Lock()
 		acks := append([]ackRecord(nil), l.acks[ackFrom:]...)
 		l.mu.Unlock()
 		oneAcknowledger(t, acks, cycle, what)
-		t.Logf("cycle %d: %s: a write acknowledged %v after the fault, by %s; master now %s; %d acknowledged, %d refused fenced, %d unconfirmed so far",
-			cycle, what, took.Round(time.Millisecond), next.id, m.id, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load())
+		t.Logf("cycle %d: %s: a write acknowledged %v after the fault, by %s; master now %s; %d acknowledged, %d refused fenced, %d unconfirmed so far; the stored-position consumer was redelivered %d at or below its last acknowledged eventId",
+			cycle, what, took.Round(time.Millisecond), next.id, m.id, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load(), fs.redelivered.Load())
 		l.resume()
 	}
 	l.finish()
