@@ -34,8 +34,8 @@ type followSub struct {
 	changed []string         // bodies redelivered with another eventId
 
 	resubscribed, redelivered atomic.Int64
-	stop         chan struct{}
-	done         chan struct{}
+	stop                      chan struct{}
+	done                      chan struct{}
 }
 
 func startFollowSub(addr func() string, topic, who string) *followSub {
