@@ -51,8 +51,9 @@ func CheckEpochStarts(h []EpochStart) error {
 }
 
 // EpochOf is the epoch a history places eventId in: that of the last entry
-// starting at or before it; 0 (unknown) before the first entry (eventIds a
-// master assigned before any promotion, or before the history was kept).
+// starting at or before it; 0 before the first entry: the eventIds the
+// first master assigned before any promotion (or before its build kept a
+// history) are epoch 0's.
 func EpochOf(h []EpochStart, eventID int64) uint64 {
 	var e uint64
 	for _, s := range h {
@@ -97,8 +98,8 @@ func EpochStartOf(h []EpochStart, eventID int64) EpochStart {
 
 // Position is where a consumer is in a history: the last eventId it took,
 // the epoch the serving node placed it in, and where that epoch began
-// there (EpochStartOf). Epoch 0: the node kept no history (an original
-// smss, an older build): the position cannot be checked.
+// there (EpochStartOf). A consumer served by a node that reports no status
+// at all (an original smss) has no Position to check.
 type Position struct {
 	EventID int64
 	Epoch   uint64
@@ -106,20 +107,18 @@ type Position struct {
 }
 
 // ResumePoint is where a consumer at pos resumes on a node with history
-// h. When h places pos.EventID in pos.Epoch (or either side does not
-// know), both hold the same messages through it (one master per epoch)
-// and it resumes there, ok. Otherwise the histories part at or before it,
+// h. When h places pos.EventID in pos.Epoch, both hold the same messages
+// through it (one master per epoch) and it resumes there, ok. Otherwise the histories part at or before it,
 // and point is the last eventId they provably share: before h's first
 // epoch above the consumer's, before the consumer's epoch began if h never
 // had that epoch, and within the part of that epoch h has; the consumer
 // takes again what follows it (duplicates of what both share, never a gap).
 func ResumePoint(h []EpochStart, pos Position) (point int64, ok bool) {
-	here := EpochOf(h, pos.EventID)
-	if pos.Epoch == 0 || here == 0 || here == pos.Epoch {
+	if EpochOf(h, pos.EventID) == pos.Epoch {
 		return pos.EventID, true
 	}
 	point = pos.EventID
-	had := false
+	had := pos.Epoch == 0 // epoch 0 is every history's first
 	for i, s := range h {
 		if s.Epoch == pos.Epoch {
 			had = true

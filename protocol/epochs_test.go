@@ -82,8 +82,12 @@ func TestResumePoint(t *testing.T) {
 		ok    bool
 	}{
 		{"same epoch", []EpochStart{{1, 1}, {2, 100}}, Position{150, 2, 100}, 150, true},
-		{"consumer knows no epoch", []EpochStart{{1, 1}}, Position{150, 0, 0}, 150, true},
-		{"node keeps no history", nil, Position{150, 2, 100}, 150, true},
+		{"never promoted, both", nil, Position{150, 0, 0}, 150, true},
+		// The first master (epoch 0) handed out 80; the slave it left
+		// behind at 50 was promoted to epoch 1.
+		{"the first master's history ended", []EpochStart{{1, 51}}, Position{80, 0, 0}, 50, false},
+		{"before the first promotion", []EpochStart{{1, 51}}, Position{40, 0, 0}, 40, true},
+		{"a node that never saw the consumer's epoch", nil, Position{150, 2, 100}, 99, false},
 		// The old master handed out 180 at epoch 1; the promoted slave
 		// held up to 150 and numbered 151.. at epoch 2.
 		{"a less advanced slave promoted", []EpochStart{{1, 1}, {2, 151}}, Position{180, 1, 1}, 150, false},
