@@ -81,8 +81,19 @@ type SubscriberConfig struct {
 	Handler    Handler
 	// AfterAck is called after every acknowledged batch with the batch's
 	// last eventId, so the caller can persist progress and later pass it
-	// as From.
+	// as From (or Subscriber.Position as FromPosition).
 	AfterAck func(lastEventID int64)
+	// FromPosition, when set, is From with the epoch the serving node
+	// placed it in (a Position a Subscriber reported): the first session
+	// checks it against its node's epoch history and, if that node's
+	// history parts from the one the position was taken in, resumes where
+	// they part (OnHistoryChange). It overrides From. Ignored with Resume.
+	FromPosition *Position
+	// OnHistoryChange is called when a session resumes before LastAcked
+	// because its node does not hold the history the subscriber consumed
+	// (a failover dropped messages it had taken, and the new master
+	// numbered its own writes over them). The change is logged either way.
+	OnHistoryChange func(HistoryChange)
 	// MinBackoff and MaxBackoff bound the reconnect delay, which starts at
 	// MinBackoff, doubles after each failed attempt up to MaxBackoff, and
 	// is jittered to between half and all of that. Defaults 1 s and 30 s.
@@ -118,6 +129,9 @@ type Subscriber struct {
 	lastAcked atomic.Int64
 	ackedAny  atomic.Bool // a batch was acknowledged in this Subscriber (Resume)
 	running   atomic.Bool
+	// pos is LastAcked placed in the history of the node that handed it
+	// out, checked against the next node's (position.go).
+	pos positions
 }
 
 // Where a Who without a stored position starts (SubscriberConfig.ResumeNew).
@@ -139,6 +153,8 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, errors.New("smss subscriber: Handler is required")
 	case cfg.From < 0:
 		return nil, fmt.Errorf("smss subscriber: From %d is negative", cfg.From)
+	case cfg.FromPosition != nil && cfg.FromPosition.EventID < 0:
+		return nil, fmt.Errorf("smss subscriber: FromPosition eventId %d is negative", cfg.FromPosition.EventID)
 	case cfg.Resume && cfg.ResumeNew < ResumeFromEnd:
 		return nil, fmt.Errorf("smss subscriber: ResumeNew %d is not 0, -1 or an eventId", cfg.ResumeNew)
 	}
@@ -174,6 +190,11 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	s := &Subscriber{addrs: addrs, cfg: cfg}
 	s.lastAcked.Store(cfg.From)
+	s.pos.pos = Position{EventID: cfg.From}
+	if fp := cfg.FromPosition; fp != nil && !cfg.Resume {
+		s.lastAcked.Store(fp.EventID)
+		s.pos.pos, s.pos.valid = *fp, true
+	}
 	return s, nil
 }
 
@@ -213,6 +234,11 @@ func (s *Subscriber) Addr() string { return s.addrs[s.cur.Load()] }
 
 // LastAcked returns the last acknowledged eventId (From before any ack).
 func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
+
+// Position returns LastAcked with the epoch its node placed it in; ok is
+// false when that is not known (no ack yet on a node that reports its
+// epoch history, or an original smss server).
+func (s *Subscriber) Position() (Position, bool) { return s.pos.current() }
 
 // Run subscribes and blocks until the subscription ends. It returns nil when
 // the Handler stopped it, an error wrapping ErrTopicDeleted when the server
@@ -294,6 +320,25 @@ func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool,
 	stop := context.AfterFunc(ctx, closeConn)
 	defer stop()
 
+	// The node's epoch history: to check the position against it, and to
+	// place what this session acknowledges (position.go).
+	h, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, 1<<20)
+	if err != nil {
+		if _, checkable := s.pos.current(); checkable {
+			// Resuming unchecked could skip what a failover renumbered.
+			return false, fmt.Errorf("ask the node's epoch history to check position %d: %w", s.lastAcked.Load(), err)
+		}
+		h, known = nil, false // nothing to check; what follows is not placed
+	}
+	if after, ch := s.pos.enter(addr, h, known); ch != nil {
+		s.cfg.Logger.Warn("smss subscriber: the node's history parts from the one consumed; resuming where they part",
+			"topic", s.cfg.Topic, "who", s.cfg.Who, "addr", addr, "lastAcked", ch.LastAcked.EventID,
+			"epoch", ch.LastAcked.Epoch, "resumeAfter", after)
+		s.lastAcked.Store(after)
+		if s.cfg.OnHistoryChange != nil {
+			s.cfg.OnHistoryChange(*ch)
+		}
+	}
 	var req []byte
 	if s.cfg.Resume && !s.ackedAny.Load() {
 		req, err = protocol.AppendSubResume(nil, []byte(s.cfg.Topic), traceID(ctx), s.cfg.ResumeNew,
@@ -382,6 +427,7 @@ func (s *Subscriber) batch(ctx context.Context, nc net.Conn, f protocol.Frame) (
 		return false, fmt.Errorf("send ack: %w", err)
 	}
 	s.lastAcked.Store(last)
+	s.pos.acked(last)
 	if last > 0 {
 		s.ackedAny.Store(true)
 	}
