@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,6 +141,21 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	}
 	if !reflect.DeepEqual(bodies, want) {
 		t.Fatalf("resumed at %d and took %v, want every new message once: %v", point, bodies, want)
+	}
+
+	// smssctl sub, given the position the way it prints it, does the same.
+	out, stderr, code := smssctl(t, baddr, "sub", "ep", "--who", "cli", "--from", strconv.FormatInt(last, 10),
+		"--epoch", fmt.Sprintf("%d:%d", pos.Epoch, pos.Start), "--count", "40")
+	if code != 0 || !strings.Contains(stderr, fmt.Sprintf("resuming after %d", aLast)) {
+		t.Fatalf("smssctl sub --epoch: rc %d\n%s", code, stderr)
+	}
+	for i := 1; i <= 40; i++ {
+		if !strings.Contains(out, fmt.Sprintf("new-%02d", i)) {
+			t.Fatalf("smssctl sub --epoch did not print new-%02d:\n%s", i, out)
+		}
+	}
+	if !strings.Contains(stderr, fmt.Sprintf("--epoch %d:%d", stB.Epoch, aLast+1)) {
+		t.Fatalf("smssctl sub does not print the position to resume with:\n%s", stderr)
 	}
 
 	// A new slave of the new master adopts its history.
