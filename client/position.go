@@ -54,6 +54,17 @@ func (p *positions) acked(eventID int64) {
 	p.pos, p.valid = Position{EventID: eventID, Epoch: es.Epoch, Start: es.Start}, true
 }
 
+// place places eventID in the current node's history.
+func (p *positions) place(eventID int64) (Position, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.known {
+		return Position{EventID: eventID}, false
+	}
+	es := protocol.EpochStartOf(p.hist, eventID)
+	return Position{EventID: eventID, Epoch: es.Epoch, Start: es.Start}, true
+}
+
 // current returns the last acknowledged Position and whether its epoch is
 // known.
 func (p *positions) current() (Position, bool) {

@@ -235,6 +235,12 @@ func (s *Subscriber) Addr() string { return s.addrs[s.cur.Load()] }
 // LastAcked returns the last acknowledged eventId (From before any ack).
 func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
 
+// PositionOf places eventID in the history of the node of the current
+// session, as Position would once it is acknowledged; ok is false when
+// that node reports no history. A handler that saves its progress before
+// the ack (a consumer group) saves this.
+func (s *Subscriber) PositionOf(eventID int64) (Position, bool) { return s.pos.place(eventID) }
+
 // Position returns LastAcked with the epoch its node placed it in; ok is
 // false when that is not known (no ack yet on a node that reports its
 // epoch history, or an original smss server).
