@@ -21,9 +21,11 @@ import (
 const (
 	handshakeTimeout = 10 * time.Second
 	maxHandshakes    = 64
-	// refusedLogEvery: refused handshakes are logged once per this
-	// interval (the first at once), with the count since the last line.
-	refusedLogEvery = 10 * time.Second
+	// Refused handshakes are logged at most refusedBurst times per
+	// refusedWindow; the first line of the next window counts the ones
+	// left out.
+	refusedBurst  = 5
+	refusedWindow = 10 * time.Second
 )
 
 // streamLayer is raft's StreamLayer over TCP, optionally under TLS. It also
@@ -48,9 +50,10 @@ type streamLayer struct {
 	closeMu  sync.Once
 	pending  atomic.Int64 // TLS handshakes in progress
 
-	refusedMu   sync.Mutex
-	refused     int       // refusals not logged yet
-	refusedLast time.Time // when the last refusal line was written
+	refusedMu     sync.Mutex
+	refusedSince  time.Time // the start of the current log window
+	refusedLogged int       // lines written in that window
+	refusedQuiet  int       // refusals not logged since the last line
 
 	mu    sync.Mutex
 	cut   bool
@@ -156,21 +159,29 @@ func (s *streamLayer) handshake(c net.Conn) {
 	}
 }
 
-// refuse closes c and logs why, at most once per refusedLogEvery.
+// refuse closes c and logs why, at most refusedBurst times per
+// refusedWindow.
 func (s *streamLayer) refuse(c net.Conn, why error) {
 	c.Close()
 	s.refusedMu.Lock()
-	s.refused++
 	now := time.Now()
-	if !s.refusedLast.IsZero() && now.Sub(s.refusedLast) < refusedLogEvery {
+	if now.Sub(s.refusedSince) >= refusedWindow {
+		s.refusedSince, s.refusedLogged = now, 0
+	}
+	if s.refusedLogged >= refusedBurst {
+		s.refusedQuiet++
 		s.refusedMu.Unlock()
 		return
 	}
-	n := s.refused
-	s.refused, s.refusedLast = 0, now
+	s.refusedLogged++
+	quiet := s.refusedQuiet
+	s.refusedQuiet = 0
 	s.refusedMu.Unlock()
-	s.log.Warn("cluster: refused a connection to the raft port: its TLS handshake failed (a peer without a certificate the cluster's CA signed, or not TLS at all)",
-		"remote", c.RemoteAddr().String(), "err", why, "refused", n)
+	attrs := []any{"remote", c.RemoteAddr().String(), "err", why}
+	if quiet > 0 {
+		attrs = append(attrs, "notLogged", quiet)
+	}
+	s.log.Warn("cluster: refused a connection to the raft port: its TLS handshake failed (a peer without a certificate the cluster's CA signed, or not TLS at all)", attrs...)
 }
 
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
