@@ -119,15 +119,20 @@ func (s *streamLayer) acceptTLS() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// A transient failure (out of descriptors): retry, as
-				// net/http does, rather than end the transport.
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(delay):
-					continue
-				case <-s.closed:
+			select {
+			case <-s.closed:
+			default:
+				if !errors.Is(err, net.ErrClosed) {
+					// A transient failure (out of descriptors): retry, as
+					// raft's own accept loop does, rather than stop
+					// accepting for good.
+					delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+					s.log.Warn("cluster: raft transport accept failed; retrying", "err", err, "retryIn", delay)
+					select {
+					case <-time.After(delay):
+						continue
+					case <-s.closed:
+					}
 				}
 			}
 			s.acceptE <- err
