@@ -108,6 +108,13 @@ type Options struct {
 	// filled with the peer's host when empty). nil: plain TCP, which has
 	// no authentication at all: keep the raft port on a trusted network.
 	ServerTLS, ClientTLS *tls.Config
+	// CurrentClientTLS, when set (with ClientTLS), is called at every
+	// dial for the client configuration in force, so that a reload of the
+	// client certificate or CAs takes effect on the next connection;
+	// ClientTLS is then only what says TLS is on. The server side reloads
+	// through ServerTLS's own callbacks (GetConfigForClient,
+	// GetCertificate).
+	CurrentClientTLS func() *tls.Config
 
 	// Logger receives the cluster's and raft's logs (slog.Default if nil).
 	Logger *slog.Logger
@@ -204,6 +211,9 @@ func (o *Options) checkSettings() error {
 	}
 	if (o.ServerTLS == nil) != (o.ClientTLS == nil) {
 		bad("ServerTLS and ClientTLS must be set together")
+	}
+	if o.CurrentClientTLS != nil && o.ClientTLS == nil {
+		bad("CurrentClientTLS needs ClientTLS and ServerTLS")
 	}
 	return errors.Join(errs...)
 }

@@ -57,6 +57,10 @@ type autoNode struct {
 	peers map[string]cluster.Peer
 	dials map[string]client.DialFunc // per peer: the replication dialer
 	cn    *cluster.Node
+	// transport is the consensus transport (transportPlain or
+	// transportMutual); raftTLS its material, nil for plain TCP.
+	transport string
+	raftTLS   *raftTLS
 
 	cur  atomic.Pointer[node] // the node being served; nil between runs
 	mu   sync.Mutex           // serializes act
@@ -73,8 +77,13 @@ func startAuto(cfg *config.Config, logger *slog.Logger) (*autoNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	transport, rt, err := setupRaftTLS(cfg, &o)
+	if err != nil {
+		return nil, err
+	}
 	a := &autoNode{cfg: cfg, log: logger.With("component", "cluster"), self: o.NodeID,
 		peers: map[string]cluster.Peer{}, dials: map[string]client.DialFunc{},
+		transport: transport, raftTLS: rt,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, p := range o.Peers {
 		a.peers[p.ID] = p
@@ -94,6 +103,7 @@ func startAuto(cfg *config.Config, logger *slog.Logger) (*autoNode, error) {
 	}
 	o.Prober = a
 	o.Logger = logger.With("component", "consensus")
+	logRaftTransport(a.log, transport, a.peers[a.self].Raft)
 	cn, err := cluster.Open(o)
 	if err != nil {
 		return nil, err
@@ -277,7 +287,7 @@ func (a *autoNode) fencedWhy(n *node) string {
 // view is the cluster part of n's status.
 func (a *autoNode) view(n *node) *protocol.ClusterView {
 	st := a.cn.State()
-	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master}
+	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master, Transport: a.transport}
 	if id, ok := a.cn.Leader(); ok {
 		v.Leader = id
 	}
