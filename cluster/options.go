@@ -205,6 +205,10 @@ func (o *Options) checkSettings() error {
 	}
 	if o.FailAfter <= o.Lease {
 		bad("FailAfter %v must exceed Lease %v (an old master must stop acknowledging before another is elected)", o.FailAfter, o.Lease)
+	} else if o.FailAfter <= o.Lease+o.ProbeTimeout {
+		// The master counts as unhealthy from when the failing probe was
+		// sent, up to ProbeTimeout before the failure shows.
+		bad("FailAfter %v must exceed Lease %v + ProbeTimeout %v (an old master must stop acknowledging before another is elected)", o.FailAfter, o.Lease, o.ProbeTimeout)
 	}
 	if o.ElectionTimeout < o.HeartbeatTimeout {
 		bad("ElectionTimeout %v must be >= HeartbeatTimeout %v", o.ElectionTimeout, o.HeartbeatTimeout)
