@@ -172,3 +172,72 @@ func TestSubscriberUsesNextAddress(t *testing.T) {
 		t.Errorf("subscribed at %s, want the slave %s", s.Addr(), slave.Addr)
 	}
 }
+
+// TestDiscoverySkipsHungNode: of a master and its slave, the slave is
+// frozen (SIGSTOP: its port accepts connections, nothing answers) and comes
+// first among the addresses. A fresh client's first publish reaches the
+// master within about the probe timeout, not after the hung probe's
+// connection times out.
+func TestDiscoverySkipsHungNode(t *testing.T) {
+	master := testserver.Start(t, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	admin := dialT(t, master.Addr, Options{HealthCheckInterval: -1})
+	if err := admin.CreateTopic(ctxT(t, 10*time.Second), "order"); err != nil {
+		t.Fatal(err)
+	}
+	slave.Freeze()
+	defer slave.Thaw()
+	start := time.Now()
+	c := dialT(t, "", Options{Addrs: []string{slave.Addr, master.Addr}, HealthCheckInterval: -1})
+	if err := c.Publish(ctxT(t, 30*time.Second), "order", NewMessage([]byte("m"))); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	// ProbeTimeout (1 s) plus start-up; before, discovery waited for the
+	// hung probe for twice the dial timeout (10 s).
+	if d := time.Since(start); d > 1800*time.Millisecond {
+		t.Fatalf("first publish took %v with a hung node among the addresses", d)
+	}
+	if got := c.Master(); got != master.Addr {
+		t.Fatalf("master %q, want %s", got, master.Addr)
+	}
+}
+
+// TestPublishMovesOnNotConfirmed: a master that waits for one slave's
+// confirmation (syncSlaves 1) loses it when the slave is promoted (a
+// manual failover); its writes are refused "write not confirmed". A client
+// publishing with message ids looks for the master again on that refusal
+// and moves to the promoted slave, where each message is stored once.
+func TestPublishMovesOnNotConfirmed(t *testing.T) {
+	const sync = "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 300\n"
+	master := testserver.Start(t, fastAlive+sync)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	c := dialT(t, "", Options{Addrs: []string{master.Addr, slave.Addr}, HealthCheckInterval: -1,
+		RetryBackoff: 20 * time.Millisecond})
+	ctx := ctxT(t, 60*time.Second)
+	if err := c.CreateTopic(ctx, "order"); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	for i := range 3 {
+		if err := c.Publish(ctx, "order", NewMessage([]byte("before"+strconv.Itoa(i)))); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if got := c.Master(); got != master.Addr {
+		t.Fatalf("master %q, want %s", got, master.Addr)
+	}
+	waitTopic(t, slave.Addr, "order", seq("before", 0, 3))
+
+	sc := dialT(t, slave.Addr, Options{HealthCheckInterval: -1})
+	if _, err := sc.Promote(ctx); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	for i := range 3 {
+		if err := c.Publish(ctx, "order", NewMessage([]byte("after"+strconv.Itoa(i)))); err != nil {
+			t.Fatalf("publish %d after the promotion: %v", i, err)
+		}
+	}
+	if got := c.Master(); got != slave.Addr {
+		t.Fatalf("master %q after the promotion, want the promoted slave %s", got, slave.Addr)
+	}
+	waitTopic(t, slave.Addr, "order", append(seq("before", 0, 3), seq("after", 0, 3)...))
+}
