@@ -76,6 +76,10 @@ func startFakeList(t *testing.T, validList []byte, script func(n int, eventID in
 						return
 					}
 					switch req.Header.Cmd {
+					case protocol.CmdStatus:
+						// As an original smss: unknown command, then close.
+						c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
+						return
 					case protocol.CmdValidList:
 						out, _ := protocol.AppendReplyJSON(nil, validList)
 						c.Write(out)
