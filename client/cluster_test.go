@@ -241,3 +241,59 @@ func TestPublishMovesOnNotConfirmed(t *testing.T) {
 	}
 	waitTopic(t, slave.Addr, "order", append(seq("before", 0, 3), seq("after", 0, 3)...))
 }
+
+// TestSubscriberPrefersCurrentEpoch: of a master M and its slaves S1 and
+// S2, S1 is promoted (epoch 1) while M, still a master of epoch 0, and S2,
+// still following it, stay up. A subscriber given [M, S2, S1] subscribes on
+// S1, the master of the newest epoch, and gets what was written there,
+// not on M (first in its list), which would never deliver it. A frozen
+// node costs the probe timeout only.
+func TestSubscriberPrefersCurrentEpoch(t *testing.T) {
+	m := testserver.Start(t, fastAlive)
+	s1 := testserver.StartSlave(t, m, fastAlive)
+	s2 := testserver.StartSlave(t, m, fastAlive)
+	mc := dialT(t, m.Addr, Options{HealthCheckInterval: -1})
+	if err := mc.CreateTopic(ctxT(t, 10*time.Second), "t"); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, mc, "t", "before", 0, 3)
+	waitTopic(t, s1.Addr, "t", seq("before", 0, 3))
+	waitTopic(t, s2.Addr, "t", seq("before", 0, 3))
+	c1 := dialT(t, s1.Addr, Options{HealthCheckInterval: -1})
+	if _, err := c1.Promote(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	publishN(t, c1, "t", "after", 0, 2)
+
+	run := func(t *testing.T, addrs []string, want []string) *Subscriber {
+		t.Helper()
+		col := newCollector()
+		col.stop = func(d []Delivery) bool { return len(d) >= len(want) }
+		s, err := NewSubscriber("", SubscriberConfig{Topic: "t", Who: "w", Addrs: addrs, Handler: col.handle,
+			AfterAck: col.afterAck, MinBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(ctxT(t, 30*time.Second)); err != nil {
+			t.Fatalf("Run: %v (got %q)", err, col.bodies())
+		}
+		if b := col.bodies(); !slices.Equal(b, want) {
+			t.Fatalf("bodies %q, want %q", b, want)
+		}
+		return s
+	}
+	all := append(seq("before", 0, 3), seq("after", 0, 2)...)
+	if s := run(t, []string{m.Addr, s2.Addr, s1.Addr}, all); s.Addr() != s1.Addr {
+		t.Fatalf("subscribed at %s, want the epoch-1 master %s", s.Addr(), s1.Addr)
+	}
+	// A frozen node first: skipped after the probe timeout.
+	s2.Freeze()
+	defer s2.Thaw()
+	start := time.Now()
+	if s := run(t, []string{s2.Addr, s1.Addr}, all); s.Addr() != s1.Addr {
+		t.Fatalf("subscribed at %s, want %s", s.Addr(), s1.Addr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v with a frozen node first", d)
+	}
+}
