@@ -311,8 +311,8 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 			return i, nil
 		}
 	}
+	newest := newestEpoch(res, answered)
 	if !needMaster {
-		newest := newestEpoch(res, answered)
 		for _, i := range order {
 			if res[i].role == roleSlave && res[i].newest() >= newest {
 				return i, nil
@@ -325,6 +325,9 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%s: %v", c.addrs[i], r)
+		if r.role == roleMaster && r.epoch < newest {
+			fmt.Fprintf(&b, " [stale: a node reports epoch %d]", newest)
+		}
 	}
 	return -1, fmt.Errorf("%w among %d addresses (%s)", ErrNoMaster, n, b.String())
 }
