@@ -377,3 +377,55 @@ func testRejoinAtMastersLastBlock(t *testing.T, diverged bool) {
 	replPublish(t, master.addr, []string{"t"}, 4, "after")
 	waitReplicated(t, mData, nodeData, p, 30*time.Second)
 }
+
+// TestDivergenceOnFollowIdleMaster: slave C holds a block its new master
+// lacks, and that master's last block is the one before it (C got the old
+// master's last write, the promoted slave B did not). Re-pointed to B with
+// follow while B takes no writes, C finds the divergence within seconds and
+// stops as a divergent slave does, instead of waiting for a block or an
+// alive from B (30 s by default).
+func TestDivergenceOnFollowIdleMaster(t *testing.T) {
+	adir, bdir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
+	aport, bport := freePort(t), freePort(t)
+	smsstest.WriteConfig(t, adir, aport, "")
+	smsstest.WriteConfig(t, bdir, bport, "")
+	smsstest.WriteConfig(t, cdir, 0, "")
+	aData, bData, cData := filepath.Join(adir, "data"), filepath.Join(bdir, "data"), filepath.Join(cdir, "data")
+	a := startArgs(t, adir)
+	ac := dial(t, a.addr)
+	if err := ac.create("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	replPublish(t, a.addr, []string{"t"}, 40, "shared")
+	b := startReplSlave(t, bdir, aport, 0)
+	c := startReplSlave(t, cdir, aport, 0)
+	waitReplicated(t, aData, bData, b, time.Minute)
+	waitReplicated(t, aData, cData, c, time.Minute)
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if !smsstest.Poll(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
+		t.Fatalf("B did not stop (state %c)", procState(b.cmd.Process.Pid))
+	}
+	if err := ac.pub("t", record(nil, "onlyAC")); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicated(t, aData, cData, c, time.Minute)
+	a.kill()
+	b.kill()
+	b = startArgs(t, bdir) // B promoted by a restart as master; no writes
+	start := time.Now()
+	ctl := smsstest.Binary(t, "./cmd/smssctl")
+	if out, err := exec.Command(ctl, "--addr", c.addr, "follow", b.addr).CombinedOutput(); err != nil {
+		t.Fatalf("follow: %v\n%s", err, out)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("C did not find the divergence within 15 s of following an idle master:\n%s", tail(c.out.String(), 4000))
+	}
+	if !strings.Contains(c.out.String(), "DIVERGED") {
+		t.Fatalf("C exited without reporting the divergence:\n%s", tail(c.out.String(), 4000))
+	}
+	t.Logf("C stopped %v after the follow", time.Since(start).Round(time.Millisecond))
+}

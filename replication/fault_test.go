@@ -338,7 +338,12 @@ func (p *cutProxy) relay(c net.Conn, rng *rand.Rand) {
 		return
 	}
 	defer up.Close()
-	go io.Copy(up, c)
+	go func() {
+		// The slave closed (e.g. a status query's connection, which the
+		// master keeps open): close towards the master too.
+		io.Copy(up, c)
+		up.Close()
+	}()
 	limit := int64(1 + rng.IntN(p.maxCut))
 	n, _ := io.CopyN(c, up, limit)
 	if n == limit {
