@@ -424,3 +424,30 @@ func TestFencedRefusalMovesToMaster(t *testing.T) {
 		})
 	}
 }
+
+// TestDialDoesNotWaitForHungServer: with several addresses Dial connects
+// to all at once and returns with the first open connection; one whose
+// connection (TLS, login) never completes does not hold it up.
+func TestDialDoesNotWaitForHungServer(t *testing.T) {
+	live := startNode(t, masterStatus(1))
+	const hung = "127.0.0.1:1"
+	dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == hung {
+			<-ctx.Done() // a handshake that never completes
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	start := time.Now()
+	c := dialT(t, "", Options{Addrs: []string{hung, live.addr()}, DialContext: dialer, DialTimeout: 20 * time.Second,
+		HealthCheckInterval: -1})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Dial took %v with a hung first address", d)
+	}
+	if err := c.Publish(ctxT(t, 30*time.Second), "t", NewMessage([]byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if len(live.ids()) != 1 {
+		t.Fatalf("pubs %q", live.ids())
+	}
+}
