@@ -41,16 +41,27 @@ type Handler func(ctx context.Context, batch []Delivery) AckAction
 // required; other zero fields take the defaults named below.
 type SubscriberConfig struct {
 	Topic string
-	// Addrs are further servers of the same master/slave group, tried
-	// after the address given to NewSubscriber (duplicates dropped). The
-	// subscriber connects to the first reachable one, master or slave
-	// (eventIds are the same on every node), and after a failure moves on
-	// to the next, resuming after LastAcked; the backoff applies once a
-	// whole round of addresses failed. A server that has not yet
-	// replicated up to LastAcked ("eventId N is beyond the last eventId")
-	// is then skipped like an unreachable one instead of ending Run.
+	// Addrs are further servers of the same master/slave group or
+	// cluster, besides the address given to NewSubscriber (duplicates
+	// dropped). Before each round of connections the subscriber asks
+	// every address its status (in parallel, within ProbeTimeout) and
+	// tries them in this order: the master of the newest epoch any of
+	// them reports; slaves that follow that epoch, in-sync ones (a
+	// cluster's in-sync set) first; a fenced master of that epoch; servers
+	// without the status command (an original smss). A server that did not
+	// answer, and one of an older epoch (a master that was replaced, a
+	// slave still following it), is not used. eventIds are the same on
+	// every node, so each resumes after LastAcked. After a failure the
+	// subscriber moves on to the next server of the round; once the
+	// round is exhausted it waits (the backoff) and asks again, and after
+	// a connection that had delivered it asks again at once. A server that
+	// has not yet replicated up to LastAcked ("eventId N is beyond the last
+	// eventId") is skipped like an unreachable one instead of ending Run.
 	// Client.NewSubscriber fills it from the Client's addresses when nil.
 	Addrs []string
+	// ProbeTimeout bounds the status probe of each address (with several
+	// addresses). Default 1 s; Client.NewSubscriber takes the Client's.
+	ProbeTimeout time.Duration
 	// Who names the subscriber; a server allows one active subscription
 	// per (topic, who).
 	Who string
@@ -182,6 +193,9 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = protocol.MaxSubFrameBytes
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = defaultProbeTimeout
+	}
 	if cfg.DialContext == nil {
 		cfg.DialContext = (&net.Dialer{}).DialContext
 	}
@@ -216,6 +230,9 @@ func (c *Client) NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	if cfg.Addrs == nil {
 		cfg.Addrs = c.addrs[1:]
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = c.opts.ProbeTimeout
 	}
 	return NewSubscriber(c.addr, cfg)
 }
@@ -259,8 +276,39 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	attempt := 0
-	failedInRound := 0 // addresses that failed in a row without progress
+	failedInRound := 0 // addresses of this round that failed
+	var queue []int    // the rest of this round, best first
+	wait := func(err error) error {
+		d := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
+		attempt++
+		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
+			"from", s.lastAcked.Load(), "addr", s.Addr(), "in", d, "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+		case <-t.C:
+			return nil
+		}
+	}
 	for {
+		if len(s.addrs) > 1 && failedInRound == 0 {
+			order, why := s.rank(ctx)
+			if ctx.Err() != nil {
+				return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+			}
+			if len(order) == 0 {
+				err := fmt.Errorf("smss subscribe %q who %q: %w among %d addresses (%s)", s.cfg.Topic, s.cfg.Who,
+					ErrNoEligibleServer, len(s.addrs), why)
+				if werr := wait(err); werr != nil {
+					return werr
+				}
+				continue
+			}
+			s.cur.Store(int32(order[0]))
+			queue = order[1:]
+		}
 		addr := s.Addr()
 		progressed, err := s.session(ctx, addr)
 		if err == nil {
@@ -277,28 +325,145 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			attempt, failedInRound = 0, 0
 		}
 		if len(s.addrs) > 1 {
-			// Next address; wait only once every address has failed.
-			s.cur.Store((s.cur.Load() + 1) % int32(len(s.addrs)))
-			if failedInRound++; failedInRound < len(s.addrs) {
+			if progressed {
+				// It had delivered: roles may have changed since the
+				// round was ranked (a failover); rank again now.
+				s.cfg.Logger.Warn("smss subscriber: looking for a server again", "topic", s.cfg.Topic, "who", s.cfg.Who,
+					"from", s.lastAcked.Load(), "err", err)
+				continue
+			}
+			failedInRound++
+			if len(queue) > 0 {
+				s.cur.Store(int32(queue[0]))
+				queue = queue[1:]
 				s.cfg.Logger.Warn("smss subscriber: trying the next address", "topic", s.cfg.Topic, "who", s.cfg.Who,
 					"from", s.lastAcked.Load(), "addr", s.Addr(), "err", err)
 				continue
 			}
 			failedInRound = 0
 		}
-		wait := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
-		attempt++
-		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
-			"from", s.lastAcked.Load(), "addr", s.Addr(), "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
-		case <-t.C:
+		if werr := wait(err); werr != nil {
+			return werr
 		}
 	}
 }
+
+// ErrNoEligibleServer: a subscriber with several addresses found none to
+// subscribe to: each was unreachable, did not answer its status in time,
+// or is of an older epoch than another reports. The subscriber waits
+// (the backoff) and asks again; the error, naming what each address
+// answered, is logged.
+var ErrNoEligibleServer = errors.New("smss subscriber: no server of the current epoch reachable")
+
+// rank asks every address its status and returns those to subscribe to,
+// best first (see SubscriberConfig.Addrs), and what each answered.
+func (s *Subscriber) rank(ctx context.Context) ([]int, string) {
+	res := make([]probeResult, len(s.addrs))
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, a := range s.addrs {
+		wg.Go(func() { res[i] = probeStatus(pctx, s.cfg.DialContext, a) })
+	}
+	wg.Wait()
+	all := make([]bool, len(res))
+	for i := range all {
+		all[i] = true
+	}
+	newest := newestEpoch(res, all)
+	// The in-sync set of the newest epoch, from the master's view if it
+	// has one, else any node's.
+	var inSync map[string]bool
+	for _, wantMaster := range []bool{true, false} {
+		for _, r := range res {
+			if inSync != nil || r.view == nil || r.view.Epoch != newest || len(r.view.InSync) == 0 || (r.role == roleMaster) != wantMaster {
+				continue
+			}
+			inSync = map[string]bool{}
+			for _, m := range r.view.InSync {
+				inSync[m.Node] = true
+			}
+		}
+	}
+	const excluded = -1
+	tier := func(r probeResult) int {
+		switch r.role {
+		case roleUnreachable:
+			return excluded
+		case roleUnknown:
+			return 3
+		}
+		if r.newest() < newest {
+			return excluded // of an older epoch
+		}
+		if r.role == roleMaster {
+			if r.newest() > r.epoch || r.view != nil && r.view.Fenced != "" {
+				return 2 // not (yet) the master of the epoch it knows
+			}
+			return 0
+		}
+		if inSync != nil && (r.view == nil || !inSync[r.view.Node]) {
+			return 2
+		}
+		return 1
+	}
+	var order []int
+	for want := 0; want <= 3; want++ {
+		for i, r := range res {
+			if tier(r) == want {
+				order = append(order, i)
+			}
+		}
+	}
+	var b strings.Builder
+	for i, r := range res {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v", s.addrs[i], r)
+		if tier(r) == excluded && r.role >= roleSlave {
+			b.WriteString(" [older epoch]")
+		}
+	}
+	return order, b.String()
+}
+
+// probeStatus asks the server at addr its status on a connection of its
+// own, within ctx.
+func probeStatus(ctx context.Context, dc func(context.Context, string, string) (net.Conn, error), addr string) probeResult {
+	dl, _ := ctx.Deadline()
+	nc, err := dial(ctx, dc, time.Until(dl), addr)
+	if err != nil {
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	cn := &conn{nc: nc, r: bufio.NewReader(nc)}
+	defer cn.close()
+	req, err := protocol.AppendStatus(nil, traceID(ctx))
+	if err != nil {
+		return probeResult{role: roleUnknown, err: err}
+	}
+	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, maxStatusReply, time.Until(dl), "")
+	switch {
+	case IsServerError(err):
+		// An original server ("don't support action"), or a refusal:
+		// up, role unknown.
+		return probeResult{role: roleUnknown, err: err}
+	case err != nil:
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	st, err := ParseNodeStatus(body)
+	if err != nil {
+		return probeResult{role: roleUnknown, err: err}
+	}
+	r := probeResult{role: roleSlave, epoch: st.Epoch, view: st.Cluster}
+	if st.IsMaster() {
+		r.role = roleMaster
+	}
+	return r
+}
+
+// maxStatusReply caps a status reply read by a subscriber's probe.
+const maxStatusReply = 1 << 20
 
 // backoff is min·2^attempt capped at max, jittered into [d/2, d].
 func backoff(min, max time.Duration, attempt int) time.Duration {
