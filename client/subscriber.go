@@ -493,7 +493,7 @@ func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool,
 
 	// The node's epoch history: to check the position against it, and to
 	// place what this session acknowledges (position.go).
-	h, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, 1<<20)
+	h, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, maxStatusReply)
 	if err != nil {
 		if _, checkable := s.pos.current(); checkable {
 			// Resuming unchecked could skip what a failover renumbered.
