@@ -149,6 +149,7 @@ def main():
     pub = {"cluster": [], "manual": []}
     idle = {"cluster": [], "manual": []}
     lat = {"on": [], "off": []}
+    rcpub = {"on": [], "off": []}
     for rnd in range(o.rounds):
         order = ["cluster", "manual"] if rnd % 2 == 0 else ["manual", "cluster"]
         for kind in order:
@@ -175,7 +176,11 @@ def main():
                 res = bench(bins, ["e2e", "--addr", s.addrs[s.master], "--rate", "1000", "--duration", o.duration,
                                    "--topic", f"e2e{rnd}"])
                 lat[mode].append(res)
-                print(json.dumps({"round": rnd, "readCommitted": mode, "latency": res.get("latency")}), flush=True)
+                thr = bench(bins, ["pub", "--addr", s.addrs[s.master], "--pid", str(s.procs[s.master].pid), "--conns", "64",
+                                   "--duration", o.duration, "--topic", f"rcpub{rnd}"])
+                rcpub[mode].append(thr["msgs_per_sec"])
+                print(json.dumps({"round": rnd, "readCommitted": mode, "latency": res.get("latency"),
+                                  "publish_64conns_msgs_per_sec": thr["msgs_per_sec"]}), flush=True)
             finally:
                 s.stop()
 
@@ -191,6 +196,7 @@ def main():
         "publish_64conns_msgs_per_sec": {"cluster": med(c), "manual": med(m), "ratio_median_of_pairs": med(ratios)},
         "master_cpu_us_per_msg": {"cluster": med(cu), "manual": med(mu)},
         "idle_cpu_percent_of_one_core_all_three_nodes": {"cluster": med(idle["cluster"]), "manual": med(idle["manual"])},
+        "read_committed_publish_64conns_msgs_per_sec": {mode: med(rcpub[mode]) for mode in rcpub},
         "e2e_1000_per_sec_us": {mode: {"p50": med([r["latency"]["p50_us"] for r in lat[mode]]),
                                        "p99": med([r["latency"]["p99_us"] for r in lat[mode]])} for mode in lat},
     }
