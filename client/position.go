@@ -31,26 +31,55 @@ type HistoryChange struct {
 	ResumeAfter int64    // where it resumed
 }
 
+// nodeView is what a session knows of its node's history: the epoch
+// history and last eventId its status reported, and whether it was a
+// slave. A master's history cannot change while it serves (its own epoch
+// is the last entry, and it stops serving to become anything else), so
+// every eventId it hands out is placed by it. A slave's can: when its
+// master changes, it adopts the new master's history and goes on
+// delivering, so an eventId beyond last is placed only after asking again.
+type nodeView struct {
+	hist  []protocol.EpochStart
+	last  int64
+	slave bool
+}
+
 // positions tracks the history of the node a subscription runs on and the
 // Position of its last acknowledged eventId.
 type positions struct {
 	mu    sync.Mutex
-	hist  []protocol.EpochStart // the current node's; valid only if known
-	known bool                  // the current node reported a history
+	view  nodeView
+	known bool // the current node reported a history
 	pos   Position
 	valid bool // pos.Epoch/Start describe pos.EventID
 }
 
+// needsView reports whether placing eventID needs a fresh view of the
+// node (a slave that may have changed master since the last one).
+func (p *positions) needsView(eventID int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.known && p.view.slave && eventID > p.view.last
+}
+
+// refresh replaces the current node's view (known false: it could not be
+// had; what follows is then not placed).
+func (p *positions) refresh(v nodeView, known bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.view, p.known = v, known
+}
+
 // acked records eventID as the last acknowledged, placed in the current
-// node's history when it reported one.
+// node's history when it is known to cover it.
 func (p *positions) acked(eventID int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.known {
+	if !p.known || (p.view.slave && eventID > p.view.last) {
 		p.pos, p.valid = Position{EventID: eventID}, false
 		return
 	}
-	es := protocol.EpochStartOf(p.hist, eventID)
+	es := protocol.EpochStartOf(p.view.hist, eventID)
 	p.pos, p.valid = Position{EventID: eventID, Epoch: es.Epoch, Start: es.Start}, true
 }
 
@@ -58,10 +87,10 @@ func (p *positions) acked(eventID int64) {
 func (p *positions) place(eventID int64) (Position, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.known {
+	if !p.known || (p.view.slave && eventID > p.view.last) {
 		return Position{EventID: eventID}, false
 	}
-	es := protocol.EpochStartOf(p.hist, eventID)
+	es := protocol.EpochStartOf(p.view.hist, eventID)
 	return Position{EventID: eventID, Epoch: es.Epoch, Start: es.Start}, true
 }
 
@@ -73,22 +102,22 @@ func (p *positions) current() (Position, bool) {
 	return p.pos, p.valid
 }
 
-// enter starts a session on a node whose history is h (known false: the
-// node reports none, e.g. an original smss). It returns where to resume
-// after and, if that is before the last acknowledged eventId, the change.
-func (p *positions) enter(addr string, h []protocol.EpochStart, known bool) (int64, *HistoryChange) {
+// enter starts a session on a node with view v (known false: the node
+// reports none, e.g. an original smss). It returns where to resume after
+// and, if that is before the last acknowledged eventId, the change.
+func (p *positions) enter(addr string, v nodeView, known bool) (int64, *HistoryChange) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hist, p.known = h, known
+	p.view, p.known = v, known
 	if !known || !p.valid {
 		return p.pos.EventID, nil
 	}
-	point, same := protocol.ResumePoint(h, p.pos)
+	point, same := protocol.ResumePoint(v.hist, p.pos)
 	if same {
 		return p.pos.EventID, nil
 	}
 	ch := &HistoryChange{Addr: addr, LastAcked: p.pos, ResumeAfter: point}
-	es := protocol.EpochStartOf(h, point)
+	es := protocol.EpochStartOf(v.hist, point)
 	p.pos = Position{EventID: point, Epoch: es.Epoch, Start: es.Start}
 	return point, ch
 }
@@ -97,36 +126,36 @@ func (p *positions) enter(addr string, h []protocol.EpochStart, known bool) (int
 // when the node has no status command or reports no history field it can
 // be trusted with (an error is returned only for a failure worth a retry
 // of the session).
-func nodeHistory(ctx context.Context, dc func(context.Context, string, string) (net.Conn, error), timeout time.Duration, addr string, maxReply int) (h []protocol.EpochStart, known bool, err error) {
+func nodeHistory(ctx context.Context, dc func(context.Context, string, string) (net.Conn, error), timeout time.Duration, addr string, maxReply int) (v nodeView, known bool, err error) {
 	nc, err := dial(ctx, dc, timeout, addr)
 	if err != nil {
-		return nil, false, err
+		return v, false, err
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(timeout))
 	req, err := protocol.AppendStatus(nil, traceID(ctx))
 	if err != nil {
-		return nil, false, permanentError{fmt.Errorf("encode status: %w", err)}
+		return v, false, permanentError{fmt.Errorf("encode status: %w", err)}
 	}
 	if _, err := nc.Write(req); err != nil {
-		return nil, false, fmt.Errorf("send status: %w", err)
+		return v, false, fmt.Errorf("send status: %w", err)
 	}
 	body, err := protocol.ReadReply(nc, protocol.ReplyJSON, maxReply)
 	var be *protocol.BizError
 	if errors.As(err, &be) && be.Msg == protocol.ErrNotSupported.Msg {
-		return nil, false, nil // an original smss: nothing to check against
+		return v, false, nil // an original smss: nothing to check against
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("status: %w", err)
+		return v, false, fmt.Errorf("status: %w", err)
 	}
 	st, err := ParseNodeStatus(body)
 	if err != nil {
-		return nil, false, err
+		return v, false, err
 	}
 	if err := protocol.CheckEpochStarts(st.Epochs); err != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrProtocol, err)
+		return v, false, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
 	// A node of this build that was never promoted reports none: every
 	// eventId it holds is epoch 0's, which is a history too.
-	return st.Epochs, true, nil
+	return nodeView{hist: st.Epochs, last: st.LastEventID, slave: !st.IsMaster()}, true, nil
 }

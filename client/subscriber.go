@@ -256,7 +256,24 @@ func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
 // session, as Position would once it is acknowledged; ok is false when
 // that node reports no history. A handler that saves its progress before
 // the ack (a consumer group) saves this.
-func (s *Subscriber) PositionOf(eventID int64) (Position, bool) { return s.pos.place(eventID) }
+func (s *Subscriber) PositionOf(eventID int64) (Position, bool) {
+	s.refreshView(context.Background(), eventID)
+	return s.pos.place(eventID)
+}
+
+// refreshView reads the node's history again when placing eventID needs
+// it (a slave that may have changed master since it was read); a failed
+// read leaves what follows unplaced, never wrongly placed.
+func (s *Subscriber) refreshView(ctx context.Context, eventID int64) {
+	if !s.pos.needsView(eventID) {
+		return
+	}
+	v, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, s.Addr(), maxStatusReply)
+	if err != nil {
+		known = false
+	}
+	s.pos.refresh(v, known)
+}
 
 // Position returns LastAcked with the epoch its node placed it in; ok is
 // false when that is not known (no ack yet on a node that reports its
@@ -493,15 +510,15 @@ func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool,
 
 	// The node's epoch history: to check the position against it, and to
 	// place what this session acknowledges (position.go).
-	h, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, maxStatusReply)
+	v, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, maxStatusReply)
 	if err != nil {
 		if _, checkable := s.pos.current(); checkable {
 			// Resuming unchecked could skip what a failover renumbered.
 			return false, fmt.Errorf("ask the node's epoch history to check position %d: %w", s.lastAcked.Load(), err)
 		}
-		h, known = nil, false // nothing to check; what follows is not placed
+		v, known = nodeView{}, false // nothing to check; what follows is not placed
 	}
-	if after, ch := s.pos.enter(addr, h, known); ch != nil {
+	if after, ch := s.pos.enter(addr, v, known); ch != nil {
 		s.cfg.Logger.Warn("smss subscriber: the node's history parts from the one consumed; resuming where they part",
 			"topic", s.cfg.Topic, "who", s.cfg.Who, "addr", addr, "lastAcked", ch.LastAcked.EventID,
 			"epoch", ch.LastAcked.Epoch, "resumeAfter", after)
@@ -598,6 +615,7 @@ func (s *Subscriber) batch(ctx context.Context, nc net.Conn, f protocol.Frame) (
 		return false, fmt.Errorf("send ack: %w", err)
 	}
 	s.lastAcked.Store(last)
+	s.refreshView(ctx, last)
 	s.pos.acked(last)
 	if last > 0 {
 		s.ackedAny.Store(true)

@@ -440,6 +440,46 @@ func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, 
 	}
 }
 
+// clientSubOnce waits until the Go client's subscriber was handed every
+// message of its topic in the master's history, and fails if it was handed
+// one twice or one that history does not hold. With read-committed
+// delivery and onSyncTimeout fail no failover changes a history a consumer
+// saw, so it never resumes before its position either.
+func clientSubOnce(t *testing.T, dataDir string, cs *clientSub, cycle int, fault string) {
+	t.Helper()
+	held := map[string]bool{}
+	for _, blk := range readStore(t, dataDir, []string{cs.topic}).topics[cs.topic] {
+		held[bodyOf(t, blk.Record)] = true
+	}
+	var missing []string
+	if !smsstest.Poll(30*time.Second, func() bool {
+		got, _ := cs.snapshot()
+		missing = missing[:0]
+		for b := range held {
+			if got[b] == 0 {
+				missing = append(missing, b)
+			}
+		}
+		return len(missing) == 0
+	}) {
+		sort.Strings(missing)
+		t.Fatalf("cycle %d (%s): the client's subscriber was never handed %d of the %d messages of %s (first %q)",
+			cycle, fault, len(missing), len(held), cs.topic, missing[0])
+	}
+	got, changes := cs.snapshot()
+	for b, n := range got {
+		switch {
+		case !held[b]:
+			t.Fatalf("cycle %d (%s): the client's subscriber was handed %q, which the history does not hold", cycle, fault, b)
+		case n > 1:
+			t.Fatalf("cycle %d (%s): the client's subscriber was handed %q %d times", cycle, fault, b, n)
+		}
+	}
+	if changes != 0 {
+		t.Fatalf("cycle %d (%s): the client's subscriber saw %d history changes; read-committed delivery allows none", cycle, fault, changes)
+	}
+}
+
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -495,6 +535,14 @@ func TestClusterChaos(t *testing.T) {
 	// A consumer with a stored position that follows the master.
 	fs := startFollowSub(func() string { return *l.addr.Load() }, "c3", "chaos-stored")
 	defer fs.close()
+	// An application's subscriber with every address, keeping its own
+	// position.
+	var addrs []string
+	for _, n := range cc.nodes {
+		addrs = append(addrs, n.addr())
+	}
+	cs := startClientSub(t, addrs, "c2", "chaos-client")
+	defer cs.close()
 
 	times := map[string][]time.Duration{}
 	var all []time.Duration
@@ -614,6 +662,7 @@ func TestClusterChaos(t *testing.T) {
 		}
 		dirtyReads(t, m.data(), topics, subs, cycle, what)
 		storedPositionOnce(t, m.data(), fs, cycle, what)
+		clientSubOnce(t, m.data(), cs, cycle, what)
 		l.mu.Lock()
 		acks := append([]ackRecord(nil), l.acks[ackFrom:]...)
 		l.mu.Unlock()

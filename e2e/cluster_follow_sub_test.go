@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
+	smss "github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -141,4 +146,63 @@ func (s *followSub) historyChanged() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.changed...)
+}
+
+// clientSub is the Go client's Subscriber given every node's address, as
+// an application runs it: it keeps its position itself (LastAcked with its
+// epoch), finds the master or an in-sync slave of the current epoch, and
+// counts every message its handler is handed.
+type clientSub struct {
+	topic  string
+	sub    *smss.Subscriber
+	cancel context.CancelFunc
+	done   chan error
+
+	mu      sync.Mutex
+	got     map[string]int
+	changes int
+}
+
+func startClientSub(t *testing.T, addrs []string, topic, who string) *clientSub {
+	t.Helper()
+	cs := &clientSub{topic: topic, got: map[string]int{}, done: make(chan error, 1)}
+	sub, err := smss.NewSubscriber("", smss.SubscriberConfig{Topic: topic, Who: who, Addrs: addrs, BatchSize: 10,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, IdleTimeout: 3 * time.Second,
+		DialTimeout: time.Second, ProbeTimeout: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Handler: func(_ context.Context, batch []smss.Delivery) smss.AckAction {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			for _, d := range batch {
+				cs.got[string(d.Body)]++
+			}
+			return smss.Ack
+		},
+		OnHistoryChange: func(smss.HistoryChange) {
+			cs.mu.Lock()
+			cs.changes++
+			cs.mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.sub, cs.cancel = sub, cancel
+	go func() { cs.done <- sub.Run(ctx) }()
+	return cs
+}
+
+func (cs *clientSub) close() {
+	cs.cancel()
+	<-cs.done
+}
+
+func (cs *clientSub) snapshot() (map[string]int, int) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	out := make(map[string]int, len(cs.got))
+	for b, n := range cs.got {
+		out[b] = n
+	}
+	return out, cs.changes
 }
