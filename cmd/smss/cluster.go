@@ -33,7 +33,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,13 +254,27 @@ func (a *autoNode) fencedWhy(n *node) string {
 
 // view is the cluster part of n's status.
 func (a *autoNode) view(n *node) *protocol.ClusterView {
-	st := a.cn.State()
-	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master}
-	if id, ok := a.cn.Leader(); ok {
-		v.Leader = id
-	}
+	cs := a.cn.Status()
+	st := cs.State
+	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master, Leader: cs.Leader,
+		Version: st.Version, LeaseValid: cs.LeaseValid}
 	for _, m := range st.ISR {
 		v.InSync = append(v.InSync, protocol.InSyncMember{Node: m.Node, Eligible: m.Eligible})
+	}
+	for _, id := range a.peerIDs() {
+		v.Peers = append(v.Peers, protocol.ClusterPeer{Node: id, Addr: a.peers[id].Addr})
+	}
+	if c := cs.Controller; c != nil {
+		v.Blocked = c.Blocked
+		for _, p := range c.Nodes {
+			pr := protocol.ClusterProbe{Node: p.ID, OK: p.OK, Error: p.Err, AgeMs: -1}
+			if p.Age >= 0 {
+				r := p.Report
+				pr.Role, pr.Epoch, pr.LastEventID, pr.CommitPoint, pr.Instance = r.Role, r.Epoch, r.LastEventID, r.CommitPoint, r.Instance
+				pr.AgeMs = p.Age.Milliseconds()
+			}
+			v.Probes = append(v.Probes, pr)
+		}
 	}
 	if !n.b.IsSlave() {
 		v.Fenced = a.fencedWhy(n)
@@ -266,6 +282,95 @@ func (a *autoNode) view(n *node) *protocol.ClusterView {
 		v.Slaves = n.sync.SlaveReports()
 	}
 	return v
+}
+
+// peerIDs are the configured peers' ids, sorted.
+func (a *autoNode) peerIDs() []string {
+	ids := make([]string, 0, len(a.peers))
+	for id := range a.peers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// switchover hands the master role to target ("": the eligible in-sync
+// member with the highest last eventId the controller probed, then the
+// lowest id) through the consensus, once target caught up with the master
+// (cluster.switchoverWaitMs at most). Only the consensus leader serves
+// it; another node refuses naming the leader (protocol.FormatNotLeader),
+// where the client asks again.
+func (a *autoNode) switchover(ctx context.Context, target string) (string, uint64, error) {
+	if target != "" {
+		if _, ok := a.peers[target]; !ok {
+			return "", 0, protocol.NewBizError(fmt.Sprintf("switchover: no node %q in this cluster (its nodes: %s)", target, strings.Join(a.peerIDs(), ", ")))
+		}
+	}
+	cs := a.cn.Status()
+	if target == "" && cs.Controller != nil {
+		target = pickSwitchoverTarget(cs.State, cs.Controller.Nodes)
+		if target == "" {
+			return "", 0, protocol.NewBizError(fmt.Sprintf("switchover: no eligible member of the in-sync set of epoch %d to hand the master role to (%s)",
+				cs.State.Epoch, describeISR(cs.State)))
+		}
+	}
+	a.log.Warn("switchover requested", "target", target, "master", cs.State.Master, "epoch", cs.State.Epoch)
+	err := a.cn.Switchover(ctx, target)
+	var nl *cluster.NotLeaderError
+	if errors.As(err, &nl) {
+		addr := ""
+		if p, ok := a.peers[nl.Leader]; ok {
+			addr = p.Addr
+		}
+		if addr == "" {
+			nl.Leader = ""
+		}
+		return "", 0, protocol.NewBizError(protocol.FormatNotLeader(nl.Leader, addr))
+	}
+	if err != nil {
+		a.log.Warn("switchover failed", "target", target, "err", err)
+		return "", 0, protocol.NewBizError(err.Error())
+	}
+	st := a.cn.State()
+	a.log.Warn("switchover done", "master", st.Master, "epoch", st.Epoch)
+	return st.Master, st.Epoch, nil
+}
+
+// pickSwitchoverTarget is the eligible in-sync member with the highest
+// last eventId in the controller's probes, then the lowest id; "" if none.
+func pickSwitchoverTarget(st cluster.State, probes []cluster.NodeProbe) string {
+	last := map[string]int64{}
+	for _, p := range probes {
+		if p.OK && p.Age >= 0 {
+			last[p.ID] = p.Report.LastEventID
+		}
+	}
+	best := ""
+	for _, m := range st.ISR { // sorted by node id
+		if !m.Eligible || m.Node == st.Master {
+			continue
+		}
+		if best == "" || last[m.Node] > last[best] {
+			best = m.Node
+		}
+	}
+	return best
+}
+
+// describeISR is the in-sync set for an error text.
+func describeISR(st cluster.State) string {
+	if len(st.ISR) == 0 {
+		return "the in-sync set is empty"
+	}
+	parts := make([]string, 0, len(st.ISR))
+	for _, m := range st.ISR {
+		e := "not eligible yet"
+		if m.Eligible {
+			e = "eligible"
+		}
+		parts = append(parts, m.Node+" "+e)
+	}
+	return "in-sync set: " + strings.Join(parts, ", ")
 }
 
 // Probe implements cluster.Prober: the peer's status, asked like a slave
