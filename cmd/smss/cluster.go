@@ -43,6 +43,7 @@ import (
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/cluster"
 	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -395,4 +396,64 @@ func (a *autoNode) Probe(ctx context.Context, p cluster.Peer) (cluster.Report, e
 		}
 	}
 	return r, nil
+}
+
+// reportTimeout bounds the status requests of a cluster report (the
+// admin endpoint's /api/cluster).
+const reportTimeout = 2 * time.Second
+
+// report asks every node's status (this one's locally) and combines them
+// (protocol.BuildClusterReport).
+func (a *autoNode) report(ctx context.Context) protocol.ClusterReport {
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		answers = map[string]*protocol.NodeStatus{}
+		errs    = map[string]string{}
+		peers   []protocol.ClusterPeer
+	)
+	for _, id := range a.peerIDs() {
+		p := a.peers[id]
+		peers = append(peers, protocol.ClusterPeer{Node: id, Addr: p.Addr})
+		if id == a.self {
+			if n := a.cur.Load(); n != nil {
+				st := n.Status()
+				answers[id] = &st
+			} else {
+				errs[id] = "this node is changing role"
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := queryStatus(ctx, a.dials[id], p.Addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[id] = err.Error()
+			} else {
+				answers[id] = st
+			}
+		}()
+	}
+	wg.Wait()
+	return protocol.BuildClusterReport(peers, answers, errs)
+}
+
+// metrics is this node's view for the cluster gauges.
+func (a *autoNode) metrics() metrics.ClusterInfo {
+	cs := a.cn.Status()
+	st := cs.State
+	c := metrics.ClusterInfo{Node: a.self, Epoch: st.Epoch, Version: st.Version, IsMaster: st.Master == a.self,
+		IsLeader: cs.Leader == a.self, LeaseValid: cs.LeaseValid, InSync: len(st.ISR)}
+	if n := a.cur.Load(); n != nil && !n.b.IsSlave() {
+		c.Fenced = a.fencedWhy(n) != ""
+	}
+	if cs.Controller != nil {
+		c.Blocked = cs.Controller.Blocked != ""
+	}
+	return c
 }
