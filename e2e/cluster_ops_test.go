@@ -359,3 +359,56 @@ func manualPromoteBehind(t *testing.T, backlog int) bool {
 	t.Logf("s2 promoted at last eventId %d of %d acknowledged: %s", st2.LastEventID, acked, strings.TrimSpace(errOut))
 	return true
 }
+
+// TestFollowRefusesDivergedMaster: follow to a master whose binlog this
+// slave's is not a prefix of is refused (exit 1, the reason named) instead
+// of answering 200 and stopping the slave at its first session; the slave
+// keeps following its master.
+func TestFollowRefusesDivergedMaster(t *testing.T) {
+	x := &fnode{name: "X", dir: t.TempDir(), port: freePort(t)}
+	y := &fnode{name: "Y", dir: t.TempDir(), port: freePort(t)}
+	s := &fnode{name: "S", dir: t.TempDir(), port: freePort(t)}
+	for _, n := range []*fnode{x, y, s} {
+		replConfig(t, n.dir, n.port, "")
+	}
+	x.p = startArgs(t, x.dir, "-role", "master")
+	y.p = startArgs(t, y.dir, "-role", "master")
+	s.p = startReplSlave(t, s.dir, x.port, 0)
+	defer s.p.stop()
+	defer x.p.stop()
+	defer y.p.stop()
+	cx, cy := dial(t, x.addr()), dial(t, y.addr())
+	if err := cx.create("fx", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cy.create("fy", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := cy.pub("fy", record(nil, fmt.Sprintf("y%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			if err := cx.pub("fx", record(nil, fmt.Sprintf("x%d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitReplicated(t, x.data(), s.data(), s.p, 20*time.Second)
+	out, errOut, code := smssctl(t, s.addr(), "follow", y.addr())
+	if code != 1 || !strings.Contains(errOut, "not a prefix") || !strings.Contains(errOut, "-rejoin") {
+		t.Fatalf("follow to a diverged master: exit %d\n%s%s\n%s", code, out, errOut, tail(s.p.out.String(), 3000))
+	}
+	// Still S's master is X, and S still applies what X writes.
+	if err := cx.pub("fx", record(nil, "x-after")); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicated(t, x.data(), s.data(), s.p, 20*time.Second)
+	if st := statusOf(t, s.addr()); st.Role != "slave" || st.Master != x.addr() {
+		t.Fatalf("after the refused follow S is %+v, want a slave of %s", st, x.addr())
+	}
+	// A follow to a master it is a prefix of is accepted.
+	if _, errOut, code := smssctl(t, s.addr(), "follow", x.addr()); code != 0 {
+		t.Fatalf("follow to the same master: exit %d %s", code, errOut)
+	}
+}
