@@ -207,6 +207,22 @@ func TestClusterOpsStatusSwitchover(t *testing.T) {
 		t.Errorf("switchover to an unknown node: exit %d %s", code, errOut)
 	}
 
+	// A node that is not the consensus leader refuses naming the leader
+	// and its address (where smssctl asks again).
+	addrOf := map[string]string{}
+	for _, n := range nodes {
+		addrOf[n.id] = n.addr()
+	}
+	for _, n := range nodes {
+		if n.id == rep.Leader {
+			continue
+		}
+		_, err := dial(t, n.addr()).roundTrip(must(protocol.AppendSwitchover(nil, target.id, nil)), protocol.ReplyJSON)
+		if id, addr, ok := protocol.ParseNotLeader(fmt.Sprint(err)); !ok || id != rep.Leader || addr != addrOf[rep.Leader] {
+			t.Errorf("switchover at %s (not the leader %s): %v", n.id, rep.Leader, err)
+		}
+	}
+
 	// The switchover, asked at the master (not necessarily the consensus
 	// leader: the request follows the leader).
 	start := time.Now()
