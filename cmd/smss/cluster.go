@@ -268,7 +268,7 @@ func (a *autoNode) view(n *node) *protocol.ClusterView {
 	if c := cs.Controller; c != nil {
 		v.Blocked = c.Blocked
 		for _, p := range c.Nodes {
-			pr := protocol.ClusterProbe{Node: p.ID, OK: p.OK, Error: p.Err, AgeMs: -1}
+			pr := protocol.ClusterProbe{Node: p.ID, OK: p.OK, Error: truncate(p.Err, maxProbeErr), AgeMs: -1}
 			if p.Age >= 0 {
 				r := p.Report
 				pr.Role, pr.Epoch, pr.LastEventID, pr.CommitPoint, pr.Instance = r.Role, r.Epoch, r.LastEventID, r.CommitPoint, r.Instance
@@ -283,6 +283,18 @@ func (a *autoNode) view(n *node) *protocol.ClusterView {
 		v.Slaves = n.sync.SlaveReports()
 	}
 	return v
+}
+
+// maxProbeErr caps a probe's error text in the status reply, which the
+// controller reads within maxStatusReply.
+const maxProbeErr = 256
+
+// truncate cuts s to at most n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // peerIDs are the configured peers' ids, sorted.
