@@ -283,6 +283,22 @@ func TestClusterOpsStatusSwitchover(t *testing.T) {
 	if got := scrape(t, adminAddr(t, next.p))["smss_cluster_is_master"]; got != 1 {
 		t.Errorf("smss_cluster_is_master on the new master = %v", got)
 	}
+
+	// Without NODE the cluster picks an eligible member: not the master.
+	waitClusterEligible(t, next, 2, 30*time.Second)
+	out, errOut, code = smssctl(t, next.addr(), "switchover")
+	if code != 0 || !strings.Contains(out, "switchover done: ") {
+		t.Fatalf("switchover without a node: exit %d\n%s%s\n%s", code, out, errOut, clusterLogs(nodes))
+	}
+	third, e3 := waitClusterMaster(t, nodes, e, 20*time.Second)
+	if third == next {
+		t.Fatalf("switchover without a node kept %s master", next.id)
+	}
+	if !strings.Contains(out, fmt.Sprintf("%s is master at epoch %d (was %s at epoch %d)", third.id, e3, next.id, e)) {
+		t.Errorf("switchover output: %q", out)
+	}
+	acked = append(acked, clusterPublish(t, third.addr(), "ops", "third", 3)...)
+	checkAllThere(t, third.addr(), "ops", acked)
 }
 
 // TestManualPromoteRefusedWhenBehind: a semi-synchronous master with a
