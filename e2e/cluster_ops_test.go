@@ -375,6 +375,10 @@ func manualPromoteBehind(t *testing.T, backlog int) bool {
 	if code, _ := adminGet(t, adm, adminToken, "/api/cluster"); code != http.StatusNotFound {
 		t.Errorf("/api/cluster on a -role master node: %d, want 404", code)
 	}
+	if _, err := dial(t, m.addr()).roundTrip(must(protocol.AppendSwitchover(nil, "b", nil)), protocol.ReplyJSON); err == nil ||
+		!strings.Contains(err.Error(), "switchover needs a cluster") {
+		t.Errorf("switchover on a -role master node: %v", err)
+	}
 
 	s2 := &fnode{name: "S2", dir: t.TempDir(), port: freePort(t)}
 	replConfig(t, s2.dir, s2.port, "")
