@@ -53,7 +53,10 @@ type Broker struct {
 	// slave is the role (IsSlave); only the writer changes it (promote.go).
 	slave atomic.Bool
 	// epoch is the promotion epoch kept in meta (promote.go).
-	epoch    atomic.Uint64
+	epoch atomic.Uint64
+	// epochs is the epoch history kept in meta (epochs.go); only the
+	// writer replaces it.
+	epochs   atomic.Pointer[[]protocol.EpochStart]
 	replicas replicaSet
 	stats    statsState  // operator views (stats.go)
 	cursors  cursorState // stored consumer positions (cursor.go)
@@ -202,6 +205,10 @@ func Open(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker: read promotion epoch: %w", err)
 	}
 	b.epoch.Store(epoch)
+	if err := b.loadEpochStarts(); err != nil {
+		ms.Close()
+		return nil, err
+	}
 	role := meta.RoleMaster
 	if opts.Slave {
 		role = meta.RoleSlave

@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/smssmq/smss/protocol"
 	"sync"
 
 	"github.com/smssmq/smss/binlog"
@@ -97,6 +98,9 @@ type fromMaster struct {
 	repl     binlog.Block
 	replLast int64
 	sync     *meta.Topic // opSyncTopic: the entry copied from the master
+	// opEpoch: the master's epoch history, which the slave adopts (nil:
+	// learn the epoch only).
+	epochs []protocol.EpochStart
 }
 
 // dedupeMark is the command's part in the dedupe window (dedupe.go): the

@@ -85,12 +85,6 @@ func (w *writer) promote(c *command) error {
 		}
 		epoch = c.epoch
 	}
-	if err := w.commitMeta(func(mb *meta.Batch) {
-		mb.SetRole(meta.RoleMaster)
-		mb.SetEpoch(epoch)
-	}); err != nil {
-		return fmt.Errorf("broker: promote: record role and epoch %d: %w", epoch, err)
-	}
 	// What recovery computes for a master (recover.go): a master never
 	// reuses an id, and the topics the start-up sync copied carry ids the
 	// slave may not have replicated.
@@ -98,6 +92,16 @@ func (w *writer) promote(c *command) error {
 	for _, t := range b.topics {
 		next = max(next, t.meta.CreateEventID+1)
 	}
+	// The eventIds from next on are this epoch's (epochs.go).
+	epochs := protocol.WithPromotion(b.EpochStarts(), epoch, next)
+	if err := w.commitMeta(func(mb *meta.Batch) {
+		mb.SetRole(meta.RoleMaster)
+		mb.SetEpoch(epoch)
+		mb.SetEpochStarts(epochs)
+	}); err != nil {
+		return fmt.Errorf("broker: promote: record role and epoch %d: %w", epoch, err)
+	}
+	b.epochs.Store(&epochs)
 	w.next = next
 	b.lastID.Store(next - 1)
 	b.epoch.Store(epoch)
@@ -112,6 +116,9 @@ func (w *writer) learnEpoch(c *command) error {
 	b := w.b
 	if !b.IsSlave() {
 		return ErrNotSlave
+	}
+	if c.epochs != nil {
+		return w.adoptEpochStarts(c)
 	}
 	if c.epoch <= b.epoch.Load() {
 		return nil

@@ -138,3 +138,69 @@ func TestPromoteSkipsSyncedTopicIDs(t *testing.T) {
 }
 
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// The epoch history: a slave adopts its master's, a promotion appends the
+// new epoch from the next eventId (once, even when promoted to it again),
+// a bad history is refused, and meta keeps it across a restart.
+func TestEpochStarts(t *testing.T) {
+	ctx := context.Background()
+	m := openTest(t, t.TempDir(), nil)
+	defer m.Close()
+	m.CreateTopic(ctx, []byte("order"), 0)
+	m.Publish(ctx, []byte("order"), append(rec("a"), rec("b")...), 2)
+	sdir := t.TempDir()
+	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
+	replicateAll(t, m, s, 0)
+	if h := s.EpochStarts(); len(h) != 0 {
+		t.Fatalf("a new slave's history %v", h)
+	}
+	master := []protocol.EpochStart{{Epoch: 2, Start: 1}}
+	for _, tc := range []struct {
+		name    string
+		h       []protocol.EpochStart
+		changed bool
+		bad     bool
+	}{
+		{"adopt", master, true, false},
+		{"the same again", master, false, false},
+		{"malformed", []protocol.EpochStart{{Epoch: 3, Start: 9}, {Epoch: 2, Start: 10}}, false, true},
+	} {
+		ch, err := s.LearnEpochStarts(ctx, tc.h)
+		if ch != tc.changed || (err != nil) != tc.bad || (tc.bad && !errors.Is(err, protocol.ErrEpochHistory)) {
+			t.Fatalf("%s: LearnEpochStarts(%v) = %v, %v", tc.name, tc.h, ch, err)
+		}
+	}
+	if _, err := s.LearnEpoch(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	next := s.LastEventID() + 1
+	if _, err := s.PromoteTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	want := []protocol.EpochStart{{Epoch: 2, Start: 1}, {Epoch: 4, Start: next}}
+	if h := s.EpochStarts(); !equalStarts(h, want) {
+		t.Fatalf("history after the promotion %v, want %v", h, want)
+	}
+	if _, err := s.LearnEpochStarts(ctx, master); !errors.Is(err, ErrNotSlave) {
+		t.Fatalf("a master adopted a history: %v", err)
+	}
+	s.Publish(ctx, []byte("order"), rec("c"), 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Restarted as a slave, then promoted to the same epoch again (a
+	// cluster master that restarted): the history is unchanged.
+	s = openTest(t, sdir, func(o *Options) { o.Slave = true })
+	defer s.Close()
+	if h := s.EpochStarts(); !equalStarts(h, want) {
+		t.Fatalf("history after a restart %v, want %v", h, want)
+	}
+	if _, err := s.PromoteTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if h := s.EpochStarts(); !equalStarts(h, want) {
+		t.Fatalf("history after promoting to the same epoch again %v, want %v", h, want)
+	}
+}
+
+func equalStarts(a, b []protocol.EpochStart) bool { return fmt.Sprint(a) == fmt.Sprint(b) }

@@ -164,6 +164,9 @@ func (b *Broker) openReadOnly(noRoom error) error {
 		return fmt.Errorf("broker: read promotion epoch: %w", err)
 	}
 	b.epoch.Store(epoch)
+	if err := b.loadEpochStarts(); err != nil {
+		return err
+	}
 	b.binlog, err = segment.Open(segment.Options{Dir: filepath.Join(b.opts.Dir, "binlog"), MaxFileSize: b.opts.MaxLogSize,
 		Decode: decodeBinlog, Logger: b.log, ReadOnly: true})
 	if err != nil {

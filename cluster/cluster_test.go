@@ -89,6 +89,23 @@ func TestFailoverElectsMostAdvancedEligible(t *testing.T) {
 	}
 }
 
+// A master that answers its probes but reports itself fenced (its lease
+// lost: cut from the consensus, not from the controller) is replaced like
+// an unreachable one; one that is fenced for less than FailAfter is not.
+func TestFailoverReplacesFencedMaster(t *testing.T) {
+	tc := bootstrapped(t, fastOptions(), "a")
+	tc.waitState(10*time.Second, "b eligible", func(st State) bool { m, _ := st.Member("b"); return m.Eligible })
+	tc.sim.set("a", func(s *simNode) { s.fenced = "lease expired" })
+	start := time.Now()
+	st := tc.waitState(10*time.Second, "a new master", func(st State) bool { return st.Epoch == 2 })
+	if st.Master == "a" {
+		t.Fatalf("the fenced master was kept: %+v", st)
+	}
+	if took := time.Since(start); took < tc.opts.FailAfter {
+		t.Fatalf("replaced after %v, before FailAfter %v", took, tc.opts.FailAfter)
+	}
+}
+
 // An eligible member that is less advanced wins over one that is not
 // eligible yet, however advanced.
 func TestFailoverSkipsIneligibleMember(t *testing.T) {
@@ -439,5 +456,54 @@ func TestStatus(t *testing.T) {
 	}
 	if l.raft.State() != raft.Leader {
 		t.Fatal("leader is not raft leader")
+	}
+}
+
+// A node restarted alone holds the past (here the snapshot it took before
+// a failover): it is not caught up, so a data node does not act on that
+// state, until it heard from a leader and took in every committed entry.
+func TestCaughtUpAfterRestart(t *testing.T) {
+	tc := bootstrapped(t, fastOptions(), "b")
+	tc.waitState(10*time.Second, "a and c eligible", func(st State) bool {
+		ma, _ := st.Member("a")
+		mc, _ := st.Member("c")
+		return ma.Eligible && mc.Eligible
+	})
+	if err := tc.nodes["a"].raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	past := tc.nodes["a"].State()
+	tc.sim.set("b", func(s *simNode) { s.down = true })
+	want := tc.waitState(10*time.Second, "a new master", func(st State) bool { return st.Epoch > past.Epoch })
+	tc.waitFor(10*time.Second, "every node has the new state", func() bool {
+		for _, n := range tc.nodes {
+			if n.State().Epoch != want.Epoch {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range []string{"a", "b", "c"} {
+		if n := tc.nodes[id]; !n.CaughtUp() {
+			t.Fatalf("%s is not caught up in a running cluster", id)
+		}
+		tc.close(id)
+	}
+	a := tc.open("a")
+	if st := a.State(); st.Epoch != past.Epoch {
+		t.Fatalf("a restarted alone holds epoch %d, want the snapshot's %d", st.Epoch, past.Epoch)
+	}
+	// It campaigns and hears from nobody: still the past.
+	tc.waitFor(10*time.Second, "a campaigning", func() bool { return a.raft.State() == raft.Candidate })
+	if a.CaughtUp() {
+		t.Fatalf("a restarted alone, holding epoch %d of the past, says it caught up", a.State().Epoch)
+	}
+	for _, id := range []string{"b", "c"} {
+		tc.sim.set(id, func(s *simNode) { s.down = false })
+		tc.open(id)
+	}
+	tc.waitFor(10*time.Second, "a caught up", a.CaughtUp)
+	if st := a.State(); st.Epoch < want.Epoch {
+		t.Fatalf("a caught up at epoch %d, the cluster had %d", st.Epoch, want.Epoch)
 	}
 }

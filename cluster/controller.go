@@ -247,8 +247,10 @@ func (c *controller) decide(st State, now time.Time, notes *[]string) *Command {
 	return c.maintainISR(st, mr, now, notes)
 }
 
-// masterHealth: the master answered and reports itself master of the
-// current epoch.
+// masterHealth: the master answered, reports itself master of the current
+// epoch and does not refuse writes as fenced. A master fenced for a moment
+// (its lease renewed late, the epoch being taken) recovers well within
+// FailAfter; one cut from the majority stays fenced and is replaced.
 func (c *controller) masterHealth(st State) (bool, string) {
 	p := c.cur[st.Master]
 	switch {
@@ -258,6 +260,8 @@ func (c *controller) masterHealth(st State) (bool, string) {
 		return false, fmt.Sprintf("reports role %q", p.rep.Role)
 	case p.rep.Epoch != st.Epoch:
 		return false, fmt.Sprintf("reports epoch %d, not %d", p.rep.Epoch, st.Epoch)
+	case p.rep.Fenced != "":
+		return false, fmt.Sprintf("reports itself fenced (%s)", p.rep.Fenced)
 	}
 	return true, ""
 }

@@ -17,6 +17,10 @@ type fsm struct {
 
 	mu    sync.RWMutex
 	state State
+	// last is the raft index of the last entry Apply received (applied or
+	// refused), or what a snapshot restored covers as far as the FSM
+	// knows (its state's Version): CaughtUp compares it with raft's.
+	last uint64
 
 	// changes holds at most the newest state not yet received: publish
 	// replaces an unread one, so the FSM never blocks on a slow reader and
@@ -41,10 +45,14 @@ func (f *fsm) State() State {
 func (f *fsm) Apply(l *raft.Log) any {
 	c, err := DecodeCommand(l.Data)
 	if err != nil {
+		f.mu.Lock()
+		f.last = max(f.last, l.Index)
+		f.mu.Unlock()
 		f.log.Error("cluster: raft entry refused", "index", l.Index, "err", err)
 		return err
 	}
 	f.mu.Lock()
+	f.last = max(f.last, l.Index)
 	next, err := apply(f.state, c, l.Index)
 	if err != nil {
 		f.mu.Unlock()
@@ -90,9 +98,17 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.state = s
+	f.last = max(f.last, s.Version)
 	f.mu.Unlock()
 	f.publish(s.Clone())
 	return nil
+}
+
+// lastIndex is the raft index of the last entry the FSM took in.
+func (f *fsm) lastIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.last
 }
 
 func decodeState(r io.Reader) (State, error) {

@@ -46,6 +46,8 @@ type simNode struct {
 	commit  int64
 	freeze  bool
 	adopted uint64
+	// fenced, as master: the reason it reports for refusing writes.
+	fenced string
 }
 
 // sim is the fake Prober: every simulated node, driven by the test.
@@ -106,6 +108,7 @@ func (s *sim) Probe(ctx context.Context, p Peer) (Report, error) {
 			r.CommitPoint = sn.commit
 		}
 		r.AdoptedVersion = st.Version
+		r.Fenced = sn.fenced
 		if sn.freeze {
 			r.AdoptedVersion = sn.adopted
 		}

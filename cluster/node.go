@@ -35,6 +35,8 @@ type Node struct {
 	// last stopped being leader. Both feed LeaseValid.
 	verified atomic.Int64
 	lostAt   atomic.Int64
+	// caughtUp: CaughtUp was true once (it stays true).
+	caughtUp atomic.Bool
 
 	ctrlMu sync.Mutex
 	ctrl   *controller // nil unless leader
@@ -114,6 +116,7 @@ func (n *Node) open() error {
 	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream, MaxPool: 3, Timeout: 2 * o.ElectionTimeout, Logger: hlog,
+		ServerAddressProvider: peerAddrs{o},
 	})
 
 	conf := raft.DefaultConfig()
@@ -293,6 +296,47 @@ func (n *Node) LeaseValid() bool {
 		return false
 	}
 	return now.Sub(lc) < n.o.Lease
+}
+
+// CaughtUp reports whether this node's State includes every entry the
+// cluster had committed when this node last heard from the leader. After a
+// start, raft hands the FSM the log it holds as the leader commits it
+// again, so the first States a restarted node sees are the past (a master
+// it was, an epoch long replaced): a data node must not act on them. Once
+// caught up, a node stays so: later States arrive in order, each newer
+// than the one before (a node that lost contact is held back by its lease
+// instead).
+func (n *Node) CaughtUp() bool {
+	if n.caughtUp.Load() {
+		return true
+	}
+	if !n.LeaseValid() {
+		return false
+	}
+	commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex()
+	if commit == 0 || applied < commit {
+		return false
+	}
+	// applied counts the entries raft handed to the FSM, some of them
+	// perhaps not taken in yet; the FSM sees commands only (not raft's
+	// own no-op and configuration entries): the last command at or below
+	// applied must be in.
+	for i := applied; i > 0 && applied-i < 256; i-- {
+		var l raft.Log
+		if err := n.store.GetLog(i, &l); err != nil {
+			break // compacted: covered by the snapshot the FSM restored
+		}
+		if l.Type == raft.LogCommand {
+			if n.fsm.lastIndex() < i {
+				return false
+			}
+			break
+		}
+	}
+	if n.caughtUp.CompareAndSwap(false, true) {
+		n.log.Info("cluster: this node's state has caught up with the cluster's", "index", applied, "version", n.fsm.State().Version)
+	}
+	return true
 }
 
 // Switchover elects target, an eligible ISR member, once its last eventId

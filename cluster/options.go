@@ -29,6 +29,11 @@ type Report struct {
 	Instance    string // its data directory's instance id (12 hex digits)
 
 	// On a master only:
+	// Fenced is why the master refuses writes, "" when it answers them. A
+	// master that lost its consensus lease says so here while it is still
+	// reachable by the controller (its raft links cut, its smss port not):
+	// the controller must not take it for healthy.
+	Fenced string
 	// CommitPoint is at least every eventId the master answered 200 (its
 	// last eventId will do).
 	CommitPoint int64

@@ -137,3 +137,19 @@ func (c *trackedConn) Close() error {
 	})
 	return c.Conn.Close()
 }
+
+// peerAddrs makes raft dial each peer at the address this node's
+// configuration gives for it, not at the one stored in the raft
+// configuration: the stored one was written once, at bootstrap, by
+// whichever node's configuration it came from (and a snapshot installed by
+// the leader carries the leader's view), while how this node reaches
+// another (a NAT, a proxy, a renamed host) is this node's own setting. A
+// peer the configuration does not name is dialled at its stored address.
+type peerAddrs struct{ o *Options }
+
+func (p peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if peer, ok := p.o.peer(string(id)); ok {
+		return raft.ServerAddress(peer.Raft), nil
+	}
+	return "", fmt.Errorf("cluster: no configured address for peer %q", id)
+}

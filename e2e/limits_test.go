@@ -35,7 +35,7 @@ func TestUnknownRoleRefused(t *testing.T) {
 			if code != 2 {
 				t.Fatalf("exit %d, want 2; output:\n%s", code, out)
 			}
-			want := `smss: -role must be master or slave (got "` + role + `")`
+			want := `smss: -role must be master, slave or auto (got "` + role + `")`
 			if strings.TrimSpace(out) != want {
 				t.Errorf("output %q, want the single line %q", out, want)
 			}

@@ -13,7 +13,7 @@ const (
 	// CmdSwitchover asks the cluster to hand its master role to the node
 	// whose id is in the topic field (empty: the cluster picks an eligible
 	// in-sync member), once that node caught up with the master. Served
-	// by the consensus leader (docs/protocol.md §4.7).
+	// by the consensus leader (docs/protocol.md §4.8).
 	CmdSwitchover Command = 40
 )
 

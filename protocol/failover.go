@@ -79,6 +79,11 @@ type NodeStatus struct {
 	Instance string `json:"instance,omitempty"`
 	// Cluster is the node's view of its cluster (smss -role auto).
 	Cluster *ClusterView `json:"cluster,omitempty"`
+	// Epochs is the node's epoch history (EpochStart): where each epoch
+	// of the history it holds began, oldest first; left out when it kept
+	// none. A consumer places the eventIds it takes with it (EpochStartOf)
+	// and checks a position on another node with ResumePoint.
+	Epochs []EpochStart `json:"epochs,omitempty"`
 }
 
 // ClusterView is what a node of a cluster reports in its status: what the

@@ -151,8 +151,22 @@ func (a *autoNode) act(st cluster.State) {
 	if n == nil || st.Master == "" {
 		return
 	}
-	n.sync.SetInSync(a.instances(st), st.Version)
+	if !a.cn.CaughtUp() {
+		// A restarted node's consensus is replaying the past; the retry
+		// tick acts on the current state once it has caught up.
+		return
+	}
 	b := n.b
+	if st.Epoch < b.Epoch() {
+		// An older state than this node already took part in: the
+		// consensus is replaying its log after a restart (every epoch
+		// the cluster elects is above every epoch a node reports).
+		// Following that state's master would follow a node that is no
+		// master any more.
+		a.log.Debug("ignoring an older cluster state", "epoch", st.Epoch, "nodeEpoch", b.Epoch(), "version", st.Version)
+		return
+	}
+	n.sync.SetInSync(a.instances(st), st.Version)
 	if st.Master == a.self {
 		switch {
 		case b.IsSlave():
@@ -185,8 +199,16 @@ func (a *autoNode) act(st cluster.State) {
 		return
 	}
 	if r := n.runner.Load(); r != nil && r.addr == p.Addr {
-		a.acted.Store(st.Version)
-		return
+		select {
+		case <-r.done:
+			// Replication stopped on that master (it refused to serve
+			// it, e.g. while it was still a slave taking the epoch): a
+			// cluster node follows its master again, once per retry.
+			a.log.Warn("replication from the cluster's master stopped; following it again", "master", st.Master, "addr", p.Addr)
+		default:
+			a.acted.Store(st.Version)
+			return
+		}
 	}
 	if b.ReadOnly() != nil {
 		return // it cannot apply blocks; status says why
@@ -249,6 +271,8 @@ func (a *autoNode) fencedWhy(n *node) string {
 		return fmt.Sprintf("this node has not taken the cluster's epoch %d yet (it holds %d)", st.Epoch, n.b.Epoch())
 	case !a.cn.LeaseValid():
 		return "this node lost contact with the cluster's majority (its lease expired); a new master may be elected"
+	case !a.cn.CaughtUp():
+		return "this node's view of the cluster is catching up with the consensus"
 	}
 	return ""
 }
@@ -403,6 +427,7 @@ func (a *autoNode) Probe(ctx context.Context, p cluster.Peer) (cluster.Report, e
 	r := cluster.Report{Role: st.Role, Epoch: st.Epoch, LastEventID: st.LastEventID, Instance: st.Instance}
 	if st.IsMaster() {
 		r.CommitPoint, r.AdoptedVersion = st.CommitPoint, st.Cluster.InSyncVersion
+		r.Fenced = st.Cluster.Fenced
 		for _, s := range st.Cluster.Slaves {
 			r.Slaves = append(r.Slaves, cluster.SlaveReport{Instance: s.Instance, Connected: true, Confirmed: s.Confirmed, LagMs: s.LagMs})
 		}

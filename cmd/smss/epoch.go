@@ -78,6 +78,14 @@ func (p *epochProbe) run() {
 	if _, err := p.b.LearnEpoch(ctx, st.Epoch); err != nil && !errors.Is(err, broker.ErrNotSlave) {
 		p.log.Warn("could not record the master's promotion epoch", "epoch", st.Epoch, "err", err)
 	}
+	// The master's epoch history describes this slave's binlog too (a
+	// prefix of the master's); a master that reports none (an older
+	// build, or one never promoted) leaves the slave's own.
+	if len(st.Epochs) > 0 {
+		if _, err := p.b.LearnEpochStarts(ctx, st.Epochs); err != nil && !errors.Is(err, broker.ErrNotSlave) {
+			p.log.Warn("could not record the master's epoch history", "entries", len(st.Epochs), "err", err)
+		}
+	}
 }
 
 // queryStatus sends one status request on a fresh connection.

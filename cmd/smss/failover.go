@@ -135,7 +135,7 @@ func (n *node) stop() {
 
 // Status implements server.Control.
 func (n *node) Status() server.NodeStatus {
-	st := server.NodeStatus{Role: server.RoleMaster, Epoch: n.b.Epoch(), LastEventID: n.b.LastEventID()}
+	st := server.NodeStatus{Role: server.RoleMaster, Epoch: n.b.Epoch(), LastEventID: n.b.LastEventID(), Epochs: n.b.EpochStarts()}
 	if n.sync.Enabled() {
 		// It tracks confirmations, so it can send commit frames.
 		st.Replica = protocol.ReplicaStreamV2

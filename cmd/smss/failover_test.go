@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -84,7 +85,9 @@ func TestNodePromoteConcurrent(t *testing.T) {
 	if len(wins) != 1 || wins[0] != 1 || already != 7 {
 		t.Fatalf("wins %v, %d already a master", wins, already)
 	}
-	if st := n.Status(); st != (server.NodeStatus{Role: server.RoleMaster, Epoch: 1}) {
+	// The promotion began epoch 1 at the next eventId, 1.
+	if st := n.Status(); !reflect.DeepEqual(st, server.NodeStatus{Role: server.RoleMaster, Epoch: 1,
+		Epochs: []protocol.EpochStart{{Epoch: 1, Start: 1}}}) {
 		t.Fatalf("status %+v", st)
 	}
 	if n.runner.Load() != nil || n.bg.delay == nil || n.bg.reaper == nil {

@@ -112,21 +112,24 @@ type chunk struct {
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	defer p.drop(dst, src)
-	queue := make(chan chunk, 64)
+	// Deep enough that a delay adds latency without capping the rate: a
+	// stream of small writes (a replica stream, confirmations) fills many
+	// chunks per delay.
+	queue := make(chan chunk, 8192)
 	done := make(chan struct{})
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		defer close(queue)
+		buf := make([]byte, 32<<10)
 		for {
-			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
 				due := time.Now().Add(p.delay)
 				p.mu.Unlock()
 				select {
-				case queue <- chunk{buf[:n], due}:
+				case queue <- chunk{append([]byte(nil), buf[:n]...), due}:
 				case <-done:
 					return
 				}

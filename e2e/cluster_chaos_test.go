@@ -1,0 +1,716 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/protocol"
+)
+
+// The cluster under faults (issue 31): three -role auto nodes whose every
+// link to each other — raft and smss (the replica stream and the
+// controller's probes) — goes through a proxy of its own, one per
+// direction, so a test can cut or black-hole any link while the clients,
+// which dial the nodes directly, keep reaching every node. Eight
+// publishers (single and 10-record requests, each with a message id,
+// retried with the same id until acknowledged) write all the time: the
+// even ones to the node the test found master, the odd ones to the master
+// of the cycle's start for the whole cycle (clients that stay with a
+// zombie). A subscriber on the master of each cycle's start records what
+// it is handed.
+//
+// Each cycle waits a random number of acknowledgements, injects one fault,
+// measures the time from the fault to a master acknowledging a write,
+// heals, and checks: every acknowledged message is on the master exactly
+// once, in its publisher's order; every node's binlog is the master's byte
+// for byte; every message a subscriber was handed is in that history
+// (read-committed: nothing a failover dropped was shown); and no node
+// acknowledged a write sent after another node had acknowledged one in
+// the same cycle (never two acknowledging masters).
+//
+// The faults, in turn: SIGKILL of the master; SIGSTOP of the master
+// (resumed once another node is master); the master cut from the other
+// nodes (not from its clients); an asymmetric partition (the master keeps
+// its replica stream to one slave but loses the raft links to both, and
+// every link to the other); a black-holed consensus leader (the master's
+// raft links through it stay, the leader is cut from everyone, picked
+// when it is not the master); SIGKILL of a slave; SIGKILL of every node
+// and a restart of the whole cluster.
+//
+// SMSS_CHAOS_CYCLES sets the number of cycles (default: one of each fault);
+// SMSS_CHAOS_SEED the random seed (logged).
+
+var chaosFaults = []string{"kill-master", "stop-master", "partition-master", "asymmetric", "partition-leader", "kill-slave", "restart-all"}
+
+// chaosNode is a cluster node and the proxies it dials the others through.
+type chaosNode struct {
+	*clusterNode
+	t      *testing.T
+	runs   []*proc // every process the node ran, for SMSS_CHAOS_LOGS
+	raftTo map[string]*smsstest.Proxy
+	smssTo map[string]*smsstest.Proxy
+}
+
+type chaosCluster struct {
+	t     *testing.T
+	nodes []*chaosNode
+}
+
+func startChaosCluster(t *testing.T, extra string) *chaosCluster {
+	t.Helper()
+	cc := &chaosCluster{t: t}
+	for i := 0; i < 3; i++ {
+		id := string(rune('a' + i))
+		cc.nodes = append(cc.nodes, &chaosNode{
+			clusterNode: &clusterNode{fnode: fnode{name: id, dir: t.TempDir(), port: freePort(t)}, id: id, raft: freePort(t)},
+			t:           t,
+			raftTo:      map[string]*smsstest.Proxy{}, smssTo: map[string]*smsstest.Proxy{}})
+	}
+	for _, n := range cc.nodes {
+		// Each node's peers table names, for every other node, the proxy
+		// of this direction: that is where it dials it.
+		var peers strings.Builder
+		for _, m := range cc.nodes {
+			raft, addr := "127.0.0.1:"+strconv.Itoa(m.raft), m.addr()
+			if m != n {
+				n.raftTo[m.id] = smsstest.NewProxy(t, raft)
+				raft = n.raftTo[m.id].Addr()
+			}
+			// Its own smss address too: the controller probes its own
+			// node there, and a test may hide a node from every probe.
+			n.smssTo[m.id] = smsstest.NewProxy(t, addr)
+			addr = n.smssTo[m.id].Addr()
+			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.id, raft, addr)
+		}
+		replConfig(t, n.dir, n.port, extra+"cluster:\n  node: "+n.id+"\n  peers:\n"+peers.String())
+	}
+	for _, n := range cc.nodes {
+		n.start()
+	}
+	if dir := os.Getenv("SMSS_CHAOS_LOGS"); dir != "" {
+		// Every node's whole output, for a run to be examined after.
+		t.Cleanup(func() {
+			for _, n := range cc.nodes {
+				var all strings.Builder
+				for i, p := range n.runs {
+					fmt.Fprintf(&all, "==== run %d\n%s", i, p.out.String())
+				}
+				os.WriteFile(filepath.Join(dir, "node-"+n.id+".log"), []byte(all.String()), 0o644)
+			}
+		})
+	}
+	return cc
+}
+
+func (n *chaosNode) start() {
+	n.p = startArgs(n.t, n.dir, "-role", "auto")
+	n.runs = append(n.runs, n.p)
+}
+
+func (cc *chaosCluster) byID(id string) *chaosNode {
+	for _, n := range cc.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// link severs the links from a to b and from b to a: raft only, or raft
+// and smss. black holes them (bytes held, connections open) instead of
+// cutting them (connections closed, new ones refused).
+func (cc *chaosCluster) link(a, b *chaosNode, smss, blackHole bool) {
+	for _, d := range [][2]*chaosNode{{a, b}, {b, a}} {
+		ps := []*smsstest.Proxy{d[0].raftTo[d[1].id]}
+		if smss {
+			ps = append(ps, d[0].smssTo[d[1].id])
+		}
+		for _, p := range ps {
+			if blackHole {
+				p.Pause()
+			} else {
+				p.Cut()
+			}
+		}
+	}
+}
+
+// isolate severs every link of n.
+func (cc *chaosCluster) isolate(n *chaosNode, blackHole bool) {
+	for _, m := range cc.nodes {
+		if m != n {
+			cc.link(n, m, true, blackHole)
+		}
+	}
+}
+
+func (cc *chaosCluster) heal() {
+	for _, n := range cc.nodes {
+		for _, p := range n.raftTo {
+			p.Restore()
+		}
+		for _, p := range n.smssTo {
+			p.Restore()
+		}
+	}
+}
+
+// statuses asks every node in parallel (a frozen node costs its timeout,
+// once).
+func (cc *chaosCluster) statuses() map[*chaosNode]clusterStatus {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[*chaosNode]clusterStatus{}
+	for _, n := range cc.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Short: a frozen node must not make the measured failover
+			// time longer than it is.
+			if st, ok := clusterStatusWithin(n.addr(), 500*time.Millisecond); ok {
+				mu.Lock()
+				out[n] = st
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// master is the node that reports itself the cluster's master at the
+// cluster's epoch and not fenced, the highest epoch's if several do (a
+// client discovering the master takes that one), nil if none does.
+func (cc *chaosCluster) master() (*chaosNode, clusterStatus) {
+	var m *chaosNode
+	var mst clusterStatus
+	for n, st := range cc.statuses() {
+		if st.Role == "master" && st.Cluster != nil && st.Cluster.Master == n.id && st.Cluster.Epoch == st.Epoch && st.Cluster.Fenced == "" &&
+			(m == nil || st.Epoch > mst.Epoch) {
+			m, mst = n, st
+		}
+	}
+	return m, mst
+}
+
+func (cc *chaosCluster) describe() string {
+	var b strings.Builder
+	sts := cc.statuses()
+	for _, n := range cc.nodes {
+		st, ok := sts[n]
+		fmt.Fprintf(&b, "%s: answered %v %+v cluster %+v\n%s\n", n.id, ok, st, st.Cluster, tail(n.p.out.String(), 3000))
+	}
+	return b.String()
+}
+
+// healthy waits until a master has every other node in sync and eligible,
+// and returns it.
+func (cc *chaosCluster) healthy(d time.Duration) (*chaosNode, clusterStatus) {
+	cc.t.Helper()
+	var m *chaosNode
+	var st clusterStatus
+	if !smsstest.Poll(d, func() bool {
+		m, st = cc.master()
+		if m == nil {
+			return false
+		}
+		eligible := 0
+		for _, s := range st.Cluster.InSync {
+			if s.Eligible {
+				eligible++
+			}
+		}
+		return eligible == len(cc.nodes)-1
+	}) {
+		cc.t.Fatalf("no master with every other node in sync and eligible within %v\n%s", d, cc.describe())
+	}
+	return m, st
+}
+
+// probeWrite publishes one message, with a message id of its own, to the
+// master until a node acknowledges it, and returns that node and when.
+func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d time.Duration) (*chaosNode, time.Time) {
+	cc.t.Helper()
+	body := fmt.Sprintf("probe-%06d", seq)
+	req := must(protocol.AppendPub(nil, []byte(topic), nil,
+		record([][2]string{{"smss-msg-id", "probe-" + strconv.Itoa(seq)}}, body)))
+	l.mu.Lock()
+	l.acked[body] = false
+	l.mu.Unlock()
+	var got *chaosNode
+	var at time.Time
+	if !smsstest.Poll(d, func() bool {
+		m, _ := cc.master()
+		if m == nil {
+			return false
+		}
+		c, err := net.DialTimeout("tcp", m.addr(), time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		sent := time.Now()
+		if _, err := c.Write(req); err != nil {
+			return false
+		}
+		if _, err := protocol.ReadReply(bufio.NewReader(c), protocol.ReplyPlain, 1<<20); err != nil {
+			return false
+		}
+		got, at = m, time.Now()
+		l.mu.Lock()
+		l.acked[body] = true
+		l.acks = append(l.acks, ackRecord{addr: m.addr(), sent: sent, done: at})
+		l.mu.Unlock()
+		l.ackedCount.Add(1)
+		return true
+	}) {
+		cc.t.Fatalf("no master acknowledged a write within %v\n%s", d, cc.describe())
+	}
+	return got, at
+}
+
+// zombieCheck is what watchFenced saw of a master cut from the majority.
+type zombieCheck struct {
+	fencedAt time.Time // when its status first said fenced
+	err      error     // what it answered a write then; want a fenced refusal
+}
+
+// watchFenced waits until old's status says it is fenced, then writes to
+// it once: a master that lost its lease must refuse at once, as fenced,
+// not hold the write until the sync timeout.
+func watchFenced(l *failoverLoad, old *chaosNode, topic string, seq int) <-chan zombieCheck {
+	out := make(chan zombieCheck, 1)
+	go func() {
+		var zc zombieCheck
+		if !smsstest.Poll(20*time.Second, func() bool {
+			st, ok := clusterStatusWithin(old.addr(), 300*time.Millisecond)
+			return ok && st.Cluster != nil && st.Cluster.Fenced != ""
+		}) {
+			zc.err = fmt.Errorf("%s never said it is fenced", old.id)
+			out <- zc
+			return
+		}
+		zc.fencedAt = time.Now()
+		body := fmt.Sprintf("zombie-%06d", seq)
+		l.mu.Lock()
+		l.acked[body] = false
+		l.mu.Unlock()
+		req := must(protocol.AppendPub(nil, []byte(topic), nil, record([][2]string{{"smss-msg-id", "zombie-" + strconv.Itoa(seq)}}, body)))
+		c, err := net.DialTimeout("tcp", old.addr(), time.Second)
+		if err != nil {
+			zc.err = err
+			out <- zc
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			zc.err = err
+			out <- zc
+			return
+		}
+		_, err = protocol.ReadReply(bufio.NewReader(c), protocol.ReplyPlain, 1<<20)
+		if err == nil {
+			l.mu.Lock()
+			l.acked[body] = true // verified like any acknowledged write
+			l.mu.Unlock()
+			err = fmt.Errorf("%s acknowledged a write after saying it is fenced", old.id)
+		} else if elapsed := time.Since(zc.fencedAt); elapsed > time.Second {
+			err = fmt.Errorf("%s took %v to refuse a write (%w), want a fenced refusal at once", old.id, elapsed.Round(time.Millisecond), err)
+		}
+		zc.err = err
+		out <- zc
+	}()
+	return out
+}
+
+// oneAcknowledger fails when a node acknowledged a write sent after
+// another node's first acknowledgement following its own (by the order in
+// which nodes first acknowledged in acks): two masters at once.
+func oneAcknowledger(t *testing.T, acks []ackRecord, cycle int, fault string) {
+	t.Helper()
+	first := map[string]time.Time{}
+	var order []string
+	for _, a := range acks {
+		f, ok := first[a.addr]
+		if !ok {
+			order = append(order, a.addr)
+		}
+		if !ok || a.done.Before(f) {
+			first[a.addr] = a.done
+		}
+	}
+	sort.Slice(order, func(i, j int) bool { return first[order[i]].Before(first[order[j]]) })
+	for i := 1; i < len(order); i++ {
+		prev, next := order[i-1], order[i]
+		for _, a := range acks {
+			if a.addr == prev && a.sent.After(first[next]) {
+				t.Fatalf("cycle %d (%s): %s acknowledged a write sent %v after %s had acknowledged one: two masters acknowledging at once",
+					cycle, fault, prev, a.sent.Sub(first[next]).Round(time.Millisecond), next)
+			}
+		}
+	}
+}
+
+// dirtyReads fails when a subscriber was handed a message that is not in
+// the master's history.
+func dirtyReads(t *testing.T, dataDir string, topics []string, subs []*liveSub, cycle int, fault string) {
+	t.Helper()
+	held := map[string]bool{}
+	s := readStore(t, dataDir, topics)
+	for _, blocks := range s.topics {
+		for _, blk := range blocks {
+			held[bodyOf(t, blk.Record)] = true
+		}
+	}
+	for _, sub := range subs {
+		sub.mu.Lock()
+		got := append([]string(nil), sub.got...)
+		sub.mu.Unlock()
+		for _, b := range got {
+			if !held[b] {
+				t.Fatalf("cycle %d (%s): subscriber %s was handed %q, which the history after the failover does not hold", cycle, fault, sub.name, b)
+			}
+		}
+	}
+}
+
+// storedPositionOnce waits until the consumer with a stored position was
+// handed every message of its topic in the master's history, and fails if
+// it took one twice (above the last eventId it acknowledged), one that
+// history does not hold, or one again at another eventId.
+func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, fault string) {
+	t.Helper()
+	held := map[string]bool{}
+	for _, blk := range readStore(t, dataDir, []string{fs.topic}).topics[fs.topic] {
+		held[bodyOf(t, blk.Record)] = true
+	}
+	var missing []string
+	if !smsstest.Poll(30*time.Second, func() bool {
+		got := fs.snapshot()
+		missing = missing[:0]
+		for b := range held {
+			if got[b] == 0 {
+				missing = append(missing, b)
+			}
+		}
+		return len(missing) == 0
+	}) {
+		sort.Strings(missing)
+		t.Fatalf("cycle %d (%s): the stored-position consumer was never handed %d of the %d messages of %s (first %q); it subscribed %d times",
+			cycle, fault, len(missing), len(held), fs.topic, missing[0], fs.resubscribed.Load())
+	}
+	if ch := fs.historyChanged(); len(ch) > 0 {
+		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q again at another eventId: the history it was shown changed", cycle, fault, ch[0])
+	}
+	dups := 0
+	for b, n := range fs.snapshot() {
+		if !held[b] {
+			t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q, which the history does not hold", cycle, fault, b)
+		}
+		if n > 1 {
+			dups++
+		}
+	}
+	if dups > 0 {
+		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %d messages more than once", cycle, fault, dups)
+	}
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}
+
+func TestClusterChaos(t *testing.T) {
+	cycles := len(chaosFaults)
+	if s := os.Getenv("SMSS_CHAOS_CYCLES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("SMSS_CHAOS_CYCLES=%q: want a positive integer", s)
+		}
+		cycles = n
+	}
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("SMSS_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("SMSS_CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (SMSS_CHAOS_SEED reproduces the choices)", seed)
+	rng := rand.New(rand.NewSource(seed))
+
+	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
+	master, _ := cc.healthy(90 * time.Second)
+	topics := []string{"c0", "c1", "c2", "c3"}
+	for _, name := range topics {
+		if !smsstest.Poll(30*time.Second, func() bool {
+			m, _ := cc.master()
+			if m == nil {
+				return false
+			}
+			nc, err := net.DialTimeout("tcp", m.addr(), time.Second)
+			if err != nil {
+				return false
+			}
+			defer nc.Close()
+			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			return err == nil || strings.Contains(err.Error(), "topic exist")
+		}) {
+			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
+		}
+	}
+	l := newFailoverLoad(master.addr(), topics)
+	l.sticky.Store(ptr(master.addr()))
+	l.start(8)
+	defer l.finish()
+	// A consumer with a stored position that follows the master.
+	fs := startFollowSub(func() string { return *l.addr.Load() }, "c3", "chaos-stored")
+	defer fs.close()
+
+	times := map[string][]time.Duration{}
+	var all []time.Duration
+	probes := 0
+	for cycle := 0; cycle < cycles; cycle++ {
+		fault := chaosFaults[cycle%len(chaosFaults)]
+		if cycles > len(chaosFaults) {
+			fault = chaosFaults[rng.Intn(len(chaosFaults))]
+		}
+		master, _ = cc.healthy(60 * time.Second)
+		l.setAddr(master.addr())
+		l.sticky.Store(ptr(master.addr()))
+		subs := []*liveSub{startLiveSub(t, master.addr(), "c1", fmt.Sprintf("chaos%d", cycle))}
+		l.mu.Lock()
+		ackFrom := len(l.acks)
+		l.mu.Unlock()
+
+		target := l.ackedCount.Load() + 50 + int64(rng.Intn(300))
+		if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= target }) {
+			t.Fatalf("cycle %d: only %d of %d acknowledgements\n%s", cycle, l.ackedCount.Load(), target, cc.describe())
+		}
+
+		var others []*chaosNode
+		for _, n := range cc.nodes {
+			if n != master {
+				others = append(others, n)
+			}
+		}
+		rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		var after func() // undoes the fault once a master acknowledged
+		var zombie <-chan zombieCheck
+		what := fault
+		at := time.Now()
+		switch fault {
+		case "kill-master":
+			master.p.kill()
+			after = master.start
+		case "stop-master":
+			master.p.Stop()
+			after = master.p.Cont
+		case "partition-master":
+			cc.isolate(master, false)
+			zombie = watchFenced(l, master, "c2", cycle)
+			after = cc.heal
+		case "asymmetric":
+			kept, lost := others[0], others[1]
+			cc.link(master, lost, true, true)
+			cc.link(master, kept, false, true) // raft only: the replica stream stays
+			zombie = watchFenced(l, master, "c2", cycle)
+			what = fmt.Sprintf("%s (%s keeps %s's replica stream)", fault, master.id, kept.id)
+			after = cc.heal
+		case "partition-leader":
+			st, _ := clusterStatusOf(master.addr())
+			leader := cc.byID(st.Cluster.Leader)
+			if leader == nil {
+				leader = others[0]
+			}
+			what = fmt.Sprintf("%s (%s, not the master %s)", fault, leader.id, master.id)
+			if leader == master {
+				// Raft elected the master's node leader: cutting it is
+				// the master partition again, black-holed this time.
+				what = fmt.Sprintf("%s (%s, the master too)", fault, leader.id)
+			}
+			cc.isolate(leader, true)
+			after = cc.heal
+		case "kill-slave":
+			victim := others[0]
+			victim.p.kill()
+			what = fmt.Sprintf("%s (%s)", fault, victim.id)
+			after = victim.start
+		case "restart-all":
+			for _, n := range cc.nodes {
+				n.p.kill()
+			}
+			at = time.Now()
+			for _, n := range cc.nodes {
+				n.start()
+			}
+		}
+		probes++
+		next, acked := cc.probeWrite(l, "c0", probes, 60*time.Second)
+		took := acked.Sub(at)
+		if zombie != nil {
+			// The old master fenced itself before another acknowledged
+			// anything (the lease is shorter than failAfterMs), and then
+			// refused writes as fenced.
+			zc := <-zombie
+			switch {
+			case zc.fencedAt.IsZero() || zc.err != nil && !strings.HasPrefix(zc.err.Error(), protocol.FencedPrefix):
+				t.Fatalf("cycle %d (%s): the master cut from the majority: %v\n%s", cycle, what, zc.err, cc.describe())
+			case !zc.fencedAt.Before(acked):
+				t.Fatalf("cycle %d (%s): %s said it is fenced %v after %s acknowledged a write", cycle, what, master.id,
+					zc.fencedAt.Sub(acked).Round(time.Millisecond), next.id)
+			}
+			what += fmt.Sprintf(", fenced %v after the fault", zc.fencedAt.Sub(at).Round(time.Millisecond))
+		}
+		if after != nil {
+			after()
+		}
+		times[fault] = append(times[fault], took)
+		all = append(all, took)
+
+		l.setAddr(next.addr())
+		// Every node settles: one master, the others its byte-for-byte
+		// copies (an old master rejoined, its divergent tail set aside).
+		m, _ := cc.healthy(60 * time.Second)
+		l.setAddr(m.addr())
+		l.sticky.Store(ptr(m.addr()))
+		l.pause()
+		for _, n := range cc.nodes {
+			if n != m {
+				waitRejoined(t, m.clusterNode, n.clusterNode, 60*time.Second)
+			}
+		}
+		if lost := l.verify(t, m.data(), cycle); lost != 0 {
+			t.Fatalf("cycle %d (%s): %d acknowledged messages lost\n%s", cycle, what, lost, cc.describe())
+		}
+		dirtyReads(t, m.data(), topics, subs, cycle, what)
+		storedPositionOnce(t, m.data(), fs, cycle, what)
+		l.mu.Lock()
+		acks := append([]ackRecord(nil), l.acks[ackFrom:]...)
+		l.mu.Unlock()
+		oneAcknowledger(t, acks, cycle, what)
+		t.Logf("cycle %d: %s: a write acknowledged %v after the fault, by %s; master now %s; %d acknowledged, %d refused fenced, %d unconfirmed so far; the stored-position consumer was redelivered %d at or below its last acknowledged eventId",
+			cycle, what, took.Round(time.Millisecond), next.id, m.id, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load(), fs.redelivered.Load())
+		l.resume()
+	}
+	l.finish()
+	m, _ := cc.healthy(60 * time.Second)
+	for _, n := range cc.nodes {
+		if n != m {
+			waitRejoined(t, m.clusterNode, n.clusterNode, 60*time.Second)
+		}
+	}
+	if lost := l.verify(t, m.data(), cycles); lost != 0 {
+		t.Fatalf("%d acknowledged messages lost", lost)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	var per []string
+	for _, f := range chaosFaults {
+		ts := times[f]
+		if len(ts) == 0 {
+			continue
+		}
+		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+		per = append(per, fmt.Sprintf("%s ×%d max %v", f, len(ts), ts[len(ts)-1].Round(time.Millisecond)))
+	}
+	t.Logf("%d cycles: %d acknowledged, 0 lost, 0 duplicated, %d refused fenced, %d unconfirmed; fault to an acknowledged write p50 %v p99 %v max %v; %s",
+		cycles, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load(),
+		percentile(all, 0.5).Round(time.Millisecond), percentile(all, 0.99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond),
+		strings.Join(per, ", "))
+	if max := all[len(all)-1]; max > 20*time.Second {
+		t.Fatalf("a fault left the cluster without a master acknowledging writes for %v", max)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestClusterInSyncRule: a write is acknowledged only once every member of
+// the in-sync set has it, so whichever member the cluster elects holds it.
+// The master's link to b is slow, so c confirms first; then c is hidden
+// from every probe (its own node's included: it cannot be elected) while
+// its raft links stay (b and c keep a majority) and the master is killed:
+// b is elected, and must hold every acknowledged write although c
+// confirmed each one long before b did.
+func TestClusterInSyncRule(t *testing.T) {
+	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 5000\n  onSyncTimeout: fail\n")
+	master, _ := cc.healthy(90 * time.Second)
+	var slow, hidden *chaosNode
+	for _, n := range cc.nodes {
+		if n != master {
+			if slow == nil {
+				slow = n
+			} else {
+				hidden = n
+			}
+		}
+	}
+	topics := []string{"c0", "c1"}
+	for _, name := range topics {
+		if !smsstest.Poll(30*time.Second, func() bool {
+			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
+			if err != nil {
+				return false
+			}
+			defer nc.Close()
+			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			return err == nil || strings.Contains(err.Error(), "topic exist")
+		}) {
+			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
+		}
+	}
+	// The replica stream to the slow slave (and its probes): every byte
+	// 150 ms late, well within the probe timeout and the silence timeout.
+	slow.smssTo[master.id].Delay(150 * time.Millisecond)
+	l := newFailoverLoad(master.addr(), topics)
+	l.start(8)
+	defer l.finish()
+	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 200 }) {
+		t.Fatalf("only %d acknowledgements\n%s", l.ackedCount.Load(), cc.describe())
+	}
+	for _, n := range cc.nodes {
+		n.smssTo[hidden.id].Cut()
+	}
+	// What is still on its way to the slow slave is lost with the master
+	// (a cut drops the proxy's queue, as the killed master's socket
+	// buffers would be).
+	slow.smssTo[master.id].Cut()
+	master.p.kill()
+	killed := time.Now()
+	var next *chaosNode
+	if !smsstest.Poll(60*time.Second, func() bool {
+		next, _ = cc.master()
+		return next != nil
+	}) {
+		t.Fatalf("no master after the kill\n%s", cc.describe())
+	}
+	if next != slow {
+		t.Fatalf("%s was elected, want %s (the only one the controller reaches)\n%s", next.id, slow.id, cc.describe())
+	}
+	t.Logf("%s elected %v after the kill, with %s hidden", next.id, time.Since(killed).Round(time.Millisecond), hidden.id)
+	l.pause()
+	// What the elected node holds, before anything else can reach it.
+	if lost := l.verify(t, next.data(), 0); lost != 0 {
+		t.Fatalf("%d acknowledged messages are not on the elected %s: a write was acknowledged before every in-sync member had it", lost, next.id)
+	}
+	l.resume()
+	l.finish()
+	t.Logf("%d acknowledged, all on %s", l.ackedCount.Load(), next.id)
+}

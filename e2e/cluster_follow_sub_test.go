@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smssmq/smss/protocol"
+)
+
+// followSub is a consumer with a stored position (sub from -1) that
+// follows the master across failovers: whenever its connection fails or a
+// node refuses it, it subscribes again, at whatever address the load
+// currently writes to, from the position the cluster stored for it.
+//
+// A stored position is at least once across a failover: acknowledgements
+// the old master had not replicated yet are redelivered by the new one.
+// The consumer skips those as a careful client does, by eventId: a
+// message it is handed at or below the last eventId it acknowledged. That
+// is safe only because delivery is read-committed (what a node hands out
+// is in every later history, at the same eventId), so the consumer also
+// checks that a redelivered message has the eventId it had before: a
+// changed history fails the test.
+type followSub struct {
+	topic, who string
+	addr       func() string
+
+	mu      sync.Mutex
+	got     map[string]int   // body → times handed above the last acknowledged eventId
+	ids     map[string]int64 // body → the eventId it was handed with
+	acked   int64            // the last eventId acknowledged
+	changed []string         // bodies redelivered with another eventId
+
+	resubscribed, redelivered atomic.Int64
+	stop                      chan struct{}
+	done                      chan struct{}
+}
+
+func startFollowSub(addr func() string, topic, who string) *followSub {
+	s := &followSub{topic: topic, who: who, addr: addr, got: map[string]int{}, ids: map[string]int64{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *followSub) close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+func (s *followSub) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		s.session()
+		s.resubscribed.Add(1)
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(100 * time.Millisecond): // resubscribe backoff
+		}
+	}
+}
+
+// session subscribes once and consumes until anything fails.
+func (s *followSub) session() {
+	nc, err := net.DialTimeout("tcp", s.addr(), time.Second)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-s.stop:
+			nc.Close()
+		case <-stopped:
+		}
+	}()
+	c := &client{c: nc, r: bufio.NewReader(nc)}
+	if err := c.sub(s.topic, s.who, -1, 10, 5*time.Second); err != nil {
+		return
+	}
+	for {
+		// A frozen or cut-off node sends nothing: give it up after a
+		// while and ask the current master.
+		u, err := c.next(3 * time.Second)
+		if err != nil || u.code == protocol.StatusError || u.code == protocol.StatusSubEnd {
+			return
+		}
+		if u.code != protocol.StatusOK {
+			continue
+		}
+		s.mu.Lock()
+		for _, m := range u.msgs {
+			b := string(m.Record.Body)
+			if id, seen := s.ids[b]; seen && id != m.EventID {
+				s.changed = append(s.changed, b)
+			}
+			s.ids[b] = m.EventID
+			if m.EventID <= s.acked {
+				s.redelivered.Add(1)
+				continue
+			}
+			s.got[b]++
+		}
+		if n := len(u.msgs); n > 0 {
+			s.acked = max(s.acked, u.msgs[n-1].EventID)
+		}
+		s.mu.Unlock()
+		if err := c.ack(0); err != nil {
+			return
+		}
+	}
+}
+
+// snapshot returns a copy of what it was handed.
+func (s *followSub) snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.got))
+	for b, n := range s.got {
+		out[b] = n
+	}
+	return out
+}
+
+// historyChanged returns the bodies redelivered with another eventId.
+func (s *followSub) historyChanged() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.changed...)
+}

@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/protocol"
+)
+
+// statusEpochs is a node's status reply as this test reads it: its epoch
+// history among the rest.
+func statusEpochs(t *testing.T, addr string) protocol.NodeStatus {
+	t.Helper()
+	body, err := dial(t, addr).roundTrip(must(protocol.AppendStatus(nil, nil)), protocol.ReplyJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st protocol.NodeStatus
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// takeAll subscribes to topic at addr after eventId `after` and returns the
+// messages handed out until want arrived or nothing came for 2 s (the
+// test checks what did come).
+func takeAll(t *testing.T, addr, topic, who string, after int64, want int) []protocol.SubMessage {
+	t.Helper()
+	c := dial(t, addr)
+	if err := c.sub(topic, who, after, 10, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var got []protocol.SubMessage
+	for len(got) < want {
+		u, err := c.nextData(2 * time.Second)
+		if err != nil {
+			break
+		}
+		if u.code != protocol.StatusOK {
+			t.Fatalf("subscription of %s at %s after %d: %v", who, addr, after, u)
+		}
+		got = append(got, u.msgs...)
+		if err := c.ack(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.c.Close()
+	return got
+}
+
+// TestPositionsAcrossChangedHistory: an asynchronous master hands a
+// consumer 30 messages its slave never got, dies, and the slave is
+// promoted by hand, then numbers its own writes over the same eventIds. A
+// consumer resuming "after the last eventId it took" would skip the new
+// master's writes; with the epoch the old master placed its position in
+// and the new master's epoch history (status "epochs") it resumes at the
+// end of the shared history and takes every message of the new one, once.
+// A slave started from the new master adopts its history.
+func TestPositionsAcrossChangedHistory(t *testing.T) {
+	adir, bdir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
+	aport, bport, cport := freePort(t), freePort(t), freePort(t)
+	replConfig(t, adir, aport, "")
+	replConfig(t, bdir, bport, "")
+	replConfig(t, cdir, cport, "")
+	a := startArgs(t, adir, "-role", "master")
+	link := smsstest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(aport))
+	b := startReplSlave(t, bdir, link.Port(), 0)
+	aaddr, baddr := "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
+
+	ca := dial(t, aaddr)
+	if err := ca.create("ep", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 50; i++ {
+		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aLast := statusEpochs(t, aaddr).LastEventID
+	if !smsstest.Poll(20*time.Second, func() bool { return statusEpochs(t, baddr).LastEventID == aLast }) {
+		t.Fatalf("the slave did not reach eventId %d", aLast)
+	}
+	link.Cut()
+	for i := 51; i <= 80; i++ {
+		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The consumer takes all 80 from the old master and notes where it is.
+	took := takeAll(t, aaddr, "ep", "old", 0, 80)
+	if len(took) != 80 {
+		t.Fatalf("took %d of 80 from the old master", len(took))
+	}
+	last := took[len(took)-1].EventID
+	hA := statusEpochs(t, aaddr).Epochs
+	es := protocol.EpochStartOf(hA, last)
+	pos := protocol.Position{EventID: last, Epoch: es.Epoch, Start: es.Start}
+
+	a.kill()
+	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
+		t.Fatalf("promote: rc %d %s", code, stderr)
+	}
+	cb := dial(t, baddr)
+	for i := 1; i <= 40; i++ {
+		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stB := statusEpochs(t, baddr)
+	if len(stB.Epochs) == 0 || stB.Epochs[len(stB.Epochs)-1].Epoch != stB.Epoch || stB.Epochs[len(stB.Epochs)-1].Start != aLast+1 {
+		t.Fatalf("the promoted slave's history %v (epoch %d): want its epoch to begin at %d", stB.Epochs, stB.Epoch, aLast+1)
+	}
+	point, ok := protocol.ResumePoint(stB.Epochs, pos)
+	if ok || point != aLast {
+		t.Fatalf("ResumePoint(%v, %+v) = %d, %v; want %d (the shared history's end), false", stB.Epochs, pos, point, ok, aLast)
+	}
+	// Resuming where the consumer was skips the new writes numbered at or
+	// below it: it is handed only the last ones.
+	after := 40 - int(last-aLast)
+	if naive := takeAll(t, baddr, "ep", "naive", last, after); len(naive) != after || string(naive[0].Record.Body) == "new-01" {
+		t.Fatalf("resuming after %d took %d messages: the test does not show the hole", last, len(naive))
+	}
+	got := takeAll(t, baddr, "ep", "checked", point, 40)
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, string(m.Record.Body))
+	}
+	var want []string
+	for i := 1; i <= 40; i++ {
+		want = append(want, fmt.Sprintf("new-%02d", i))
+	}
+	if !reflect.DeepEqual(bodies, want) {
+		t.Fatalf("resumed at %d and took %v, want every new message once: %v", point, bodies, want)
+	}
+
+	// A new slave of the new master adopts its history.
+	c := startReplSlave(t, cdir, bport, 0)
+	defer c.stop()
+	if !smsstest.Poll(20*time.Second, func() bool {
+		return reflect.DeepEqual(statusEpochs(t, "127.0.0.1:"+strconv.Itoa(cport)).Epochs, stB.Epochs)
+	}) {
+		t.Fatalf("the new slave's history %v, want the master's %v", statusEpochs(t, "127.0.0.1:"+strconv.Itoa(cport)).Epochs, stB.Epochs)
+	}
+	b.stop()
+}
