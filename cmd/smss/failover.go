@@ -193,8 +193,12 @@ func (n *node) PromoteChecked(ctx context.Context, force bool) (uint64, string, 
 	}
 	var risk string
 	if r := n.runner.Load(); r != nil && n.b.IsSlave() {
-		risk = promoteRisk(n.b.LastEventID(), r.Status().CommitPoint,
+		st := r.Status()
+		risk = promoteRisk(n.b.LastEventID(), st.CommitPoint,
 			r.masterReplica.Load() >= protocol.ReplicaStreamV2, r.commitSeen.Load())
+		if risk != "" {
+			risk += fmt.Sprintf(" (replication from %s: %s, %d reconnects, %d blocks applied)", st.MasterAddr, st.State, st.Reconnects, st.Blocks)
+		}
 	}
 	if risk != "" && !force {
 		n.log.Warn("promotion refused", "why", risk)
