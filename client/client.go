@@ -29,9 +29,10 @@ type Client struct {
 
 // Dial connects to the server at addr ("host:port") and returns a Client
 // whose pool already holds that first connection. With Options.Addrs the
-// client's addresses are addr followed by Addrs (addr may then be ""), and
-// Dial succeeds when one of them, tried in that order, accepts a
-// connection.
+// client's addresses are addr followed by Addrs (addr may then be ""): Dial
+// connects to all of them at once and succeeds as soon as one connection
+// (TLS and login included) is open, so a hung server does not delay it;
+// the other connections join their pools as they open.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	o := opts.withDefaults()
 	secured, err := SecureDialer(o.DialContext, o.TLS, o.Credentials)
@@ -45,29 +46,45 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	}
 	c := &Client{addr: addrs[0], addrs: addrs, opts: o, master: -1,
 		discovering: make(chan struct{}, 1), noStatus: make([]bool, len(addrs))}
-	var first *conn
-	var errs []error
-	at := 0
-	for i, a := range addrs {
-		if first, err = dialConn(ctx, &c.opts, a); err == nil {
-			at = i
-			break
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if first == nil {
-		return nil, fmt.Errorf("smss client: %w", errors.Join(errs...))
-	}
 	c.pools = make([]*pool, len(addrs))
 	for i, a := range addrs {
 		c.pools[i] = newPool(a, &c.opts)
 	}
 	c.pool = c.pools[0]
-	c.pools[at].putIdle(first)
+	if err := c.dialFirst(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("smss client: %w", err)
+	}
 	return c, nil
+}
+
+// dialFirst opens a connection to every address at once and returns as
+// soon as one is open (each goes idle into its pool, so a hung or slow
+// server does not hold up Dial), or with every failure when none opens.
+func (c *Client) dialFirst(ctx context.Context) error {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(c.addrs))
+	for i, a := range c.addrs {
+		go func() {
+			cn, err := dialConn(ctx, &c.opts, a)
+			if err == nil {
+				c.pools[i].putIdle(cn)
+			}
+			results <- result{i, err}
+		}()
+	}
+	errs := make([]error, len(c.addrs))
+	for range c.addrs {
+		r := <-results
+		if r.err == nil {
+			return nil
+		}
+		errs[r.i] = r.err
+	}
+	return errors.Join(errs...)
 }
 
 // Addr is the server address the Client was dialled with (the first of

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -30,15 +29,41 @@ const (
 type probeResult struct {
 	role  role
 	epoch uint64
-	err   error // why unreachable or unknown
+	// view is the node's cluster view (smss -role auto); nil otherwise.
+	view *protocol.ClusterView
+	err  error // why unreachable or unknown
+}
+
+// newest is the highest epoch the node knows of: its own, or the one its
+// cluster view names (a node that learnt of a newer election before it
+// acted on it).
+func (p probeResult) newest() uint64 {
+	if p.view != nil && p.view.Epoch > p.epoch {
+		return p.view.Epoch
+	}
+	return p.epoch
+}
+
+// proven reports a master that proves it is the current one: a cluster
+// node whose own view names it master at its epoch, not fenced (so it
+// holds the cluster's lease).
+func (p probeResult) proven() bool {
+	return p.role == roleMaster && p.view != nil && p.view.Node != "" && p.view.Master == p.view.Node &&
+		p.view.Epoch == p.epoch && p.view.Fenced == ""
 }
 
 func (p probeResult) String() string {
 	switch p.role {
 	case roleMaster:
+		if p.view != nil && p.view.Fenced != "" {
+			return fmt.Sprintf("master (epoch %d, fenced: %s)", p.epoch, p.view.Fenced)
+		}
+		if p.newest() > p.epoch {
+			return fmt.Sprintf("master (epoch %d; its cluster is at epoch %d)", p.epoch, p.newest())
+		}
 		return fmt.Sprintf("master (epoch %d)", p.epoch)
 	case roleSlave:
-		return "slave"
+		return fmt.Sprintf("slave (epoch %d)", p.newest())
 	case roleUnknown:
 		return fmt.Sprintf("role unknown (%v)", p.err)
 	}
@@ -179,9 +204,11 @@ func (c *Client) retryable(err error, pol policy) (retry, forget bool) {
 			// A slave refused it: nothing was stored, another server may
 			// be the master.
 			return len(c.addrs) > 1, true
-		case kindNotConfirmed:
-			// Stored on the master; only a message id makes a retry safe.
-			return pol.repeatable(), false
+		case kindNotConfirmed, kindFenced:
+			// Stored on that master, which may no longer be the master
+			// (its slaves gone with a failover, or it was fenced): look for
+			// the master again. Only a message id makes a retry safe.
+			return pol.repeatable(), true
 		}
 		// Any other refusal repeats itself.
 		return false, false
@@ -216,40 +243,66 @@ func (c *Client) target(ctx context.Context, needMaster bool) (int, error) {
 	return c.discover(ctx, needMaster)
 }
 
-// discover asks every server its status (in parallel) and returns the
-// master with the highest epoch. Without one it returns, in rotation order
-// from the cursor, a server whose role is unknown (to be tried by sending
-// the request), or for a read any reachable slave.
+// discover asks every server its status, in parallel, each probe bounded
+// by ProbeTimeout, and returns the master to use:
+//
+//   - A master proven current (a cluster node that by its own view is the
+//     master of its epoch, not fenced) whose epoch is at least every epoch
+//     answered so far is taken as soon as it answers: a hung node does not
+//     delay it.
+//   - Otherwise, once every probe answered or ran out: the master with the
+//     highest epoch, provided no node answered a newer epoch (its own or
+//     its cluster view's); a master behind that is stale and never taken.
+//
+// Without one it returns, in rotation order from the cursor, a server
+// whose role is unknown (to be tried by sending the request), or for a
+// read any reachable slave of the newest epoch.
 func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 	n := len(c.addrs)
 	c.mu.Lock()
 	start := c.cursor
 	noStatus := append([]bool(nil), c.noStatus...)
 	c.mu.Unlock()
-	res := make([]probeResult, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		if noStatus[i] {
-			res[i] = probeResult{role: roleUnknown, err: ErrNoStatus}
-			continue
-		}
-		wg.Go(func() { res[i] = c.probe(ctx, i) })
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return -1, err
-	}
 	order := make([]int, n)
 	for k := range n {
 		order[k] = (start + k) % n
 	}
-	best := -1
-	for _, i := range order {
-		if res[i].role == roleMaster && (best < 0 || res[i].epoch > res[best].epoch) {
-			best = i
+	res := make([]probeResult, n)
+	answered := make([]bool, n)
+	type answer struct {
+		i int
+		r probeResult
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
+	// Probes still running when a master is chosen are cut short.
+	defer cancel()
+	answers := make(chan answer, n)
+	pending := 0
+	for i := range n {
+		if noStatus[i] {
+			res[i], answered[i] = probeResult{role: roleUnknown, err: ErrNoStatus}, true
+			continue
+		}
+		pending++
+		go func() { answers <- answer{i, c.probe(pctx, i)} }()
+	}
+	for pending > 0 {
+		select {
+		case a := <-answers:
+			res[a.i], answered[a.i] = a.r, true
+			pending--
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+		if best := chooseMaster(res, answered, order, pending == 0); best >= 0 {
+			c.setMaster(best)
+			return best, nil
 		}
 	}
-	if best >= 0 {
+	if err := ctx.Err(); err != nil {
+		return -1, err
+	}
+	if best := chooseMaster(res, answered, order, true); best >= 0 {
 		c.setMaster(best)
 		return best, nil
 	}
@@ -258,9 +311,10 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 			return i, nil
 		}
 	}
+	newest := newestEpoch(res, answered)
 	if !needMaster {
 		for _, i := range order {
-			if res[i].role == roleSlave {
+			if res[i].role == roleSlave && res[i].newest() >= newest {
 				return i, nil
 			}
 		}
@@ -271,14 +325,50 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%s: %v", c.addrs[i], r)
+		if r.role == roleMaster && r.epoch < newest {
+			fmt.Fprintf(&b, " [stale: a node reports epoch %d]", newest)
+		}
 	}
 	return -1, fmt.Errorf("%w among %d addresses (%s)", ErrNoMaster, n, b.String())
 }
 
+// newestEpoch is the highest epoch the answered probes know of.
+func newestEpoch(res []probeResult, answered []bool) uint64 {
+	var e uint64
+	for i, r := range res {
+		if answered[i] && r.role >= roleSlave {
+			e = max(e, r.newest())
+		}
+	}
+	return e
+}
+
+// chooseMaster picks, in order, a master of the newest epoch answered so
+// far (see discover): a proven one at any time, any one once all probes
+// are in (final). -1: none (yet).
+func chooseMaster(res []probeResult, answered []bool, order []int, final bool) int {
+	newest := newestEpoch(res, answered)
+	best := -1
+	for _, i := range order {
+		r := res[i]
+		if !answered[i] || r.role != roleMaster || r.epoch < newest || r.newest() > r.epoch {
+			continue
+		}
+		if r.proven() {
+			return i
+		}
+		if best < 0 {
+			best = i
+		}
+	}
+	if final {
+		return best
+	}
+	return -1
+}
+
 // probe asks server i for its status on a pooled connection.
 func (c *Client) probe(ctx context.Context, i int) probeResult {
-	ctx, cancel := context.WithTimeout(ctx, 2*c.opts.DialTimeout)
-	defer cancel()
 	p := c.pools[i]
 	cn, err := p.get(ctx)
 	if err != nil {
@@ -289,7 +379,7 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 		p.put(cn, false)
 		return probeResult{role: roleUnknown, err: err}
 	}
-	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, c.opts.MaxReplyBytes, c.opts.DialTimeout, "")
+	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, c.opts.MaxReplyBytes, c.opts.ProbeTimeout, "")
 	if errors.Is(err, ErrNotSupported) {
 		// An original server: it closes the connection after this
 		// refusal (docs/protocol.md §11), so the connection is not pooled, and it is
@@ -312,10 +402,11 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 	if err != nil {
 		return probeResult{role: roleUnknown, err: err}
 	}
+	r := probeResult{role: roleSlave, epoch: st.Epoch, view: st.Cluster}
 	if st.IsMaster() {
-		return probeResult{role: roleMaster, epoch: st.Epoch}
+		r.role = roleMaster
 	}
-	return probeResult{role: roleSlave}
+	return r
 }
 
 func (c *Client) knownMaster() int {

@@ -29,6 +29,9 @@ type node struct {
 	// 400 text. Pubs past the script get 200.
 	script []string
 	dead   atomic.Bool // record a pub, then close; close on any other request
+	// hangStatus never answers status (a hung host whose kernel still
+	// accepts connections).
+	hangStatus bool
 
 	mu   sync.Mutex
 	pubs []string // the smss-msg-id of each pub or delay received ("" when none)
@@ -55,6 +58,13 @@ const slaveStatus = `{"role":"slave","epoch":1,"lastEventId":5,"master":"127.0.0
 
 func (n *node) addr() string { return n.f.addr() }
 
+// setStatus changes the status reply, as a node's role changes.
+func (n *node) setStatus(status string) {
+	n.mu.Lock()
+	n.status = status
+	n.mu.Unlock()
+}
+
 func (n *node) ids() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -75,11 +85,18 @@ func (n *node) serve(c net.Conn, r *bufio.Reader) {
 		}
 		switch hd.Cmd {
 		case protocol.CmdStatus:
-			if n.status == "" {
+			if n.hangStatus {
+				io.Copy(io.Discard, r)
+				return
+			}
+			n.mu.Lock()
+			status := n.status
+			n.mu.Unlock()
+			if status == "" {
 				c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
 				return
 			}
-			out, _ := protocol.AppendReplyJSON(nil, []byte(n.status))
+			out, _ := protocol.AppendReplyJSON(nil, []byte(status))
 			c.Write(out)
 		case protocol.CmdPub, protocol.CmdDelay:
 			payload := raw[protocol.HeaderSize+int(hd.TopicLen)+int(hd.TraceLen):]
@@ -312,5 +329,125 @@ func TestCancelStopsRetries(t *testing.T) {
 	}
 	if k := len(n.ids()); k != 1 {
 		t.Errorf("%d attempts", k)
+	}
+}
+
+// clusterStatus is the status of a node of a cluster: its own role and
+// epoch, and the view (cluster epoch, master, fenced) it applied.
+func clusterStatus(role, node string, epoch, viewEpoch int, master, fenced string) string {
+	return fmt.Sprintf(`{"role":%q,"epoch":%d,"lastEventId":7,"cluster":{"node":%q,"epoch":%d,"master":%q,"fenced":%q}}`,
+		role, epoch, node, viewEpoch, master, fenced)
+}
+
+// TestDiscoveryTakesProvenMasterAtOnce: a cluster master whose own view
+// names it master of its epoch, not fenced, is taken as soon as it
+// answers; a node that never answers status costs nothing, however long
+// the probe timeout.
+func TestDiscoveryTakesProvenMasterAtOnce(t *testing.T) {
+	hung := startNode(t, masterStatus(9))
+	hung.hangStatus = true
+	master := startNode(t, clusterStatus("master", "b", 3, 3, "b", ""))
+	c := dialT(t, "", Options{Addrs: nodeAddrs(hung, master), HealthCheckInterval: -1, ProbeTimeout: 20 * time.Second})
+	start := time.Now()
+	if err := c.Publish(ctxT(t, 30*time.Second), "t", NewMessage([]byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("publish took %v: discovery waited for the hung node", d)
+	}
+	if c.Master() != master.addr() || len(master.ids()) != 1 || len(hung.ids()) != 0 {
+		t.Fatalf("master %s, pubs %q / %q", c.Master(), master.ids(), hung.ids())
+	}
+}
+
+// TestDiscoverySkipsStaleMaster: a master behind the epoch another node
+// reports (its cluster view, or its own) is not taken, nor is a master
+// that knows of a newer epoch than its own; a fenced master is not taken
+// before the others answered.
+func TestDiscoverySkipsStaleMaster(t *testing.T) {
+	t.Run("newer view elsewhere", func(t *testing.T) {
+		stale := startNode(t, masterStatus(2))
+		slave := startNode(t, clusterStatus("slave", "c", 2, 3, "b", ""))
+		master := startNode(t, clusterStatus("master", "b", 3, 3, "b", ""))
+		c := dialT(t, "", Options{Addrs: nodeAddrs(stale, slave, master), HealthCheckInterval: -1})
+		if err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("a"))); err != nil {
+			t.Fatal(err)
+		}
+		if c.Master() != master.addr() || len(stale.ids()) != 0 {
+			t.Fatalf("master %s; the stale one got %q", c.Master(), stale.ids())
+		}
+	})
+	t.Run("only a stale master reachable", func(t *testing.T) {
+		stale := startNode(t, clusterStatus("master", "a", 2, 3, "b", "this node is not the cluster's master"))
+		slave := startNode(t, clusterStatus("slave", "c", 3, 3, "b", ""))
+		c := dialT(t, "", Options{Addrs: nodeAddrs(stale, slave), HealthCheckInterval: -1, MaxRetries: 1,
+			RetryBackoff: time.Millisecond})
+		err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("a")))
+		if !errors.Is(err, ErrNoMaster) || len(stale.ids()) != 0 {
+			t.Fatalf("publish: %v (stale master got %q), want ErrNoMaster and nothing sent", err, stale.ids())
+		}
+	})
+}
+
+// TestFencedRefusalMovesToMaster: a master that answers "fenced: ..."
+// makes the client look for the master again; the retry, with the same
+// id, goes to the master that is current by then. Without a message id
+// the refusal is returned (the write may be stored on the fenced node).
+func TestFencedRefusalMovesToMaster(t *testing.T) {
+	const fenced = "fenced: this node lost contact with the cluster's majority (its lease expired); a new master may be elected"
+	for _, noIDs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noIDs=%v", noIDs), func(t *testing.T) {
+			old := startNode(t, masterStatus(4), fenced, fenced, fenced)
+			newer := startNode(t, slaveStatus)
+			c := dialT(t, "", Options{Addrs: nodeAddrs(old, newer), HealthCheckInterval: -1, DisableMessageIDs: noIDs,
+				RetryBackoff: time.Millisecond})
+			if err := c.Alive(ctxT(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// The election happens: the refusing node learns of epoch 5.
+			old.setStatus(clusterStatus("master", "a", 4, 5, "b", "this node is not the cluster's master"))
+			newer.setStatus(clusterStatus("master", "b", 5, 5, "b", ""))
+			err := c.Publish(ctxT(t, 10*time.Second), "t", NewMessage([]byte("a")))
+			if noIDs {
+				if !errors.Is(err, ErrFenced) || len(old.ids()) != 1 || len(newer.ids()) != 0 {
+					t.Fatalf("publish: %v (pubs %q / %q), want ErrFenced after one attempt", err, old.ids(), newer.ids())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, refused := newer.ids(), old.ids()
+			if c.Master() != newer.addr() || len(got) != 1 || len(refused) != 1 || got[0] != refused[0] {
+				t.Fatalf("master %s, the fenced node got %q, the new master %q: want one attempt each, one id", c.Master(), refused, got)
+			}
+		})
+	}
+}
+
+// TestDialDoesNotWaitForHungServer: with several addresses Dial connects
+// to all at once and returns with the first open connection; one whose
+// connection (TLS, login) never completes does not hold it up.
+func TestDialDoesNotWaitForHungServer(t *testing.T) {
+	live := startNode(t, masterStatus(1))
+	const hung = "127.0.0.1:1"
+	dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == hung {
+			<-ctx.Done() // a handshake that never completes
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	start := time.Now()
+	c := dialT(t, "", Options{Addrs: []string{hung, live.addr()}, DialContext: dialer, DialTimeout: 20 * time.Second,
+		HealthCheckInterval: -1})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Dial took %v with a hung first address", d)
+	}
+	if err := c.Publish(ctxT(t, 30*time.Second), "t", NewMessage([]byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if len(live.ids()) != 1 {
+		t.Fatalf("pubs %q", live.ids())
 	}
 }

@@ -172,3 +172,128 @@ func TestSubscriberUsesNextAddress(t *testing.T) {
 		t.Errorf("subscribed at %s, want the slave %s", s.Addr(), slave.Addr)
 	}
 }
+
+// TestDiscoverySkipsHungNode: of a master and its slave, the slave is
+// frozen (SIGSTOP: its port accepts connections, nothing answers) and comes
+// first among the addresses. A fresh client's first publish reaches the
+// master within about the probe timeout, not after the hung probe's
+// connection times out.
+func TestDiscoverySkipsHungNode(t *testing.T) {
+	master := testserver.Start(t, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	admin := dialT(t, master.Addr, Options{HealthCheckInterval: -1})
+	if err := admin.CreateTopic(ctxT(t, 10*time.Second), "order"); err != nil {
+		t.Fatal(err)
+	}
+	slave.Freeze()
+	defer slave.Thaw()
+	start := time.Now()
+	c := dialT(t, "", Options{Addrs: []string{slave.Addr, master.Addr}, HealthCheckInterval: -1})
+	if err := c.Publish(ctxT(t, 30*time.Second), "order", NewMessage([]byte("m"))); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	// ProbeTimeout (1 s) plus start-up; before, discovery waited for the
+	// hung probe for twice the dial timeout (10 s).
+	if d := time.Since(start); d > 1800*time.Millisecond {
+		t.Fatalf("first publish took %v with a hung node among the addresses", d)
+	}
+	if got := c.Master(); got != master.Addr {
+		t.Fatalf("master %q, want %s", got, master.Addr)
+	}
+}
+
+// TestPublishMovesOnNotConfirmed: a master that waits for one slave's
+// confirmation (syncSlaves 1) loses it when the slave is promoted (a
+// manual failover); its writes are refused "write not confirmed". A client
+// publishing with message ids looks for the master again on that refusal
+// and moves to the promoted slave, where each message is stored once.
+func TestPublishMovesOnNotConfirmed(t *testing.T) {
+	const sync = "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 300\n"
+	master := testserver.Start(t, fastAlive+sync)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	c := dialT(t, "", Options{Addrs: []string{master.Addr, slave.Addr}, HealthCheckInterval: -1,
+		RetryBackoff: 20 * time.Millisecond})
+	ctx := ctxT(t, 60*time.Second)
+	if err := c.CreateTopic(ctx, "order"); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	for i := range 3 {
+		if err := c.Publish(ctx, "order", NewMessage([]byte("before"+strconv.Itoa(i)))); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if got := c.Master(); got != master.Addr {
+		t.Fatalf("master %q, want %s", got, master.Addr)
+	}
+	waitTopic(t, slave.Addr, "order", seq("before", 0, 3))
+
+	sc := dialT(t, slave.Addr, Options{HealthCheckInterval: -1})
+	if _, err := sc.Promote(ctx); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	for i := range 3 {
+		if err := c.Publish(ctx, "order", NewMessage([]byte("after"+strconv.Itoa(i)))); err != nil {
+			t.Fatalf("publish %d after the promotion: %v", i, err)
+		}
+	}
+	if got := c.Master(); got != slave.Addr {
+		t.Fatalf("master %q after the promotion, want the promoted slave %s", got, slave.Addr)
+	}
+	waitTopic(t, slave.Addr, "order", append(seq("before", 0, 3), seq("after", 0, 3)...))
+}
+
+// TestSubscriberPrefersCurrentEpoch: of a master M and its slaves S1 and
+// S2, S1 is promoted (epoch 1) while M, still a master of epoch 0, and S2,
+// still following it, stay up. A subscriber given [M, S2, S1] subscribes on
+// S1, the master of the newest epoch, and gets what was written there,
+// not on M (first in its list), which would never deliver it. A frozen
+// node costs the probe timeout only.
+func TestSubscriberPrefersCurrentEpoch(t *testing.T) {
+	m := testserver.Start(t, fastAlive)
+	s1 := testserver.StartSlave(t, m, fastAlive)
+	s2 := testserver.StartSlave(t, m, fastAlive)
+	mc := dialT(t, m.Addr, Options{HealthCheckInterval: -1})
+	if err := mc.CreateTopic(ctxT(t, 10*time.Second), "t"); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, mc, "t", "before", 0, 3)
+	waitTopic(t, s1.Addr, "t", seq("before", 0, 3))
+	waitTopic(t, s2.Addr, "t", seq("before", 0, 3))
+	c1 := dialT(t, s1.Addr, Options{HealthCheckInterval: -1})
+	if _, err := c1.Promote(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	publishN(t, c1, "t", "after", 0, 2)
+
+	run := func(t *testing.T, addrs []string, want []string) *Subscriber {
+		t.Helper()
+		col := newCollector()
+		col.stop = func(d []Delivery) bool { return len(d) >= len(want) }
+		s, err := NewSubscriber("", SubscriberConfig{Topic: "t", Who: "w", Addrs: addrs, Handler: col.handle,
+			AfterAck: col.afterAck, MinBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(ctxT(t, 30*time.Second)); err != nil {
+			t.Fatalf("Run: %v (got %q)", err, col.bodies())
+		}
+		if b := col.bodies(); !slices.Equal(b, want) {
+			t.Fatalf("bodies %q, want %q", b, want)
+		}
+		return s
+	}
+	all := append(seq("before", 0, 3), seq("after", 0, 2)...)
+	if s := run(t, []string{m.Addr, s2.Addr, s1.Addr}, all); s.Addr() != s1.Addr {
+		t.Fatalf("subscribed at %s, want the epoch-1 master %s", s.Addr(), s1.Addr)
+	}
+	// A frozen node first: skipped after the probe timeout.
+	s2.Freeze()
+	defer s2.Thaw()
+	start := time.Now()
+	if s := run(t, []string{s2.Addr, s1.Addr}, all); s.Addr() != s1.Addr {
+		t.Fatalf("subscribed at %s, want %s", s.Addr(), s1.Addr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v with a frozen node first", d)
+	}
+}

@@ -26,18 +26,23 @@
 //     deadline Options.RequestTimeout applies.
 //
 // Several servers (cluster.go): with Options.Addrs the client finds the
-// master of a master/slave group by asking each node's status (command 34;
-// the highest epoch wins) or, for servers without it, by sending the write
-// and moving on after "just master can ..."; it remembers the master and
-// looks again after a call to it fails. Subscribers given several
-// addresses use the first reachable node, any role.
+// master of a master/slave group or cluster by asking every node's status
+// (command 34) in parallel, each within Options.ProbeTimeout: a cluster
+// master that proves it is current is taken as soon as it answers, else
+// the master of the highest epoch once all answered, never one behind an
+// epoch another node reports. For servers without status it sends the
+// write and moves on after "just master can ...". It remembers the master
+// and looks again after a call to it fails (also "write not confirmed" and
+// "fenced: ..."). Subscribers given several addresses rank them the same
+// way before each round: the master of the newest epoch, then slaves of
+// that epoch, never a node of an older one.
 //
 // Message ids and retries (msgid.go): Publish, PublishBatch and
 // PublishDelay put a random 128-bit id (header smss-msg-id, 32 lowercase
 // hex characters) on the first message of each call unless the caller set
 // one or Options.DisableMessageIDs is set, and resend the identical request
-// after a lost connection, a timeout, "write not confirmed" or (with
-// several addresses) a slave's refusal, within Options.MaxRetries. Against
+// after a lost connection, a timeout, "write not confirmed", "fenced: ..."
+// or (with several addresses) a slave's refusal, within Options.MaxRetries. Against
 // a server with dedupe a retry is stored at most once, so a nil error means
 // exactly once; against one without (an original smss) a retry after a
 // lost reply may store a second copy carrying the same id. Without an id

@@ -31,6 +31,7 @@ const (
 	kindAuthFailed
 	kindPermissionDenied
 	kindNotConfirmed
+	kindFenced
 )
 
 func (e *ServerError) Error() string { return "smss server: " + e.Msg }
@@ -90,6 +91,13 @@ var (
 	// may still be replicated; a publish with a message id retries it
 	// (a dedupe server answers the retry 200 without storing it again).
 	ErrWriteNotConfirmed = sentinel(kindNotConfirmed, "write not confirmed")
+	// ErrFenced: a cluster master (smss -role auto) refused to acknowledge
+	// a write because it is not, or may no longer be, the cluster's master
+	// ("fenced: ..."; its lease expired, or a newer epoch elected another
+	// node). The write may be stored there but is never delivered unless
+	// it is replicated; the client looks for the master again and a
+	// publish with a message id retries it there.
+	ErrFenced = sentinel(kindFenced, "fenced")
 )
 
 // Client-side errors.
@@ -157,6 +165,8 @@ func classify(msg, topic string) errKind {
 		return kindInvalidTopicName
 	case strings.HasPrefix(msg, "write not confirmed"):
 		return kindNotConfirmed
+	case strings.HasPrefix(msg, protocol.FencedPrefix):
+		return kindFenced
 	case strings.HasPrefix(msg, "permission denied:"):
 		return kindPermissionDenied
 	case strings.HasPrefix(msg, "authentication "), strings.HasPrefix(msg, "too many failed authentication"),

@@ -11,20 +11,30 @@ import (
 // Options configure a Client. Zero fields take the defaults named below.
 type Options struct {
 	// Addrs are further servers ("host:port") of the same master/slave
-	// group. The address given to Dial comes first, then Addrs in order
-	// (duplicates and empty strings dropped); Dial(ctx, "", opts) uses
-	// Addrs alone. With one address the client behaves as it always did:
-	// no status round trip, every call goes there. With several it finds
-	// the master among them (README "Several addresses and message ids"):
-	// it asks each server's status (command 34) and takes the master with
-	// the highest epoch; a server that does not know the command (an
-	// original smss) is tried by sending the request, and one refusing
+	// group or cluster. The address given to Dial comes first, then Addrs
+	// in order (duplicates and empty strings dropped); Dial(ctx, "", opts)
+	// uses Addrs alone. With one address the client behaves as it always
+	// did: no status round trip, every call goes there. With several it
+	// finds the master among them (README "Several addresses and message
+	// ids"): it asks every server's status (command 34) in parallel, each
+	// within ProbeTimeout, and takes a cluster master that proves it is
+	// current (its cluster view names it master of its epoch, not fenced)
+	// as soon as it answers, else, once every probe answered or ran out,
+	// the master with the highest epoch; a master behind an epoch another
+	// node reports is never taken. A server that does not know the command
+	// (an original smss) is tried by sending the request, and one refusing
 	// with "just master can ..." is skipped. The master found is remembered
-	// until a call to it fails, then found again. Writes and topic
-	// management go to the master; topic info, list and alive to the master
-	// if there is one, else to any reachable server. Subscribers made with
-	// Client.NewSubscriber connect to the first reachable server, any role.
+	// until a call to it fails (lost connection, timeout, "write not
+	// confirmed", "fenced: ..."), then found again. Writes and topic
+	// management go to the master; topic info, list and alive to the
+	// master if there is one, else to any reachable server. Subscribers
+	// made with Client.NewSubscriber prefer the master or a slave of the
+	// current epoch (SubscriberConfig.Addrs).
 	Addrs []string
+	// ProbeTimeout bounds one status probe of discovery (connect, login,
+	// status round trip) with several addresses: a hung server costs a
+	// discovery at most this long. Default 1 s.
+	ProbeTimeout time.Duration
 	// MaxRetries is how many times Publish, PublishBatch and PublishDelay
 	// send their request again after a failure that allows it (see
 	// DisableMessageIDs); moving to another server after a slave's refusal counts
@@ -102,6 +112,7 @@ const (
 	defaultRetryBackoff   = 100 * time.Millisecond
 	defaultMaxRetryWait   = 2 * time.Second
 	defaultAttemptTimeout = 10 * time.Second
+	defaultProbeTimeout   = time.Second
 )
 
 func (o Options) withDefaults() Options {
@@ -145,6 +156,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AttemptTimeout == 0 {
 		o.AttemptTimeout = defaultAttemptTimeout
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = defaultProbeTimeout
 	}
 	if o.DialContext == nil {
 		o.DialContext = (&net.Dialer{}).DialContext

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestParseNodeStatus(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || *got != *tc.want {
+		if err != nil || !reflect.DeepEqual(*got, *tc.want) {
 			t.Errorf("%q: %+v, %v", tc.body, got, err)
 		}
 	}

@@ -41,16 +41,27 @@ type Handler func(ctx context.Context, batch []Delivery) AckAction
 // required; other zero fields take the defaults named below.
 type SubscriberConfig struct {
 	Topic string
-	// Addrs are further servers of the same master/slave group, tried
-	// after the address given to NewSubscriber (duplicates dropped). The
-	// subscriber connects to the first reachable one, master or slave
-	// (eventIds are the same on every node), and after a failure moves on
-	// to the next, resuming after LastAcked; the backoff applies once a
-	// whole round of addresses failed. A server that has not yet
-	// replicated up to LastAcked ("eventId N is beyond the last eventId")
-	// is then skipped like an unreachable one instead of ending Run.
+	// Addrs are further servers of the same master/slave group or
+	// cluster, besides the address given to NewSubscriber (duplicates
+	// dropped). Before each round of connections the subscriber asks
+	// every address its status (in parallel, within ProbeTimeout) and
+	// tries them in this order: the master of the newest epoch any of
+	// them reports; slaves that follow that epoch, in-sync ones (a
+	// cluster's in-sync set) first; a fenced master of that epoch; servers
+	// without the status command (an original smss). A server that did not
+	// answer, and one of an older epoch (a master that was replaced, a
+	// slave still following it), is not used. eventIds are the same on
+	// every node, so each resumes after LastAcked. After a failure the
+	// subscriber moves on to the next server of the round; once the
+	// round is exhausted it waits (the backoff) and asks again, and after
+	// a connection that had delivered it asks again at once. A server that
+	// has not yet replicated up to LastAcked ("eventId N is beyond the last
+	// eventId") is skipped like an unreachable one instead of ending Run.
 	// Client.NewSubscriber fills it from the Client's addresses when nil.
 	Addrs []string
+	// ProbeTimeout bounds the status probe of each address (with several
+	// addresses). Default 1 s; Client.NewSubscriber takes the Client's.
+	ProbeTimeout time.Duration
 	// Who names the subscriber; a server allows one active subscription
 	// per (topic, who).
 	Who string
@@ -81,8 +92,19 @@ type SubscriberConfig struct {
 	Handler    Handler
 	// AfterAck is called after every acknowledged batch with the batch's
 	// last eventId, so the caller can persist progress and later pass it
-	// as From.
+	// as From (or Subscriber.Position as FromPosition).
 	AfterAck func(lastEventID int64)
+	// FromPosition, when set, is From with the epoch the serving node
+	// placed it in (a Position a Subscriber reported): the first session
+	// checks it against its node's epoch history and, if that node's
+	// history parts from the one the position was taken in, resumes where
+	// they part (OnHistoryChange). It overrides From. Ignored with Resume.
+	FromPosition *Position
+	// OnHistoryChange is called when a session resumes before LastAcked
+	// because its node does not hold the history the subscriber consumed
+	// (a failover dropped messages it had taken, and the new master
+	// numbered its own writes over them). The change is logged either way.
+	OnHistoryChange func(HistoryChange)
 	// MinBackoff and MaxBackoff bound the reconnect delay, which starts at
 	// MinBackoff, doubles after each failed attempt up to MaxBackoff, and
 	// is jittered to between half and all of that. Defaults 1 s and 30 s.
@@ -118,6 +140,9 @@ type Subscriber struct {
 	lastAcked atomic.Int64
 	ackedAny  atomic.Bool // a batch was acknowledged in this Subscriber (Resume)
 	running   atomic.Bool
+	// pos is LastAcked placed in the history of the node that handed it
+	// out, checked against the next node's (position.go).
+	pos positions
 }
 
 // Where a Who without a stored position starts (SubscriberConfig.ResumeNew).
@@ -139,6 +164,8 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, errors.New("smss subscriber: Handler is required")
 	case cfg.From < 0:
 		return nil, fmt.Errorf("smss subscriber: From %d is negative", cfg.From)
+	case cfg.FromPosition != nil && cfg.FromPosition.EventID < 0:
+		return nil, fmt.Errorf("smss subscriber: FromPosition eventId %d is negative", cfg.FromPosition.EventID)
 	case cfg.Resume && cfg.ResumeNew < ResumeFromEnd:
 		return nil, fmt.Errorf("smss subscriber: ResumeNew %d is not 0, -1 or an eventId", cfg.ResumeNew)
 	}
@@ -166,6 +193,9 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = protocol.MaxSubFrameBytes
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = defaultProbeTimeout
+	}
 	if cfg.DialContext == nil {
 		cfg.DialContext = (&net.Dialer{}).DialContext
 	}
@@ -174,6 +204,11 @@ func NewSubscriber(addr string, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	s := &Subscriber{addrs: addrs, cfg: cfg}
 	s.lastAcked.Store(cfg.From)
+	s.pos.pos = Position{EventID: cfg.From}
+	if fp := cfg.FromPosition; fp != nil && !cfg.Resume {
+		s.lastAcked.Store(fp.EventID)
+		s.pos.pos, s.pos.valid = *fp, true
+	}
 	return s, nil
 }
 
@@ -196,6 +231,9 @@ func (c *Client) NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.Addrs == nil {
 		cfg.Addrs = c.addrs[1:]
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = c.opts.ProbeTimeout
+	}
 	return NewSubscriber(c.addr, cfg)
 }
 
@@ -214,6 +252,17 @@ func (s *Subscriber) Addr() string { return s.addrs[s.cur.Load()] }
 // LastAcked returns the last acknowledged eventId (From before any ack).
 func (s *Subscriber) LastAcked() int64 { return s.lastAcked.Load() }
 
+// PositionOf places eventID in the history of the node of the current
+// session, as Position would once it is acknowledged; ok is false when
+// that node reports no history. A handler that saves its progress before
+// the ack (a consumer group) saves this.
+func (s *Subscriber) PositionOf(eventID int64) (Position, bool) { return s.pos.place(eventID) }
+
+// Position returns LastAcked with the epoch its node placed it in; ok is
+// false when that is not known (no ack yet on a node that reports its
+// epoch history, or an original smss server).
+func (s *Subscriber) Position() (Position, bool) { return s.pos.current() }
+
 // Run subscribes and blocks until the subscription ends. It returns nil when
 // the Handler stopped it, an error wrapping ErrTopicDeleted when the server
 // ended it because the topic is gone, ctx's error when ctx ends, and a
@@ -227,8 +276,39 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	attempt := 0
-	failedInRound := 0 // addresses that failed in a row without progress
+	failedInRound := 0 // addresses of this round that failed
+	var queue []int    // the rest of this round, best first
+	wait := func(err error) error {
+		d := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
+		attempt++
+		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
+			"from", s.lastAcked.Load(), "addr", s.Addr(), "in", d, "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+		case <-t.C:
+			return nil
+		}
+	}
 	for {
+		if len(s.addrs) > 1 && failedInRound == 0 {
+			order, why := s.rank(ctx)
+			if ctx.Err() != nil {
+				return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
+			}
+			if len(order) == 0 {
+				err := fmt.Errorf("smss subscribe %q who %q: %w among %d addresses (%s)", s.cfg.Topic, s.cfg.Who,
+					ErrNoEligibleServer, len(s.addrs), why)
+				if werr := wait(err); werr != nil {
+					return werr
+				}
+				continue
+			}
+			s.cur.Store(int32(order[0]))
+			queue = order[1:]
+		}
 		addr := s.Addr()
 		progressed, err := s.session(ctx, addr)
 		if err == nil {
@@ -245,28 +325,145 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			attempt, failedInRound = 0, 0
 		}
 		if len(s.addrs) > 1 {
-			// Next address; wait only once every address has failed.
-			s.cur.Store((s.cur.Load() + 1) % int32(len(s.addrs)))
-			if failedInRound++; failedInRound < len(s.addrs) {
+			if progressed {
+				// It had delivered: roles may have changed since the
+				// round was ranked (a failover); rank again now.
+				s.cfg.Logger.Warn("smss subscriber: looking for a server again", "topic", s.cfg.Topic, "who", s.cfg.Who,
+					"from", s.lastAcked.Load(), "err", err)
+				continue
+			}
+			failedInRound++
+			if len(queue) > 0 {
+				s.cur.Store(int32(queue[0]))
+				queue = queue[1:]
 				s.cfg.Logger.Warn("smss subscriber: trying the next address", "topic", s.cfg.Topic, "who", s.cfg.Who,
 					"from", s.lastAcked.Load(), "addr", s.Addr(), "err", err)
 				continue
 			}
 			failedInRound = 0
 		}
-		wait := backoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, attempt)
-		attempt++
-		s.cfg.Logger.Warn("smss subscriber: reconnecting", "topic", s.cfg.Topic, "who", s.cfg.Who,
-			"from", s.lastAcked.Load(), "addr", s.Addr(), "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("smss subscribe %q who %q: %w", s.cfg.Topic, s.cfg.Who, ctx.Err())
-		case <-t.C:
+		if werr := wait(err); werr != nil {
+			return werr
 		}
 	}
 }
+
+// ErrNoEligibleServer: a subscriber with several addresses found none to
+// subscribe to: each was unreachable, did not answer its status in time,
+// or is of an older epoch than another reports. The subscriber waits
+// (the backoff) and asks again; the error, naming what each address
+// answered, is logged.
+var ErrNoEligibleServer = errors.New("smss subscriber: no server of the current epoch reachable")
+
+// rank asks every address its status and returns those to subscribe to,
+// best first (see SubscriberConfig.Addrs), and what each answered.
+func (s *Subscriber) rank(ctx context.Context) ([]int, string) {
+	res := make([]probeResult, len(s.addrs))
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, a := range s.addrs {
+		wg.Go(func() { res[i] = probeStatus(pctx, s.cfg.DialContext, a) })
+	}
+	wg.Wait()
+	all := make([]bool, len(res))
+	for i := range all {
+		all[i] = true
+	}
+	newest := newestEpoch(res, all)
+	// The in-sync set of the newest epoch, from the master's view if it
+	// has one, else any node's.
+	var inSync map[string]bool
+	for _, wantMaster := range []bool{true, false} {
+		for _, r := range res {
+			if inSync != nil || r.view == nil || r.view.Epoch != newest || len(r.view.InSync) == 0 || (r.role == roleMaster) != wantMaster {
+				continue
+			}
+			inSync = map[string]bool{}
+			for _, m := range r.view.InSync {
+				inSync[m.Node] = true
+			}
+		}
+	}
+	const excluded = -1
+	tier := func(r probeResult) int {
+		switch r.role {
+		case roleUnreachable:
+			return excluded
+		case roleUnknown:
+			return 3
+		}
+		if r.newest() < newest {
+			return excluded // of an older epoch
+		}
+		if r.role == roleMaster {
+			if r.newest() > r.epoch || r.view != nil && r.view.Fenced != "" {
+				return 2 // not (yet) the master of the epoch it knows
+			}
+			return 0
+		}
+		if inSync != nil && (r.view == nil || !inSync[r.view.Node]) {
+			return 2
+		}
+		return 1
+	}
+	var order []int
+	for want := 0; want <= 3; want++ {
+		for i, r := range res {
+			if tier(r) == want {
+				order = append(order, i)
+			}
+		}
+	}
+	var b strings.Builder
+	for i, r := range res {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v", s.addrs[i], r)
+		if tier(r) == excluded && r.role >= roleSlave {
+			b.WriteString(" [older epoch]")
+		}
+	}
+	return order, b.String()
+}
+
+// probeStatus asks the server at addr its status on a connection of its
+// own, within ctx.
+func probeStatus(ctx context.Context, dc func(context.Context, string, string) (net.Conn, error), addr string) probeResult {
+	dl, _ := ctx.Deadline()
+	nc, err := dial(ctx, dc, time.Until(dl), addr)
+	if err != nil {
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	cn := &conn{nc: nc, r: bufio.NewReader(nc)}
+	defer cn.close()
+	req, err := protocol.AppendStatus(nil, traceID(ctx))
+	if err != nil {
+		return probeResult{role: roleUnknown, err: err}
+	}
+	body, err := cn.roundTrip(ctx, req, protocol.ReplyJSON, maxStatusReply, time.Until(dl), "")
+	switch {
+	case IsServerError(err):
+		// An original server ("don't support action"), or a refusal:
+		// up, role unknown.
+		return probeResult{role: roleUnknown, err: err}
+	case err != nil:
+		return probeResult{role: roleUnreachable, err: err}
+	}
+	st, err := ParseNodeStatus(body)
+	if err != nil {
+		return probeResult{role: roleUnknown, err: err}
+	}
+	r := probeResult{role: roleSlave, epoch: st.Epoch, view: st.Cluster}
+	if st.IsMaster() {
+		r.role = roleMaster
+	}
+	return r
+}
+
+// maxStatusReply caps a status reply read by a subscriber's probe.
+const maxStatusReply = 1 << 20
 
 // backoff is min·2^attempt capped at max, jittered into [d/2, d].
 func backoff(min, max time.Duration, attempt int) time.Duration {
@@ -294,6 +491,25 @@ func (s *Subscriber) session(ctx context.Context, addr string) (progressed bool,
 	stop := context.AfterFunc(ctx, closeConn)
 	defer stop()
 
+	// The node's epoch history: to check the position against it, and to
+	// place what this session acknowledges (position.go).
+	h, known, err := nodeHistory(ctx, s.cfg.DialContext, s.cfg.DialTimeout, addr, 1<<20)
+	if err != nil {
+		if _, checkable := s.pos.current(); checkable {
+			// Resuming unchecked could skip what a failover renumbered.
+			return false, fmt.Errorf("ask the node's epoch history to check position %d: %w", s.lastAcked.Load(), err)
+		}
+		h, known = nil, false // nothing to check; what follows is not placed
+	}
+	if after, ch := s.pos.enter(addr, h, known); ch != nil {
+		s.cfg.Logger.Warn("smss subscriber: the node's history parts from the one consumed; resuming where they part",
+			"topic", s.cfg.Topic, "who", s.cfg.Who, "addr", addr, "lastAcked", ch.LastAcked.EventID,
+			"epoch", ch.LastAcked.Epoch, "resumeAfter", after)
+		s.lastAcked.Store(after)
+		if s.cfg.OnHistoryChange != nil {
+			s.cfg.OnHistoryChange(*ch)
+		}
+	}
 	var req []byte
 	if s.cfg.Resume && !s.ackedAny.Load() {
 		req, err = protocol.AppendSubResume(nil, []byte(s.cfg.Topic), traceID(ctx), s.cfg.ResumeNew,
@@ -382,6 +598,7 @@ func (s *Subscriber) batch(ctx context.Context, nc net.Conn, f protocol.Frame) (
 		return false, fmt.Errorf("send ack: %w", err)
 	}
 	s.lastAcked.Store(last)
+	s.pos.acked(last)
 	if last > 0 {
 		s.ackedAny.Store(true)
 	}

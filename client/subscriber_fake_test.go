@@ -78,7 +78,7 @@ func TestSubscriberResumesFromLastAck(t *testing.T) {
 	var mu sync.Mutex
 	var froms []int64
 	session := 0
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		req, err := readReq(r)
 		if err != nil {
 			return
@@ -158,7 +158,7 @@ func TestSubscriberSurvivesMalformedFrames(t *testing.T) {
 		append(frame(t, 3)[:10], frame(t, 3)[10:20]...),              // truncated
 		{0x2a, 0, 0, 0, 0, 0, 0, 0, 0, 0},                            // unknown status
 	}
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		if _, err := readReq(r); err != nil {
 			return
 		}
@@ -190,7 +190,7 @@ func TestSubscriberSurvivesMalformedFrames(t *testing.T) {
 
 func TestSubscriberStopWithoutAck(t *testing.T) {
 	result := make(chan error, 1)
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		if _, err := readReq(r); err != nil {
 			return
 		}
@@ -222,7 +222,7 @@ func TestSubscriberStopWithoutAck(t *testing.T) {
 func TestSubscriberRetriesOnlyWhatCanHeal(t *testing.T) {
 	var mu sync.Mutex
 	session := 0
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		req, err := readReq(r)
 		if err != nil {
 			return
@@ -260,7 +260,7 @@ func TestSubscriberRetriesOnlyWhatCanHeal(t *testing.T) {
 func TestSubscriberIdleTimeoutReconnects(t *testing.T) {
 	var mu sync.Mutex
 	session := 0
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		if _, err := readReq(r); err != nil {
 			return
 		}
@@ -284,7 +284,7 @@ func TestSubscriberIdleTimeoutReconnects(t *testing.T) {
 
 func TestSubscriberCancel(t *testing.T) {
 	inHandler := make(chan struct{})
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		if _, err := readReq(r); err != nil {
 			return
 		}
@@ -330,7 +330,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestSubscriberUnencodableRequestIsNotRetried(t *testing.T) {
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) { readReq(r) })
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) { readReq(r) })
 	var rec recorder
 	s, _ := fastSub(f.addr(), SubscriberConfig{Topic: "t", Who: "w", Handler: rec.handler(Ack)})
 	ctx := WithTraceID(ctxT(t, 10*time.Second), string(make([]byte, 300)))
@@ -358,7 +358,7 @@ func TestSubscriberAcceptsLargestServerFrame(t *testing.T) {
 		t.Fatalf("record of %d bytes (%v), want %d", len(rec), err, protocol.MaxPayloadCap)
 	}
 	area := protocol.AppendSubMessage(nil, 1000, 1, 0, 0, rec)
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		if _, err := readReq(r); err != nil {
 			return
 		}
@@ -394,7 +394,7 @@ func TestSubscriberResumeMode(t *testing.T) {
 	var mu sync.Mutex
 	type req struct{ from, whenNone int64 }
 	var reqs []req
-	f := startFake(t, func(c net.Conn, r *bufio.Reader) {
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
 		rq, err := readReq(r)
 		if err != nil {
 			return
@@ -435,4 +435,21 @@ func TestSubscriberResumeMode(t *testing.T) {
 	if _, err := NewSubscriber("x:1", SubscriberConfig{Topic: "t", Handler: rec.handler(Ack), Resume: true, ResumeNew: -2}); err == nil {
 		t.Error("ResumeNew -2 accepted")
 	}
+}
+
+// startFakeSub is startFake for a subscriber's server that answers the
+// status request a session starts with as an original smss does ("don't
+// support action", connection closed): the subscriber then has no epoch
+// history to check positions against, and behaves as before.
+func startFakeSub(t *testing.T, serve func(c net.Conn, r *bufio.Reader)) *fake {
+	t.Helper()
+	return startFake(t, func(c net.Conn, r *bufio.Reader) {
+		if b, err := r.Peek(1); err == nil && b[0] == byte(protocol.CmdStatus) {
+			if _, err := readReq(r); err == nil {
+				c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
+			}
+			return
+		}
+		serve(c, r)
+	})
 }

@@ -47,10 +47,11 @@ type controller struct {
 }
 
 type probe struct {
-	ok  bool
-	rep Report
-	err error
-	at  time.Time // when the answer (or the timeout) came
+	ok   bool
+	rep  Report
+	err  error
+	sent time.Time // when it was sent
+	at   time.Time // when the answer (or the timeout) came
 }
 
 type probeResult struct {
@@ -172,6 +173,7 @@ func (c *controller) startRound(ctx context.Context) {
 	c.pending = len(c.o.Peers)
 	for _, p := range c.o.Peers {
 		go func(round int, p Peer) {
+			sent := time.Now()
 			pctx, cancel := context.WithTimeout(ctx, c.o.ProbeTimeout)
 			defer cancel()
 			ch := make(chan probe, 1)
@@ -185,7 +187,7 @@ func (c *controller) startRound(ctx context.Context) {
 			case <-pctx.Done():
 				r = probe{err: fmt.Errorf("probe of %s: no answer within %v", p.ID, c.o.ProbeTimeout)}
 			}
-			r.at = time.Now()
+			r.sent, r.at = sent, time.Now()
 			select {
 			case c.results <- probeResult{round: round, id: p.ID, probe: r}:
 			case <-ctx.Done():
@@ -228,7 +230,14 @@ func (c *controller) decide(st State, now time.Time, notes *[]string) *Command {
 	healthy, why := c.masterHealth(st)
 	if !healthy {
 		if c.badSince.IsZero() {
-			c.badSince = now
+			// Unhealthy since the probe that found it was sent: a frozen
+			// master's probe takes ProbeTimeout to fail, and that time
+			// counts (Options requires FailAfter > Lease + ProbeTimeout,
+			// so the old master's lease has still expired first).
+			c.badSince = c.cur[st.Master].sent
+			if c.badSince.IsZero() || c.badSince.After(now) {
+				c.badSince = now
+			}
 			c.log.Warn("cluster: master unhealthy", "master", st.Master, "epoch", st.Epoch, "why", why)
 		}
 		if d := now.Sub(c.badSince); d >= c.o.FailAfter {

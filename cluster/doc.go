@@ -55,5 +55,9 @@
 // The raft transport is plain TCP unless Options.ServerTLS/ClientTLS are
 // set; plain TCP authenticates nobody, so whoever reaches a raft port can
 // take part in the consensus: use mutual TLS (ClientAuth
-// RequireAndVerifyClientCert) or a closed network.
+// RequireAndVerifyClientCert) or a closed network. Under TLS the listener
+// completes each handshake before raft sees the connection (a refused one
+// is logged, rate-limited, and closed), and CurrentClientTLS lets a
+// reloaded client certificate serve the next dial. smss -role auto builds
+// both from the tls.* and replication.* keys (cmd/smss/clustertls.go).
 package cluster

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,10 +111,23 @@ func (n *Node) open() error {
 		return fmt.Errorf("cluster: raft snapshots: %w", err)
 	}
 	self, _ := o.peer(o.NodeID)
-	n.stream, err = newStreamLayer(self.Raft, o.ServerTLS, o.ClientTLS)
+	var client func() *tls.Config
+	transport := "plain TCP"
+	if o.ClientTLS != nil {
+		client = o.CurrentClientTLS
+		if client == nil {
+			client = func() *tls.Config { return o.ClientTLS }
+		}
+		transport = "TLS"
+		if o.ServerTLS.ClientAuth == tls.RequireAndVerifyClientCert {
+			transport = "mutual TLS"
+		}
+	}
+	n.stream, err = newStreamLayer(self.Raft, o.ServerTLS, client, n.log)
 	if err != nil {
 		return err
 	}
+	n.log.Info("cluster: raft transport listening", "addr", n.stream.Addr().String(), "transport", transport)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream, MaxPool: 3, Timeout: 2 * o.ElectionTimeout, Logger: hlog,
 		ServerAddressProvider: peerAddrs{o},

@@ -108,6 +108,13 @@ type Options struct {
 	// filled with the peer's host when empty). nil: plain TCP, which has
 	// no authentication at all: keep the raft port on a trusted network.
 	ServerTLS, ClientTLS *tls.Config
+	// CurrentClientTLS, when set (with ClientTLS), is called at every
+	// dial for the client configuration in force, so that a reload of the
+	// client certificate or CAs takes effect on the next connection;
+	// ClientTLS is then only what says TLS is on. The server side reloads
+	// through ServerTLS's own callbacks (GetConfigForClient,
+	// GetCertificate).
+	CurrentClientTLS func() *tls.Config
 
 	// Logger receives the cluster's and raft's logs (slog.Default if nil).
 	Logger *slog.Logger
@@ -198,12 +205,19 @@ func (o *Options) checkSettings() error {
 	}
 	if o.FailAfter <= o.Lease {
 		bad("FailAfter %v must exceed Lease %v (an old master must stop acknowledging before another is elected)", o.FailAfter, o.Lease)
+	} else if o.FailAfter <= o.Lease+o.ProbeTimeout {
+		// The master counts as unhealthy from when the failing probe was
+		// sent, up to ProbeTimeout before the failure shows.
+		bad("FailAfter %v must exceed Lease %v + ProbeTimeout %v (an old master must stop acknowledging before another is elected)", o.FailAfter, o.Lease, o.ProbeTimeout)
 	}
 	if o.ElectionTimeout < o.HeartbeatTimeout {
 		bad("ElectionTimeout %v must be >= HeartbeatTimeout %v", o.ElectionTimeout, o.HeartbeatTimeout)
 	}
 	if (o.ServerTLS == nil) != (o.ClientTLS == nil) {
 		bad("ServerTLS and ClientTLS must be set together")
+	}
+	if o.CurrentClientTLS != nil && o.ClientTLS == nil {
+		bad("CurrentClientTLS needs ClientTLS and ServerTLS")
 	}
 	return errors.Join(errs...)
 }

@@ -95,6 +95,9 @@ func (c *Config) validateCluster(v *validator) {
 	if k.FailAfterMs <= k.LeaseMs {
 		v.add(fmt.Sprintf("cluster.failAfterMs must exceed cluster.leaseMs (%d) (got %d): an old master must have stopped acknowledging before another is elected",
 			k.LeaseMs, k.FailAfterMs))
+	} else if k.FailAfterMs <= k.LeaseMs+k.ProbeTimeoutMs {
+		v.add(fmt.Sprintf("cluster.failAfterMs must exceed cluster.leaseMs + cluster.probeTimeoutMs (%d) (got %d): the master counts as unreachable from when the probe that failed was sent",
+			k.LeaseMs+k.ProbeTimeoutMs, k.FailAfterMs))
 	}
 	if k.ElectionMs < k.HeartbeatMs {
 		v.add(fmt.Sprintf("cluster.electionMs must be >= cluster.heartbeatMs (%d) (got %d)", k.HeartbeatMs, k.ElectionMs))

@@ -82,6 +82,8 @@ func TestClusterValidate(t *testing.T) {
 			"cluster.peers.x y is not a valid node id"},
 		{"failAfter <= lease", func(c *Config) { c.Cluster.FailAfterMs = 1000 },
 			"cluster.failAfterMs must exceed cluster.leaseMs (1000) (got 1000)"},
+		{"failAfter <= lease + probeTimeout", func(c *Config) { c.Cluster.FailAfterMs = 1500 },
+			"cluster.failAfterMs must exceed cluster.leaseMs + cluster.probeTimeoutMs (1500) (got 1500)"},
 		{"failAfter even without peers", func(c *Config) { c.Cluster = defaultCluster(); c.Cluster.FailAfterMs = 500 },
 			"cluster.failAfterMs must exceed cluster.leaseMs"},
 		{"election < heartbeat", func(c *Config) { c.Cluster.ElectionMs = 100 }, "cluster.electionMs must be >= cluster.heartbeatMs (500) (got 100)"},

@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	smss "github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -139,6 +143,21 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 		t.Fatalf("resumed at %d and took %v, want every new message once: %v", point, bodies, want)
 	}
 
+	// smssctl sub, given the position the way it prints it, does the same.
+	out, stderr, code := smssctl(t, baddr, "sub", "ep", "--who", "cli", "--from", strconv.FormatInt(last, 10),
+		"--epoch", fmt.Sprintf("%d:%d", pos.Epoch, pos.Start), "--count", "40")
+	if code != 0 || !strings.Contains(stderr, fmt.Sprintf("resuming after %d", aLast)) {
+		t.Fatalf("smssctl sub --epoch: rc %d\n%s", code, stderr)
+	}
+	for i := 1; i <= 40; i++ {
+		if !strings.Contains(out, fmt.Sprintf("new-%02d", i)) {
+			t.Fatalf("smssctl sub --epoch did not print new-%02d:\n%s", i, out)
+		}
+	}
+	if !strings.Contains(stderr, fmt.Sprintf("--epoch %d:%d", stB.Epoch, aLast+1)) {
+		t.Fatalf("smssctl sub does not print the position to resume with:\n%s", stderr)
+	}
+
 	// A new slave of the new master adopts its history.
 	c := startReplSlave(t, cdir, bport, 0)
 	defer c.stop()
@@ -148,4 +167,111 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 		t.Fatalf("the new slave's history %v, want the master's %v", statusEpochs(t, "127.0.0.1:"+strconv.Itoa(cport)).Epochs, stB.Epochs)
 	}
 	b.stop()
+}
+
+// TestSubscriberAcrossChangedHistory: the same failover as
+// TestPositionsAcrossChangedHistory with the Go client's Subscriber given
+// both addresses: it takes the old master's 80 messages, the old master
+// dies, and once the slave is promoted and writes 40 of its own the
+// Subscriber, checking its position against the new master's epoch
+// history, resumes at the end of the shared history (OnHistoryChange) and
+// hands the handler every new message once.
+func TestSubscriberAcrossChangedHistory(t *testing.T) {
+	adir, bdir := t.TempDir(), t.TempDir()
+	aport, bport := freePort(t), freePort(t)
+	replConfig(t, adir, aport, "")
+	replConfig(t, bdir, bport, "")
+	a := startArgs(t, adir, "-role", "master")
+	link := smsstest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(aport))
+	b := startReplSlave(t, bdir, link.Port(), 0)
+	defer b.stop()
+	aaddr, baddr := "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
+	ca := dial(t, aaddr)
+	if err := ca.create("ep", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 50; i++ {
+		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aLast := statusEpochs(t, aaddr).LastEventID
+	if !smsstest.Poll(20*time.Second, func() bool { return statusEpochs(t, baddr).LastEventID == aLast }) {
+		t.Fatalf("the slave did not reach eventId %d", aLast)
+	}
+	link.Cut()
+	for i := 51; i <= 80; i++ {
+		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var mu sync.Mutex
+	var bodies []string
+	var changes []smss.HistoryChange
+	sub, err := smss.NewSubscriber(aaddr, smss.SubscriberConfig{Topic: "ep", Who: "w", Addrs: []string{baddr},
+		BatchSize: 10, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, IdleTimeout: 2 * time.Second,
+		Handler: func(_ context.Context, batch []smss.Delivery) smss.AckAction {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, d := range batch {
+				bodies = append(bodies, string(d.Body))
+			}
+			return smss.Ack
+		},
+		OnHistoryChange: func(ch smss.HistoryChange) {
+			mu.Lock()
+			defer mu.Unlock()
+			changes = append(changes, ch)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- sub.Run(ctx) }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(bodies)
+	}
+	if !smsstest.Poll(20*time.Second, func() bool { return count() == 80 }) {
+		t.Fatalf("the subscriber took %d of the old master's 80", count())
+	}
+	if pos, ok := sub.Position(); !ok || pos.EventID != sub.LastAcked() {
+		t.Fatalf("position %+v %v after 80 acknowledged (last acked %d)", pos, ok, sub.LastAcked())
+	}
+	a.kill()
+	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
+		t.Fatalf("promote: rc %d %s", code, stderr)
+	}
+	cb := dial(t, baddr)
+	for i := 1; i <= 40; i++ {
+		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !smsstest.Poll(30*time.Second, func() bool { return count() >= 120 }) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the subscriber took %d messages, want 120; the last: %v", len(bodies), bodies[max(0, len(bodies)-5):])
+	}
+	cancel()
+	<-runErr
+	mu.Lock()
+	defer mu.Unlock()
+	var want []string
+	for i := 1; i <= 80; i++ {
+		want = append(want, fmt.Sprintf("old-%02d", i))
+	}
+	for i := 1; i <= 40; i++ {
+		want = append(want, fmt.Sprintf("new-%02d", i))
+	}
+	if !reflect.DeepEqual(bodies, want) {
+		t.Fatalf("the handler saw %v, want the old master's 80 then the new master's 40", bodies)
+	}
+	if len(changes) != 1 || changes[0].Addr != baddr || changes[0].ResumeAfter != aLast {
+		t.Fatalf("history changes %+v, want one at %s resuming after %d", changes, baddr, aLast)
+	}
 }

@@ -289,3 +289,143 @@ func TestReplDivergenceOnReconnect(t *testing.T) {
 	}
 	m2.stop()
 }
+
+// TestRejoinAtMastersLastBlock: the common prefix of a rejoining node and
+// its master ends exactly at the master's last block, and the master takes
+// no writes. In sync: a slave stopped and restarted with -rejoin. Diverged:
+// an old master whose unconfirmed tail its slave never got, rejoining the
+// promoted slave before that one wrote anything. Either way the node opens
+// its port within seconds (the master has no next block to send, and the
+// default alive interval, 30 s, is longer than the test allows) and
+// follows.
+func TestRejoinAtMastersLastBlock(t *testing.T) {
+	for _, diverged := range []bool{false, true} {
+		name := "in sync"
+		if diverged {
+			name = "diverged"
+		}
+		t.Run(name, func(t *testing.T) { testRejoinAtMastersLastBlock(t, diverged) })
+	}
+}
+
+func testRejoinAtMastersLastBlock(t *testing.T, diverged bool) {
+	adir, bdir := t.TempDir(), t.TempDir()
+	aport, bport := freePort(t), freePort(t)
+	smsstest.WriteConfig(t, adir, aport, "")
+	smsstest.WriteConfig(t, bdir, bport, "")
+	aData, bData := filepath.Join(adir, "data"), filepath.Join(bdir, "data")
+	a := startArgs(t, adir)
+	ac := dial(t, a.addr)
+	if err := ac.create("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	replPublish(t, a.addr, []string{"t"}, 40, "shared")
+	b := startReplSlave(t, bdir, aport, 0)
+	waitReplicated(t, aData, bData, b, time.Minute)
+	// master is who the rejoining node follows; node is the one rejoining.
+	master, mData, mport := a, aData, aport
+	node, nodeDir, nodeData := b, bdir, bData
+	if diverged {
+		if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		if !smsstest.Poll(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
+			t.Fatalf("B did not stop (state %c)", procState(b.cmd.Process.Pid))
+		}
+		replPublish(t, a.addr, []string{"t"}, 40, "lost")
+		a.kill()
+		b.kill()
+		b = startArgs(t, bdir) // promoted by a restart as master; no writes
+		master, mData, mport = b, bData, bport
+		node, nodeDir, nodeData = a, adir, aData
+	}
+	node.Kill()
+
+	done := make(chan *proc, 1)
+	start := time.Now()
+	cmd := smsstest.SmssCommand(t, nodeDir, "-role", "slave", "-host", "127.0.0.1", "-port", strconv.Itoa(mport), "-event", "0", "-rejoin")
+	out := &smsstest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	go func() {
+		sp := smsstest.StartProc(t, cmd, nil)
+		for !smsstest.ListenRe.MatchString(out.String()) {
+			select {
+			case <-sp.Exited():
+				done <- nil
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		done <- &proc{Proc: sp, cmd: sp.Cmd, out: out, dir: nodeDir, exited: sp.Exited()}
+	}()
+	var p *proc
+	select {
+	case p = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the rejoining node did not listen within 10 s while its master took no writes:\n%s", tail(out.String(), 4000))
+	}
+	if p == nil {
+		t.Fatalf("the rejoining node exited:\n%s", tail(out.String(), 4000))
+	}
+	t.Logf("listening after %v", time.Since(start))
+	waitReplicated(t, mData, nodeData, p, 10*time.Second)
+	_, err := os.Stat(filepath.Join(nodeData, "diverged"))
+	if diverged != (err == nil) {
+		t.Fatalf("diverged directory: %v (diverged %v)", err, diverged)
+	}
+	// It follows: the master's next write reaches it.
+	replPublish(t, master.addr, []string{"t"}, 4, "after")
+	waitReplicated(t, mData, nodeData, p, 30*time.Second)
+}
+
+// TestDivergenceOnFollowIdleMaster: slave C holds a block its new master
+// lacks, and that master's last block is the one before it (C got the old
+// master's last write, the promoted slave B did not). Re-pointed to B with
+// follow while B takes no writes, C finds the divergence within seconds and
+// stops as a divergent slave does, instead of waiting for a block or an
+// alive from B (30 s by default).
+func TestDivergenceOnFollowIdleMaster(t *testing.T) {
+	adir, bdir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
+	aport, bport := freePort(t), freePort(t)
+	smsstest.WriteConfig(t, adir, aport, "")
+	smsstest.WriteConfig(t, bdir, bport, "")
+	smsstest.WriteConfig(t, cdir, 0, "")
+	aData, bData, cData := filepath.Join(adir, "data"), filepath.Join(bdir, "data"), filepath.Join(cdir, "data")
+	a := startArgs(t, adir)
+	ac := dial(t, a.addr)
+	if err := ac.create("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	replPublish(t, a.addr, []string{"t"}, 40, "shared")
+	b := startReplSlave(t, bdir, aport, 0)
+	c := startReplSlave(t, cdir, aport, 0)
+	waitReplicated(t, aData, bData, b, time.Minute)
+	waitReplicated(t, aData, cData, c, time.Minute)
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if !smsstest.Poll(10*time.Second, func() bool { return procState(b.cmd.Process.Pid) == 'T' }) {
+		t.Fatalf("B did not stop (state %c)", procState(b.cmd.Process.Pid))
+	}
+	if err := ac.pub("t", record(nil, "onlyAC")); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicated(t, aData, cData, c, time.Minute)
+	a.kill()
+	b.kill()
+	b = startArgs(t, bdir) // B promoted by a restart as master; no writes
+	start := time.Now()
+	ctl := smsstest.Binary(t, "./cmd/smssctl")
+	if out, err := exec.Command(ctl, "--addr", c.addr, "follow", b.addr).CombinedOutput(); err != nil {
+		t.Fatalf("follow: %v\n%s", err, out)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("C did not find the divergence within 15 s of following an idle master:\n%s", tail(c.out.String(), 4000))
+	}
+	if !strings.Contains(c.out.String(), "DIVERGED") {
+		t.Fatalf("C exited without reporting the divergence:\n%s", tail(c.out.String(), 4000))
+	}
+	t.Logf("C stopped %v after the follow", time.Since(start).Round(time.Millisecond))
+}

@@ -105,6 +105,9 @@ type ClusterView struct {
 	InSyncVersion uint64 `json:"inSyncVersion,omitempty"`
 	// Slaves lists a master's confirming slaves.
 	Slaves []SlaveConfirm `json:"slaves,omitempty"`
+	// Transport is the consensus (raft) transport between the nodes:
+	// "mutual-tls" or "tcp" (plain, unauthenticated).
+	Transport string `json:"transport,omitempty"`
 
 	// The fields below were added for operators (smssctl cluster
 	// status, /api/cluster); all are left out when zero.

@@ -154,7 +154,18 @@ func (s *Slave) firstFrame(br *bufio.Reader, lb *localBlock) (verdict, error) {
 }
 
 // probe asks the master on a fresh connection whether it holds lb.
+//
+// A replica request whose anchor falls in the master's last block gets no
+// frame until the master writes again or sends an alive (30 s by
+// default): when the common prefix ends exactly at the master's last
+// block, an idle master would hold the search, and a -rejoin start-up,
+// that long. So the master's status is asked first: a master whose last
+// eventId is at or after the anchor but before lb has nothing to send, and
+// that is the verdict.
 func (s *Slave) probe(ctx context.Context, lb *localBlock) (verdict, error) {
+	if last, ok := s.masterLast(ctx); ok && lb.anchor <= last && last < lb.first {
+		return verdict{says: fmt.Sprintf("has nothing after eventId %d (its last eventId is %d)", lb.anchor, last)}, nil
+	}
 	conn, br, err := s.dial(ctx)
 	if err != nil {
 		return verdict{}, err
@@ -174,6 +185,53 @@ func (s *Slave) probe(ctx context.Context, lb *localBlock) (verdict, error) {
 	}
 	return v, err
 }
+
+// masterLast asks the master's status (command 34) for its last eventId,
+// on its own connection. ok is false when it cannot tell: a failure (the
+// replica request that follows meets it too), or a master without the
+// command (an original smss), which is not asked again.
+func (s *Slave) masterLast(ctx context.Context) (last int64, ok bool) {
+	if s.noStatus.Load() {
+		return 0, false
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
+	conn, err := s.opts.DialContext(dctx, "tcp", s.opts.MasterAddr)
+	cancel()
+	if err != nil {
+		return 0, false
+	}
+	defer conn.Close()
+	defer context.AfterFunc(ctx, func() { conn.Close() })()
+	// A status is answered at once, unlike a replica request: a master
+	// that does not is taken not to know it.
+	br := bufio.NewReader(&deadlineConn{c: conn, timeout: s.opts.RequestTimeout})
+	req, err := protocol.AppendStatus(nil, nil)
+	if err != nil {
+		return 0, false
+	}
+	if err := writeAll(conn, req, s.opts.RequestTimeout); err != nil {
+		return 0, false
+	}
+	body, err := protocol.ReadReply(br, protocol.ReplyJSON, maxStatusBytes)
+	var be *protocol.BizError
+	if errors.As(err, &be) {
+		s.noStatus.Store(true)
+		s.log.Info("the master has no status command; divergence probes wait for its stream", "masterSays", be.Msg)
+		return 0, false
+	}
+	if err != nil {
+		return 0, false
+	}
+	st, err := protocol.DecodeNodeStatus(body)
+	if err != nil {
+		return 0, false
+	}
+	return st.LastEventID, true
+}
+
+// maxStatusBytes caps a status reply read by masterLast (a cluster
+// master's lists its slaves).
+const maxStatusBytes = 1 << 20
 
 func (s *Slave) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)

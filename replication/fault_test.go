@@ -76,6 +76,10 @@ func startFakeList(t *testing.T, validList []byte, script func(n int, eventID in
 						return
 					}
 					switch req.Header.Cmd {
+					case protocol.CmdStatus:
+						// As an original smss: unknown command, then close.
+						c.Write(protocol.AppendReplyError(nil, protocol.ErrNotSupported.Msg))
+						return
 					case protocol.CmdValidList:
 						out, _ := protocol.AppendReplyJSON(nil, validList)
 						c.Write(out)
@@ -334,7 +338,12 @@ func (p *cutProxy) relay(c net.Conn, rng *rand.Rand) {
 		return
 	}
 	defer up.Close()
-	go io.Copy(up, c)
+	go func() {
+		// The slave closed (e.g. a status query's connection, which the
+		// master keeps open): close towards the master too.
+		io.Copy(up, c)
+		up.Close()
+	}()
 	limit := int64(1 + rng.IntN(p.maxCut))
 	n, _ := io.CopyN(c, up, limit)
 	if n == limit {

@@ -94,6 +94,16 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 			check, from = &lb, lb.anchor
 		}
 	}
+	if check != nil {
+		// A master whose last eventId lies in the block before the last
+		// local one has nothing to send after the anchor: it would answer
+		// only with its next write or alive (diverge.go, probe).
+		if last, ok := s.masterLast(ctx); ok && check.anchor <= last && last < check.first {
+			conn.Close()
+			v := verdict{says: fmt.Sprintf("has nothing after eventId %d (its last eventId is %d)", check.anchor, last)}
+			return false, s.search(ctx, *check, v)
+		}
+	}
 	req, err := protocol.AppendReplica(nil, from)
 	if err != nil {
 		return false, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -233,6 +234,9 @@ type Slave struct {
 	// anchor the divergence check, and the master refused the fallback
 	// anchor (diverge.go); the next session resumes unchecked.
 	unverifiable bool
+	// noStatus: the master answered status "don't support action" (an
+	// original smss); divergence probes no longer ask it (diverge.go).
+	noStatus atomic.Bool
 	// v2 is the session's stream version (SlaveOptions.Probe): commit
 	// frames are expected, epoch records sent. Set before the session's
 	// reader starts, read by it.

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+
+	"github.com/smssmq/smss/client"
 )
 
 var (
@@ -42,4 +44,21 @@ type GroupStore interface {
 	// owns the lock (else ErrLeaseLost). A smaller value than the stored
 	// one is ignored.
 	SaveProgress(ctx context.Context, lease Lease, eventID int64) error
+}
+
+// PositionStore is a GroupStore that also keeps the epoch of the group's
+// progress (client.Position, docs/protocol.md §4.7), so that a holder
+// taking over after a failover that changed the history resumes where the
+// histories part instead of skipping the new master's messages. A group
+// uses it when its Store implements it.
+type PositionStore interface {
+	GroupStore
+	// Position returns the saved progress with its epoch; known is false
+	// when it was saved without one (SaveProgress, an older client), ok
+	// false when nothing was saved.
+	Position(ctx context.Context) (pos client.Position, known, ok bool, err error)
+	// SavePosition is SaveProgress with the epoch. A position of another
+	// epoch than the stored one replaces it even when lower: the
+	// subscription resumed before it because the history changed.
+	SavePosition(ctx context.Context, lease Lease, pos client.Position) error
 }

@@ -171,21 +171,36 @@ func (g *GroupSubscriber) consume(ctx context.Context, lease Lease, log *slog.Lo
 		return true, err
 	}
 	cfg.From = from
+	ps, positions := g.cfg.Store.(PositionStore)
+	if positions {
+		// The epoch of the stored progress, to check it on the node.
+		if p, known, ok, err := ps.Position(subCtx); err == nil && ok && known && p.EventID == from {
+			cfg.FromPosition = &p
+		}
+	}
 	user := cfg.Handler
 	var leaseStop bool
+	var sub *client.Subscriber
 	cfg.Handler = func(hctx context.Context, batch []client.Delivery) client.AckAction {
 		action := user(hctx, batch)
 		if action == client.StopWithoutAck {
 			return action
 		}
-		if err := g.save(hctx, lease, batch[len(batch)-1].EventID); err != nil {
+		last := batch[len(batch)-1].EventID
+		var err error
+		if p, ok := sub.PositionOf(last); positions && ok {
+			err = g.savePosition(hctx, lease, ps, p)
+		} else {
+			err = g.save(hctx, lease, last)
+		}
+		if err != nil {
 			log.Warn("dlock: progress not saved, batch not acknowledged", "err", err)
 			leaseStop = true
 			return client.StopWithoutAck
 		}
 		return action
 	}
-	sub, err := g.c.NewSubscriber(cfg)
+	sub, err = g.c.NewSubscriber(cfg)
 	if err != nil {
 		return false, err
 	}
@@ -242,6 +257,33 @@ func (g *GroupSubscriber) save(ctx context.Context, lease Lease, eventID int64) 
 			if eventID > g.saved {
 				g.saved = eventID
 			}
+			g.mu.Unlock()
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		g.cfg.Logger.Warn("dlock: saving group progress failed, retrying", "topic", g.cfg.Sub.Topic, "err", err)
+		if err := sleep(ctx, g.cfg.RetryInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// savePosition is save with the epoch, for a PositionStore.
+func (g *GroupSubscriber) savePosition(ctx context.Context, lease Lease, ps PositionStore, p client.Position) error {
+	for {
+		select {
+		case <-lease.Lost():
+			return ErrLeaseLost
+		default:
+		}
+		err := ps.SavePosition(ctx, lease, p)
+		if err == nil {
+			g.mu.Lock()
+			// The floor follows the store: a position resumed before it
+			// after a history change is the group's progress now.
+			g.saved = p.EventID
 			g.mu.Unlock()
 			return nil
 		}

@@ -60,6 +60,10 @@ type autoNode struct {
 	peers map[string]cluster.Peer
 	dials map[string]client.DialFunc // per peer: the replication dialer
 	cn    *cluster.Node
+	// transport is the consensus transport (transportPlain or
+	// transportMutual); raftTLS its material, nil for plain TCP.
+	transport string
+	raftTLS   *raftTLS
 
 	cur  atomic.Pointer[node] // the node being served; nil between runs
 	mu   sync.Mutex           // serializes act
@@ -76,8 +80,13 @@ func startAuto(cfg *config.Config, logger *slog.Logger) (*autoNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	transport, rt, err := setupRaftTLS(cfg, &o)
+	if err != nil {
+		return nil, err
+	}
 	a := &autoNode{cfg: cfg, log: logger.With("component", "cluster"), self: o.NodeID,
 		peers: map[string]cluster.Peer{}, dials: map[string]client.DialFunc{},
+		transport: transport, raftTLS: rt,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, p := range o.Peers {
 		a.peers[p.ID] = p
@@ -97,6 +106,7 @@ func startAuto(cfg *config.Config, logger *slog.Logger) (*autoNode, error) {
 	}
 	o.Prober = a
 	o.Logger = logger.With("component", "consensus")
+	logRaftTransport(a.log, transport, a.peers[a.self].Raft)
 	cn, err := cluster.Open(o)
 	if err != nil {
 		return nil, err
@@ -282,7 +292,7 @@ func (a *autoNode) view(n *node) *protocol.ClusterView {
 	cs := a.cn.Status()
 	st := cs.State
 	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master, Leader: cs.Leader,
-		Version: st.Version, LeaseValid: cs.LeaseValid}
+		Version: st.Version, LeaseValid: cs.LeaseValid, Transport: a.transport}
 	for _, m := range st.ISR {
 		v.InSync = append(v.InSync, protocol.InSyncMember{Node: m.Node, Eligible: m.Eligible})
 	}

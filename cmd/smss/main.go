@@ -125,6 +125,9 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 		var err error
 		if auto, err = startAuto(cfg, logger); err != nil {
 			logger.Error("cannot start the cluster node", "err", err)
+			if isConfigError(err) {
+				return exitUsage
+			}
 			return exitFailure
 		}
 		defer auto.close()
@@ -323,6 +326,9 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	adm.setListenerTLS(listenerTLS)
 	warnExposure(logger, srv, sec.Auth != nil)
 	hup := &reloader{log: logger, listener: listenerTLS}
+	if n.auto != nil {
+		hup.raft = n.auto.raftTLS
+	}
 	if sec.Auth != nil {
 		hup.users = srv.ReloadUsers
 	}

@@ -57,11 +57,14 @@ type reloader struct {
 	// masterNow, when set, returns the link in use at the time of the
 	// signal (follow replaces it; nil after a promotion).
 	masterNow func() *masterLink
+	// raft is a cluster node's consensus transport material; nil outside
+	// a cluster or over plain TCP.
+	raft *raftTLS
 }
 
 // empty reports whether there is nothing to reload.
 func (r *reloader) empty() bool {
-	return r.users == nil && r.listener == nil && r.master == nil
+	return r.users == nil && r.listener == nil && r.master == nil && r.raft == nil
 }
 
 // reload re-reads everything configured and logs each outcome. A failed
@@ -94,6 +97,9 @@ func (r *reloader) reload() {
 	}
 	if r.master != nil && r.master.tls != nil {
 		r.reloadMasterTLS(r.master.tls)
+	}
+	if r.raft != nil {
+		r.raft.reload(r.log)
 	}
 	if r.master != nil && r.master.user != "" {
 		if err := r.master.reloadPassword(); err != nil {

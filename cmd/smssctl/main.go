@@ -8,7 +8,7 @@
 //
 // Global flags (accepted before or after the command): --addr host:port,
 // or several comma-separated (requests go to the master found among them,
-// sub to the first reachable; default $SMSS_ADDR, else 127.0.0.1:12301), --json (machine-readable
+// sub to the master or a slave of the newest epoch; default $SMSS_ADDR, else 127.0.0.1:12301), --json (machine-readable
 // output: one JSON document, or one JSON object per line for sub and
 // replica), --timeout (per request, default 10s), --trace (traceId sent
 // with requests), and for servers with authentication or TLS (security.go)
@@ -67,7 +67,8 @@ Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
 The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. With several
 comma-separated addresses, topic, pub, ping and replica go to the master
 found among them (topic info/list and ping to any reachable server when no
-master is), sub to the first reachable server of any role. stats and top
+master is), sub to the master or a slave of the newest epoch among them
+(never a node that does not answer or is of an older epoch). stats and top
 read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
 127.0.0.1:12380, and the token is read from --token-file or
 $SMSS_ADMIN_TOKEN_FILE, else $SMSS_ADMIN_TOKEN (--token shows in the

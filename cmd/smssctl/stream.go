@@ -21,7 +21,7 @@ import (
 	"github.com/smssmq/smss/client"
 )
 
-const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N | --resume [--new-from N|end]] [--batch N] [--count N]
+const subUsage = `usage: smssctl sub TOPIC --who NAME [--from N [--epoch E:S] | --resume [--new-from N|end]] [--batch N] [--count N]
 
 Subscribes as NAME and prints every message as it arrives, one per line,
 reconnecting (with backoff) if the connection drops once the subscription
@@ -36,7 +36,24 @@ resuming prints its first messages again rather than skip any.
 (every ack moves it), so nothing needs to be remembered; a NAME without one
 starts per --new-from: 0 the oldest message (default), end after the last
 one, or N after eventId N.
+--epoch E:S is the epoch the server placed --from in and where that epoch
+began there, as the line printed at the end gives them: on a node whose
+history parts from that one (a failover dropped messages already taken, and
+the new master numbered its own writes over them) the subscription resumes
+where the histories part, says so, and prints the new history's messages
+instead of skipping them.
 `
+
+// parseEpochFlag parses --epoch E:S.
+func parseEpochFlag(v string) (uint64, int64, error) {
+	es, ss, ok := strings.Cut(v, ":")
+	e, err1 := strconv.ParseUint(es, 10, 64)
+	st, err2 := strconv.ParseInt(ss, 10, 64)
+	if !ok || err1 != nil || err2 != nil || st < 0 {
+		return 0, 0, usagef("--epoch must be EPOCH:START (two numbers, as the end of a subscription prints them), not %q", v)
+	}
+	return e, st, nil
+}
 
 func runSub(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("sub", subUsage)
@@ -46,6 +63,7 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	count := fs.Int("count", 0, "exit after this many messages (0: run until stopped)")
 	resume := fs.Bool("resume", false, "start after the server's stored position of (TOPIC, --who)")
 	newFrom := fs.String("new-from", "0", "with --resume, where a who without a position starts: 0, end or an eventId")
+	epochFlag := fs.String("epoch", "", "with --from: EPOCH:START of that position, to check it against the node's history")
 	var ackTimeout durationFlag
 	fs.Var(&ackTimeout, "ack-timeout", "how long the server waits for each ack (default: the server's)")
 	pos, code, done := parse(fs, args, g, false)
@@ -65,6 +83,16 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 		return fail(g, usagef("--count must be >= 0"))
 	case *resume && *from != 0:
 		return fail(g, usagef("--from and --resume exclude each other"))
+	case *epochFlag != "" && *resume:
+		return fail(g, usagef("--epoch goes with --from, not --resume"))
+	}
+	var fromPos *client.Position
+	if *epochFlag != "" {
+		e, st, err := parseEpochFlag(*epochFlag)
+		if err != nil {
+			return fail(g, err)
+		}
+		fromPos = &client.Position{EventID: *from, Epoch: e, Start: st}
 	}
 	resumeNew := client.ResumeFromEnd
 	if *newFrom != "end" {
@@ -94,7 +122,11 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 	}()
 	sub, err := client.NewSubscriber("", client.SubscriberConfig{
 		Addrs: g.addrs(), Topic: pos[0], Who: *who, From: *from, BatchSize: uint8(*batch), AckTimeout: ackTimeout.d,
-		Resume: *resume, ResumeNew: resumeNew,
+		Resume: *resume, ResumeNew: resumeNew, FromPosition: fromPos,
+		OnHistoryChange: func(ch client.HistoryChange) {
+			fmt.Fprintf(g.e.stderr, "smssctl: %s does not hold the history eventId %d was taken in (epoch %d); resuming after %d, where they part\n",
+				ch.Addr, ch.LastAcked.EventID, ch.LastAcked.Epoch, ch.ResumeAfter)
+		},
 		DialTimeout: g.timeout, DialContext: first.dial,
 		Logger: subLogger(g, &first.connected),
 		Handler: func(_ context.Context, msgs []client.Delivery) client.AckAction {
@@ -120,7 +152,11 @@ func runSub(ctx context.Context, g *globals, args []string) int {
 		return fail(g, fmt.Errorf("subscribe to %s: %w", pos[0], cause))
 	}
 	if first.connected.Load() {
-		fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d)\n", sub.LastAcked(), sub.LastAcked())
+		if p, ok := sub.Position(); ok && p.EventID == sub.LastAcked() {
+			fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d --epoch %d:%d)\n", p.EventID, p.EventID, p.Epoch, p.Start)
+		} else {
+			fmt.Fprintf(g.e.stderr, "smssctl: last acknowledged eventId %d (resume with --from %d)\n", sub.LastAcked(), sub.LastAcked())
+		}
 	}
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):

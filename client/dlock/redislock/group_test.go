@@ -401,3 +401,54 @@ func TestGroupPausesWhileRedisIsDown(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupAcrossChangedHistory: a group's progress is saved with its epoch.
+// The master hands the group 30 messages its stopped slave never got and
+// dies; the slave is promoted and numbers 40 writes of its own over the
+// same eventIds. The member that takes over after that, on the new master,
+// resumes where the histories part and handles every new message; from
+// the bare eventId it would skip 30 of them.
+func TestGroupAcrossChangedHistory(t *testing.T) {
+	srv, rs, c := setup(t)
+	rdb := redisClient(t, rs.Addr)
+	slave := testserver.StartSlave(t, srv, fastAlive+"cursor:\n  enabled: false\n")
+	publish(t, c, "t", 50) // ids 2..51
+	sc, err := client.Dial(ctxT(t, 10*time.Second), slave.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	smsstest.WaitFor(t, 20*time.Second, "the slave at eventId 51", func() bool {
+		st, err := sc.Status(ctxT(t, 5*time.Second))
+		return err == nil && st.LastEventID == 51
+	})
+	slave.Stop()
+	publish(t, c, "t", 30) // ids 52..81, on the master only
+	first := startMember(t, c, NewGroup(rdb, "t", "group", Options{TTL: 2 * time.Second}), "t")
+	smsstest.WaitFor(t, 20*time.Second, "80 messages handled", func() bool { return len(first.handled()) >= 80 })
+	first.stop(t)
+	pos, known, ok, err := NewGroup(rdb, "t", "group", Options{}).Position(ctxT(t, 5*time.Second))
+	if err != nil || !ok || !known || pos.EventID != 81 {
+		t.Fatalf("the group's saved position %+v known %v ok %v %v, want eventId 81 with its epoch", pos, known, ok, err)
+	}
+
+	srv.Kill()
+	slave.Restart()
+	nc, err := client.Dial(ctxT(t, 10*time.Second), slave.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Promote(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, nc, "t", 40) // ids 52..91 of the new history
+	second := startMember(t, nc, NewGroup(rdb, "t", "group", Options{TTL: 2 * time.Second}), "t")
+	smsstest.WaitFor(t, 20*time.Second, "the new master's 40 messages handled", func() bool { return len(second.handled()) >= 40 })
+	if got := second.handled(); !slices.Equal(got, ids(52, 91)) {
+		t.Fatalf("the member on the new master handled %v, want 52..91", got)
+	}
+	if p, known, _, err := NewGroup(rdb, "t", "group", Options{}).Position(ctxT(t, 5*time.Second)); err != nil || !known || p.EventID != 91 || p.Epoch == 0 {
+		t.Fatalf("the group's position after the new history %+v known %v %v", p, known, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/client/dlock"
 	"github.com/smssmq/smss/client/internal/testserver"
 	"github.com/smssmq/smss/internal/smsstest"
@@ -248,4 +249,49 @@ func TestConcurrentAcquireOneWinner(t *testing.T) {
 		t.Fatalf("%d winners", len(winners))
 	}
 	winners[0].Release(ctx)
+}
+
+// The group's progress with its epoch: a lower eventId of the same epoch
+// is ignored, of another epoch (a changed history) it replaces the stored
+// one; a progress saved without an epoch since leaves the epoch unknown.
+func TestPositionWithEpoch(t *testing.T) {
+	rs := testserver.StartRedis(t)
+	rdb := redisClient(t, rs.Addr)
+	ctx := ctxT(t, 30*time.Second)
+	g := NewGroup(rdb, "order", "billing", Options{TTL: 30 * time.Second})
+	le, err := g.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	for _, tc := range []struct {
+		name      string
+		save      client.Position
+		plain     bool // SaveProgress, as a client without epochs
+		want      client.Position
+		wantKnown bool
+	}{
+		{"first", client.Position{EventID: 80, Epoch: 0, Start: 0}, false, client.Position{EventID: 80}, true},
+		{"higher", client.Position{EventID: 90, Epoch: 0, Start: 0}, false, client.Position{EventID: 90}, true},
+		{"lower, same epoch: ignored", client.Position{EventID: 85, Epoch: 0, Start: 0}, false, client.Position{EventID: 90}, true},
+		{"lower, another epoch: the history changed", client.Position{EventID: 60, Epoch: 1, Start: 52}, false, client.Position{EventID: 60, Epoch: 1, Start: 52}, true},
+		{"higher again", client.Position{EventID: 70, Epoch: 1, Start: 52}, false, client.Position{EventID: 70, Epoch: 1, Start: 52}, true},
+		{"saved without an epoch", client.Position{EventID: 75}, true, client.Position{EventID: 75}, false},
+	} {
+		if tc.plain {
+			err = g.SaveProgress(ctx, le, tc.save.EventID)
+		} else {
+			err = g.SavePosition(ctx, le, tc.save)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, known, ok, err := g.Position(ctx)
+		if err != nil || !ok || known != tc.wantKnown || got.EventID != tc.want.EventID || (known && got != tc.want) {
+			t.Fatalf("%s: Position() = %+v known %v ok %v %v, want %+v known %v", tc.name, got, known, ok, err, tc.want, tc.wantKnown)
+		}
+	}
+	if p, ok, err := g.Progress(ctx); err != nil || !ok || p != 75 {
+		t.Fatalf("the progress key as an older client reads it: %d %v %v", p, ok, err)
+	}
 }

@@ -87,3 +87,11 @@ func (s *Server) Restart() {
 
 // Log returns the server's output so far.
 func (s *Server) Log() string { return s.proc.Out.String() }
+
+// Freeze stops the server with SIGSTOP: its port still accepts
+// connections but nothing is answered, as when its host hangs. Thaw
+// continues it.
+func (s *Server) Freeze() { s.proc.Stop() }
+
+// Thaw continues a server stopped by Freeze.
+func (s *Server) Thaw() { s.proc.Cont() }
