@@ -39,6 +39,7 @@ func TestAuth(t *testing.T) {
 		{"/api/topics", false},
 		{"/api/subscribers", false},
 		{"/api/replication", false},
+		{"/api/cluster", false},
 		{"/api/cursors", false},
 		{"/api/delays", false},
 		{"/api/snapshot", false},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/smssmq/smss/admin/adminapi"
 	"github.com/smssmq/smss/metrics"
+	"github.com/smssmq/smss/protocol"
 )
 
 // The JSON shapes live in adminapi so that the terminal client (adminclient)
@@ -173,6 +174,27 @@ func (s *Server) apiReplication(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, normReplication(src.Replication()))
+}
+
+// apiCluster answers /api/cluster on a cluster node (smss -role auto): the
+// report of every node (metrics.ClusterReportInfo); 404 elsewhere.
+func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	cs, ok := src.(metrics.ClusterSource)
+	if ok {
+		var rep metrics.ClusterReportInfo
+		if rep, ok = cs.ClusterReport(r.Context()); ok {
+			if rep.Nodes == nil {
+				rep.Nodes = []protocol.ClusterNode{}
+			}
+			writeJSON(w, http.StatusOK, rep)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "this node is not one of a cluster (smss -role auto)")
 }
 
 func normReplication(r metrics.ReplicationInfo) metrics.ReplicationInfo {

@@ -15,6 +15,8 @@
 //	GET  /api/topics         []TopicView (meta, on-disk stats, counters)
 //	GET  /api/subscribers    []metrics.SubscriberInfo, largest lag first
 //	GET  /api/replication    metrics.ReplicationInfo
+//	GET  /api/cluster        metrics.ClusterReportInfo: every node of the
+//	                         cluster (smss -role auto; 404 elsewhere)
 //	GET  /api/cursors        []metrics.CursorInfo: stored consumer positions
 //	                         and their lag in messages (?topic=NAME: one
 //	                         topic), largest lag first

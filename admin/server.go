@@ -195,6 +195,7 @@ func (s *Server) routes(web fs.FS) http.Handler {
 	protected.HandleFunc("GET /api/topics", s.apiTopics)
 	protected.HandleFunc("GET /api/subscribers", s.apiSubscribers)
 	protected.HandleFunc("GET /api/replication", s.apiReplication)
+	protected.HandleFunc("GET /api/cluster", s.apiCluster)
 	protected.HandleFunc("GET /api/cursors", s.apiCursors)
 	protected.HandleFunc("GET /api/delays", s.apiDelays)
 	protected.HandleFunc("GET /api/snapshot", s.apiSnapshot)

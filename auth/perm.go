@@ -69,7 +69,7 @@ func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
 		return PermDescribe, true
 	case protocol.CmdReplica, protocol.CmdValidList:
 		return PermReplication, false
-	case protocol.CmdPromote, protocol.CmdFollow, protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
+	case protocol.CmdPromote, protocol.CmdFollow, protocol.CmdSwitchover, protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
 		return PermAdmin, false
 	}
 	return PermNone, false

@@ -83,6 +83,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range cursorDescs {
 		ch <- d
 	}
+	for _, d := range clusterDescs {
+		ch <- d
+	}
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -141,6 +144,12 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	c.collectReplication(&e, src.Replication())
+
+	if cs, ok := src.(ClusterSource); ok {
+		if ci, ok := cs.Cluster(); ok {
+			collectCluster(&e, ci)
+		}
+	}
 
 	d := src.Delays()
 	e.gauge(descDelayed, float64(d.Pending))
@@ -227,6 +236,38 @@ func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
 		e.counter(descSyncTimeouts, float64(y.TimeoutsDegrade), "degrade")
 		e.counter(descSyncUnconf, float64(y.Unconfirmed))
 	}
+}
+
+var (
+	descClusterEpoch   = desc("cluster_epoch", "The cluster state's epoch this node applied (-role auto).")
+	descClusterVersion = desc("cluster_state_version", "Version of the cluster state this node applied: the consensus log index of its last change (elections, in-sync set changes).")
+	descClusterMaster  = desc("cluster_is_master", "1 when the cluster names this node master.")
+	descClusterLeader  = desc("cluster_is_raft_leader", "1 on the consensus (raft) leader, whose controller elects and keeps the in-sync set.")
+	descClusterLease   = desc("cluster_lease_valid", "1 while this node heard from a consensus majority within cluster.leaseMs; a master answers writes only then.")
+	descClusterFenced  = desc("cluster_fenced", "1 while this node is a master that refuses writes (lost lease, an epoch not taken yet, no longer the cluster's master).")
+	descClusterInSync  = desc("cluster_in_sync_members", "Members of the cluster's in-sync set (every write waits for each).")
+	descClusterBlocked = desc("cluster_blocked", "1 on the consensus leader while its controller holds an action back (no eligible member reachable, bootstrap waiting, a shrink held by minISR); status says why.")
+
+	clusterDescs = []*prometheus.Desc{descClusterEpoch, descClusterVersion, descClusterMaster, descClusterLeader,
+		descClusterLease, descClusterFenced, descClusterInSync, descClusterBlocked}
+)
+
+func b01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func collectCluster(e *emitter, c ClusterInfo) {
+	e.gauge(descClusterEpoch, float64(c.Epoch))
+	e.gauge(descClusterVersion, float64(c.Version))
+	e.gauge(descClusterMaster, b01(c.IsMaster))
+	e.gauge(descClusterLeader, b01(c.IsLeader))
+	e.gauge(descClusterLease, b01(c.LeaseValid))
+	e.gauge(descClusterFenced, b01(c.Fenced))
+	e.gauge(descClusterInSync, float64(c.InSync))
+	e.gauge(descClusterBlocked, b01(c.Blocked))
 }
 
 type emitter struct{ ch chan<- prometheus.Metric }

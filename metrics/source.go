@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"time"
 
 	"github.com/smssmq/smss/protocol"
@@ -295,4 +296,36 @@ type CertificateInfo struct {
 	Subject string `json:"subject"`
 	// NotAfter is when the certificate expires (ms).
 	NotAfter int64 `json:"notAfter"`
+}
+
+// ClusterSource is implemented by the Source of a cluster node (smss -role
+// auto); ok false when the node is not one. Cluster is cheap and local (a
+// scrape reads it); ClusterReport asks every node of the cluster.
+type ClusterSource interface {
+	Cluster() (c ClusterInfo, ok bool)
+	ClusterReport(ctx context.Context) (r ClusterReportInfo, ok bool)
+}
+
+// ClusterInfo is this node's view of its cluster, for the metrics.
+type ClusterInfo struct {
+	Node       string
+	Epoch      uint64
+	Version    uint64 // the cluster state's version (consensus log index)
+	IsMaster   bool   // the cluster names this node master
+	IsLeader   bool   // this node is the consensus (raft) leader
+	LeaseValid bool
+	Fenced     bool // a master refusing writes (status: cluster.fenced)
+	InSync     int  // members of the in-sync set
+	// Blocked: the consensus leader's controller holds an action back
+	// (false on other nodes).
+	Blocked bool
+}
+
+// ClusterReportInfo is the body of /api/cluster: the cluster report
+// (every node's role, epoch, eventIds, in-sync state) as this node
+// gathered it, with this node's own view.
+type ClusterReportInfo struct {
+	Node       string `json:"node"`
+	LeaseValid bool   `json:"leaseValid"`
+	protocol.ClusterReport
 }

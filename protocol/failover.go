@@ -108,6 +108,23 @@ type ClusterView struct {
 	// Transport is the consensus (raft) transport between the nodes:
 	// "mutual-tls" or "tcp" (plain, unauthenticated).
 	Transport string `json:"transport,omitempty"`
+
+	// The fields below were added for operators (smssctl cluster
+	// status, /api/cluster); all are left out when zero.
+
+	// Version is the version of the cluster state this node applied (the
+	// consensus log index of its last change).
+	Version uint64 `json:"version,omitempty"`
+	// LeaseValid: this node heard from a consensus majority within
+	// cluster.leaseMs.
+	LeaseValid bool `json:"leaseValid,omitempty"`
+	// Peers are the configured members and their smss addresses.
+	Peers []ClusterPeer `json:"peers,omitempty"`
+	// Blocked and Probes are set only by the consensus leader: why its
+	// controller does not act ("" when nothing is held back), and its
+	// last probe of every node.
+	Blocked string         `json:"blocked,omitempty"`
+	Probes  []ClusterProbe `json:"probes,omitempty"`
 }
 
 // InSyncMember is one member of a cluster's in-sync set.

@@ -70,6 +70,8 @@ func (c Command) String() string {
 		return "cursorSet"
 	case CmdCursorReset:
 		return "cursorReset"
+	case CmdSwitchover:
+		return "switchover"
 	}
 	return "cmd(" + strconv.Itoa(int(c)) + ")"
 }
@@ -80,7 +82,7 @@ func (c Command) Acceptable() bool {
 	switch c {
 	case CmdSub, CmdPub, CmdCreate, CmdDelete, CmdDelay, CmdAlive,
 		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue,
-		CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdCursorSet, CmdCursorReset:
+		CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdCursorSet, CmdCursorReset, CmdSwitchover:
 		return true
 	}
 	return false

@@ -250,7 +250,7 @@ func (rr *RequestReader) Read(req *Request) error {
 	case CmdCursorSet, CmdCursorReset:
 		return rr.readCursor(req, tt, h.Cmd == CmdCursorSet)
 
-	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow, CmdCursorList:
+	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdSwitchover:
 		if tt == 0 {
 			return nil
 		}

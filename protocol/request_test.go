@@ -323,7 +323,8 @@ func TestCommandString(t *testing.T) {
 		known := c == 0 || c == 1 || c == 2 || c == 3 || c == 16 || c == 17 || c == 64 || c == 65 || c == 99 || c == 100 ||
 			c == 32 || c == 33 || // the authentication handshake (auth.go)
 			c == 34 || c == 35 || c == 36 || // status, promote, follow (failover.go)
-			c == 37 || c == 38 || c == 39 // cursor list, set, reset (cursor.go)
+			c == 37 || c == 38 || c == 39 || // cursor list, set, reset (cursor.go)
+			c == 40 // switchover (cluster.go)
 		if Command(c).Acceptable() != known {
 			t.Errorf("Acceptable(%d) = %v", c, !known)
 		}

@@ -329,11 +329,14 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 		if len(m.out) > 0 {
 			lastWrite, lastN = time.Now(), found
 		}
-		if ferr := m.flush(); ferr != nil {
-			return ferr
-		}
+		// Marked before the bytes leave: a slave that confirms them before
+		// flush returns must find the mark to clear, or it would stay
+		// and age as an unconfirmed write (a cluster's ISR shrink).
 		if n > 0 && m.confirm != nil {
 			m.confirm.noteSent(woke)
+		}
+		if ferr := m.flush(); ferr != nil {
+			return ferr
 		}
 		if err != nil {
 			if ctx.Err() != nil || isNetErr(err) {

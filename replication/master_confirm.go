@@ -106,6 +106,10 @@ func (c *confirmState) handle(rec Confirm) {
 			c.malformed("the hello's position is beyond what this stream started from")
 		default:
 			c.last = rec.EventID
+			// The hello's position covers the blocks streamed before it
+			// (a slave says hello after its first apply): their marks go,
+			// or they would age as unconfirmed writes while idle.
+			c.latency(rec.EventID)
 			c.slave = c.t.register(c.addr, c.seq, rec, c.oldestUnconfirmed)
 			c.v2.Store(rec.V2)
 			c.mode.Store(confirmActive)

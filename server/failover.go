@@ -66,27 +66,93 @@ type Failover interface {
 	Follow(ctx context.Context, addr string) error
 }
 
-// promoteReply is the body of a promote (35) reply.
-type promoteReply struct {
-	Role  string `json:"role"`
-	Epoch uint64 `json:"epoch"`
+// CheckedPromoter is implemented by a Failover whose promotion first
+// checks that the node holds every write its master acknowledged; force
+// promotes anyway and the result's Warning says what may be lost. The
+// server calls it instead of Promote when present.
+type CheckedPromoter interface {
+	PromoteChecked(ctx context.Context, force bool) (epoch uint64, warning string, err error)
+}
+
+// Switchoverer is implemented by a Failover of a cluster node (smss -role
+// auto): a planned switchover to the node target ("": any eligible
+// in-sync member), through the consensus. It returns the elected master
+// and its epoch.
+type Switchoverer interface {
+	Switchover(ctx context.Context, target string) (master string, epoch uint64, err error)
 }
 
 // promote serves a promote request (35): the admin role when auth is on.
+// The topic field is empty or protocol.PromoteForce.
 func (c *conn) promote() error {
 	f := c.s.opts.Failover
 	if f == nil {
 		return errNoFailover
 	}
-	epoch, err := f.Promote(c.s.ctx)
+	var force bool
+	switch opt := string(c.req.Topic); opt {
+	case "":
+	case protocol.PromoteForce:
+		force = true
+	default:
+		return protocol.NewBizError(fmt.Sprintf("promote: unknown option %q in the topic field (only %q)", opt, protocol.PromoteForce))
+	}
+	var (
+		epoch   uint64
+		warning string
+		err     error
+	)
+	if cp, ok := f.(CheckedPromoter); ok {
+		epoch, warning, err = cp.PromoteChecked(c.s.ctx, force)
+	} else {
+		epoch, err = f.Promote(c.s.ctx)
+	}
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(promoteReply{Role: RoleMaster, Epoch: epoch})
+	body, err := json.Marshal(protocol.PromoteReply{Role: RoleMaster, Epoch: epoch, Warning: warning})
 	if err != nil {
 		return fmt.Errorf("encode promote reply: %w", err)
 	}
 	return c.appendJSON(body)
+}
+
+// switchover serves a switchover request (40): the topic field names the
+// target node (or is empty); the admin role when auth is on.
+func (c *conn) switchover() error {
+	sw, ok := c.s.opts.Failover.(Switchoverer)
+	if !ok {
+		return errNoSwitchover
+	}
+	target := string(c.req.Topic)
+	if err := validateNodeID(target); err != nil {
+		return err
+	}
+	master, epoch, err := sw.Switchover(c.s.ctx, target)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(protocol.SwitchoverReply{Master: master, Epoch: epoch})
+	if err != nil {
+		return fmt.Errorf("encode switchover reply: %w", err)
+	}
+	return c.appendJSON(body)
+}
+
+// errNoSwitchover answers switchover on a server without a cluster.
+var errNoSwitchover = protocol.NewBizError("switchover is not available on this server: it is not one of a cluster (smss -role auto)")
+
+// validateNodeID checks a switchover target: empty, or printable ASCII
+// without spaces (the cluster's peer ids), at most 64 bytes.
+func validateNodeID(id string) error {
+	bad := len(id) > 64
+	for i := 0; i < len(id) && !bad; i++ {
+		bad = id[i] <= ' ' || id[i] > '~'
+	}
+	if bad {
+		return protocol.NewBizError(fmt.Sprintf("switchover: invalid node id %q (printable ASCII without spaces, at most 64 bytes)", id))
+	}
+	return nil
 }
 
 // follow serves a follow request (36): the topic field names the master.

@@ -45,6 +45,8 @@ func (c *conn) dispatch(start time.Time) bool {
 		err = c.promote()
 	case protocol.CmdFollow:
 		err = c.follow()
+	case protocol.CmdSwitchover:
+		err = c.switchover()
 	case protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
 		err = c.cursorCommand()
 	case protocol.CmdSub:

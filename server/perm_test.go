@@ -56,6 +56,7 @@ var permCmds = []permCmd{
 	// that is not a permission refusal.
 	{"promote", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendPromote(nil, nil)) }, false},
 	{"follow", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendFollow(nil, "127.0.0.1:1", nil)) }, false},
+	{"switchover", auth.PermAdmin, false, func(string, string) []byte { return enc(protocol.AppendSwitchover(nil, "b", nil)) }, false},
 	// Likewise the cursor commands without Cursors (400 "stored positions are
 	// not available on this server").
 	{"cursorList", auth.PermAdmin, false, func(tp, _ string) []byte { return enc(protocol.AppendCursorList(nil, []byte(tp), nil)) }, false},

@@ -121,6 +121,14 @@ func (a *adminEndpoint) setBroker(b *broker.Broker) {
 	}
 }
 
+// setCluster attaches the cluster node (-role auto): /api/cluster and
+// the cluster metrics.
+func (a *adminEndpoint) setCluster(an *autoNode) {
+	if a != nil {
+		a.src.cluster.Store(an)
+	}
+}
+
 func (a *adminEndpoint) setListen(addr string) {
 	if a != nil {
 		a.src.listen.Store(&addr)
@@ -183,6 +191,8 @@ type adminSource struct {
 	listen atomic.Pointer[string]
 	repl   atomic.Pointer[replicaRunner]
 	sync   atomic.Pointer[replication.SyncTracker]
+	// cluster is the cluster node (-role auto), nil otherwise.
+	cluster atomic.Pointer[autoNode]
 	// listenerTLS is the TLS listener's material, read at every scrape so
 	// a reloaded certificate shows.
 	listenerTLS atomic.Pointer[auth.ServerTLS]
@@ -311,6 +321,26 @@ func (s *adminSource) Delays() metrics.DelayStats {
 		return metrics.NewDelayStats()
 	}
 	return b.Delays()
+}
+
+var _ metrics.ClusterSource = (*adminSource)(nil)
+
+// Cluster implements metrics.ClusterSource.
+func (s *adminSource) Cluster() (metrics.ClusterInfo, bool) {
+	an := s.cluster.Load()
+	if an == nil {
+		return metrics.ClusterInfo{}, false
+	}
+	return an.metrics(), true
+}
+
+// ClusterReport implements metrics.ClusterSource: it asks every node.
+func (s *adminSource) ClusterReport(ctx context.Context) (metrics.ClusterReportInfo, bool) {
+	an := s.cluster.Load()
+	if an == nil {
+		return metrics.ClusterReportInfo{}, false
+	}
+	return metrics.ClusterReportInfo{Node: an.self, LeaseValid: an.cn.LeaseValid(), ClusterReport: an.report(ctx)}, true
 }
 
 // ServerInfo implements metrics.Source.

@@ -33,7 +33,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ import (
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/cluster"
 	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
@@ -286,13 +289,27 @@ func (a *autoNode) fencedWhy(n *node) string {
 
 // view is the cluster part of n's status.
 func (a *autoNode) view(n *node) *protocol.ClusterView {
-	st := a.cn.State()
-	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master, Transport: a.transport}
-	if id, ok := a.cn.Leader(); ok {
-		v.Leader = id
-	}
+	cs := a.cn.Status()
+	st := cs.State
+	v := &protocol.ClusterView{Node: a.self, Epoch: st.Epoch, Master: st.Master, Leader: cs.Leader,
+		Version: st.Version, LeaseValid: cs.LeaseValid, Transport: a.transport}
 	for _, m := range st.ISR {
 		v.InSync = append(v.InSync, protocol.InSyncMember{Node: m.Node, Eligible: m.Eligible})
+	}
+	for _, id := range a.peerIDs() {
+		v.Peers = append(v.Peers, protocol.ClusterPeer{Node: id, Addr: a.peers[id].Addr})
+	}
+	if c := cs.Controller; c != nil {
+		v.Blocked = c.Blocked
+		for _, p := range c.Nodes {
+			pr := protocol.ClusterProbe{Node: p.ID, OK: p.OK, Error: truncate(p.Err, maxProbeErr), AgeMs: -1}
+			if p.Age >= 0 {
+				r := p.Report
+				pr.Role, pr.Epoch, pr.LastEventID, pr.CommitPoint, pr.Instance = r.Role, r.Epoch, r.LastEventID, r.CommitPoint, r.Instance
+				pr.AgeMs = p.Age.Milliseconds()
+			}
+			v.Probes = append(v.Probes, pr)
+		}
 	}
 	if !n.b.IsSlave() {
 		v.Fenced = a.fencedWhy(n)
@@ -300,6 +317,107 @@ func (a *autoNode) view(n *node) *protocol.ClusterView {
 		v.Slaves = n.sync.SlaveReports()
 	}
 	return v
+}
+
+// maxProbeErr caps a probe's error text in the status reply, which the
+// controller reads within maxStatusReply.
+const maxProbeErr = 256
+
+// truncate cuts s to at most n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// peerIDs are the configured peers' ids, sorted.
+func (a *autoNode) peerIDs() []string {
+	ids := make([]string, 0, len(a.peers))
+	for id := range a.peers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// switchover hands the master role to target ("": the eligible in-sync
+// member with the highest last eventId the controller probed, then the
+// lowest id) through the consensus, once target caught up with the master
+// (cluster.switchoverWaitMs at most). Only the consensus leader serves
+// it; another node refuses naming the leader (protocol.FormatNotLeader),
+// where the client asks again.
+func (a *autoNode) switchover(ctx context.Context, target string) (string, uint64, error) {
+	if target != "" {
+		if _, ok := a.peers[target]; !ok {
+			return "", 0, protocol.NewBizError(fmt.Sprintf("switchover: no node %q in this cluster (its nodes: %s)", target, strings.Join(a.peerIDs(), ", ")))
+		}
+	}
+	cs := a.cn.Status()
+	if target == "" && cs.Controller != nil {
+		target = pickSwitchoverTarget(cs.State, cs.Controller.Nodes)
+		if target == "" {
+			return "", 0, protocol.NewBizError(fmt.Sprintf("switchover: no eligible member of the in-sync set of epoch %d to hand the master role to (%s)",
+				cs.State.Epoch, describeISR(cs.State)))
+		}
+	}
+	a.log.Warn("switchover requested", "target", target, "master", cs.State.Master, "epoch", cs.State.Epoch)
+	err := a.cn.Switchover(ctx, target)
+	var nl *cluster.NotLeaderError
+	if errors.As(err, &nl) {
+		addr := ""
+		if p, ok := a.peers[nl.Leader]; ok {
+			addr = p.Addr
+		}
+		if addr == "" {
+			nl.Leader = ""
+		}
+		return "", 0, protocol.NewBizError(protocol.FormatNotLeader(nl.Leader, addr))
+	}
+	if err != nil {
+		a.log.Warn("switchover failed", "target", target, "err", err)
+		return "", 0, protocol.NewBizError(err.Error())
+	}
+	st := a.cn.State()
+	a.log.Warn("switchover done", "master", st.Master, "epoch", st.Epoch)
+	return st.Master, st.Epoch, nil
+}
+
+// pickSwitchoverTarget is the eligible in-sync member with the highest
+// last eventId in the controller's probes, then the lowest id; "" if none.
+func pickSwitchoverTarget(st cluster.State, probes []cluster.NodeProbe) string {
+	last := map[string]int64{}
+	for _, p := range probes {
+		if p.OK && p.Age >= 0 {
+			last[p.ID] = p.Report.LastEventID
+		}
+	}
+	best := ""
+	for _, m := range st.ISR { // sorted by node id
+		if !m.Eligible || m.Node == st.Master {
+			continue
+		}
+		if best == "" || last[m.Node] > last[best] {
+			best = m.Node
+		}
+	}
+	return best
+}
+
+// describeISR is the in-sync set for an error text.
+func describeISR(st cluster.State) string {
+	if len(st.ISR) == 0 {
+		return "the in-sync set is empty"
+	}
+	parts := make([]string, 0, len(st.ISR))
+	for _, m := range st.ISR {
+		e := "not eligible yet"
+		if m.Eligible {
+			e = "eligible"
+		}
+		parts = append(parts, m.Node+" "+e)
+	}
+	return "in-sync set: " + strings.Join(parts, ", ")
 }
 
 // Probe implements cluster.Prober: the peer's status, asked like a slave
@@ -325,4 +443,64 @@ func (a *autoNode) Probe(ctx context.Context, p cluster.Peer) (cluster.Report, e
 		}
 	}
 	return r, nil
+}
+
+// reportTimeout bounds the status requests of a cluster report (the
+// admin endpoint's /api/cluster).
+const reportTimeout = 2 * time.Second
+
+// report asks every node's status (this one's locally) and combines them
+// (protocol.BuildClusterReport).
+func (a *autoNode) report(ctx context.Context) protocol.ClusterReport {
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		answers = map[string]*protocol.NodeStatus{}
+		errs    = map[string]string{}
+		peers   []protocol.ClusterPeer
+	)
+	for _, id := range a.peerIDs() {
+		p := a.peers[id]
+		peers = append(peers, protocol.ClusterPeer{Node: id, Addr: p.Addr})
+		if id == a.self {
+			if n := a.cur.Load(); n != nil {
+				st := n.Status()
+				answers[id] = &st
+			} else {
+				errs[id] = "this node is changing role"
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := queryStatus(ctx, a.dials[id], p.Addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[id] = err.Error()
+			} else {
+				answers[id] = st
+			}
+		}()
+	}
+	wg.Wait()
+	return protocol.BuildClusterReport(peers, answers, errs)
+}
+
+// metrics is this node's view for the cluster gauges.
+func (a *autoNode) metrics() metrics.ClusterInfo {
+	cs := a.cn.Status()
+	st := cs.State
+	c := metrics.ClusterInfo{Node: a.self, Epoch: st.Epoch, Version: st.Version, IsMaster: st.Master == a.self,
+		IsLeader: cs.Leader == a.self, LeaseValid: cs.LeaseValid, InSync: len(st.ISR)}
+	if n := a.cur.Load(); n != nil && !n.b.IsSlave() {
+		c.Fenced = a.fencedWhy(n) != ""
+	}
+	if cs.Controller != nil {
+		c.Blocked = cs.Controller.Blocked != ""
+	}
+	return c
 }

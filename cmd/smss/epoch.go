@@ -13,9 +13,10 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// maxStatusReply caps the status reply a slave reads from its master: the
-// JSON is well under 200 bytes.
-const maxStatusReply = 4096
+// maxStatusReply caps the status reply a slave reads from its master and a
+// cluster's controller from a node: a few hundred bytes, a few kilobytes
+// for a cluster's consensus leader (its probes of every node).
+const maxStatusReply = 64 << 10
 
 // epochProbe asks a slave's master for its promotion epoch (the status
 // command, 34) over a short connection of its own, made with the

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
@@ -167,9 +169,77 @@ func (n *node) Status() server.NodeStatus {
 // role at each request).
 func (n *node) Promote(ctx context.Context) (uint64, error) {
 	if n.auto != nil {
-		return 0, protocol.NewBizError("this node is one of a cluster (-role auto): the cluster elects its master; use smssctl switchover to move it")
+		return 0, errPromoteInCluster
 	}
 	return n.promote(ctx, 0)
+}
+
+// errPromoteInCluster refuses a manual promotion of a cluster node.
+var errPromoteInCluster = protocol.NewBizError("this node is one of a cluster (-role auto): the cluster elects its master; " +
+	"use smssctl switchover to move the master role")
+
+var (
+	_ server.CheckedPromoter = (*node)(nil)
+	_ server.Switchoverer    = (*node)(nil)
+)
+
+// PromoteChecked implements server.CheckedPromoter: the promotion of
+// promote (35), refused when this slave is not known to hold every write
+// its master acknowledged (promoteRisk) unless force; a forced one returns
+// what may be lost.
+func (n *node) PromoteChecked(ctx context.Context, force bool) (uint64, string, error) {
+	if n.auto != nil {
+		return 0, "", errPromoteInCluster
+	}
+	var risk string
+	if r := n.runner.Load(); r != nil && n.b.IsSlave() {
+		st := r.Status()
+		risk = promoteRisk(n.b.LastEventID(), st.CommitPoint,
+			r.masterReplica.Load() >= protocol.ReplicaStreamV2, r.commitSeen.Load())
+		if risk != "" {
+			risk += fmt.Sprintf(" (replication from %s: %s, %d reconnects, %d blocks applied)", st.MasterAddr, st.State, st.Reconnects, st.Blocks)
+		}
+	}
+	if risk != "" && !force {
+		n.log.Warn("promotion refused", "why", risk)
+		return 0, "", protocol.NewBizError("promote refused: " + risk + "; smssctl promote --force promotes anyway")
+	}
+	epoch, err := n.promote(ctx, 0)
+	if err != nil {
+		return 0, "", err
+	}
+	if risk != "" {
+		n.log.Error("FORCED PROMOTION: acknowledged writes may be lost", "why", risk, "epoch", epoch)
+	}
+	return epoch, risk, nil
+}
+
+// promoteRisk says why a slave with last eventId last may not hold every
+// write its master acknowledged ("" when it does as far as it knows):
+// commitPoint is the last commit point the master sent, v2 whether the
+// master tracks confirmations (replication.syncSlaves > 0: it serves the
+// version 2 stream) and seen whether a commit frame came from it. A slave
+// of an asynchronous master cannot know: nothing is refused then.
+func promoteRisk(last, commitPoint int64, v2, seen bool) string {
+	switch {
+	case commitPoint > last:
+		return fmt.Sprintf("this slave's last eventId is %d but its master acknowledged writes up to eventId %d (its last commit point): "+
+			"the writes of eventIds %d..%d would be lost", last, commitPoint, last+1, commitPoint)
+	case v2 && !seen:
+		return fmt.Sprintf("its master confirms writes with its slaves (replication.syncSlaves > 0) but this slave never received its commit point, "+
+			"so it cannot tell whether it holds every acknowledged write: any write the master acknowledged after eventId %d would be lost", last)
+	}
+	return ""
+}
+
+// Switchover implements server.Switchoverer: a planned switchover of the
+// cluster (cluster.go); refused on a node that is not one.
+func (n *node) Switchover(ctx context.Context, target string) (string, uint64, error) {
+	if n.auto == nil {
+		return "", 0, protocol.NewBizError("switchover needs a cluster: this node is not one (-role auto); " +
+			"move a manual master with promote and follow")
+	}
+	return n.auto.switchover(ctx, target)
 }
 
 // promote turns the slave into a master; to is the epoch a cluster
@@ -241,11 +311,25 @@ func (n *node) Follow(ctx context.Context, addr string) error {
 	if n.auto != nil {
 		return protocol.NewBizError("this node is one of a cluster (-role auto): it follows the master the cluster elects")
 	}
-	return n.follow(ctx, addr)
+	return n.followChecked(ctx, addr, true)
 }
 
-// follow re-points the slave to addr (Follow, and a cluster's agent).
+// follow re-points the slave to addr (a cluster's agent: a divergence
+// found later makes it run again with -rejoin's path).
 func (n *node) follow(ctx context.Context, addr string) error {
+	return n.followChecked(ctx, addr, false)
+}
+
+// followCheckTimeout bounds the divergence check of a manual follow; a
+// master that does not answer in time is left to the sessions, which
+// check on every connection.
+const followCheckTimeout = 10 * time.Second
+
+// followChecked re-points the slave to addr. With check it first asks the
+// new master whether this node's binlog is a prefix of its: when not, the
+// slave would stop (and the process end) at its first session, so follow
+// is refused and the previous master followed again.
+func (n *node) followChecked(ctx context.Context, addr string, check bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return protocol.NewBizError(fmt.Sprintf("follow: invalid master address %q: %v", addr, err))
@@ -273,6 +357,14 @@ func (n *node) follow(ctx context.Context, addr string) error {
 		from = old.addr
 		old.Stop()
 	}
+	if check {
+		if err := n.checkPrefix(ctx, link, addr); err != nil {
+			if old != nil {
+				n.resume(old)
+			}
+			return err
+		}
+	}
 	r, err := runReplication(n.cfg, link, addr, n.event, n.b, n.knownEpoch, n.log, n.diverged)
 	if err != nil {
 		n.log.Error("follow failed; resuming the previous master", "master", addr, "previousMaster", from, "err", err)
@@ -283,6 +375,34 @@ func (n *node) follow(ctx context.Context, addr string) error {
 	}
 	n.setRunner(r)
 	n.log.Warn("FOLLOWING A NEW MASTER", "master", addr, "previousMaster", from, "lastEventId", n.b.LastEventID())
+	return nil
+}
+
+// checkPrefix refuses (a *protocol.BizError) a master at addr whose binlog
+// this node's is not a prefix of; a master that cannot be asked is not
+// refused (the replication sessions check on every connection).
+func (n *node) checkPrefix(ctx context.Context, link *masterLink, addr string) error {
+	var dial client.DialFunc
+	if link != nil {
+		dial = link.DialContext
+	}
+	s, err := replication.NewSlave(n.b, slaveOptions(n.cfg, addr, n.event, dial, n.log))
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", addr, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, followCheckTimeout)
+	defer cancel()
+	err = s.Check(cctx)
+	var d *replication.DivergenceError
+	switch {
+	case errors.As(err, &d):
+		n.log.Error("follow refused: this node's binlog diverged from the new master's", "master", addr, "err", d.Error())
+		return protocol.NewBizError(fmt.Sprintf("follow %s refused: this node's binlog is not a prefix of that master's (%v); "+
+			"following it would stop replication. Restart this node as its slave with -rejoin (smss -role slave -host H -port P -rejoin), "+
+			"which moves the divergent tail aside", addr, d))
+	case err != nil:
+		n.log.Warn("follow: could not check that this node's binlog is a prefix of the new master's; the replication sessions check it", "master", addr, "err", err)
+	}
 	return nil
 }
 

@@ -131,6 +131,8 @@ func run(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
 			return exitFailure
 		}
 		defer auto.close()
+		adm.setCluster(auto)
+		defer adm.setCluster(nil) // before the consensus closes
 		// Every node of a cluster starts as a slave following nobody; the
 		// agent promotes it or points it at the master (cluster.go).
 		role = roleSlave

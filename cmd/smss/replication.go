@@ -15,6 +15,7 @@ import (
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/client"
 	"github.com/smssmq/smss/config"
+	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
 )
 
@@ -34,6 +35,14 @@ type replicaRunner struct {
 
 	// The master's promotion epoch, asked at each session (epoch.go).
 	epochs epochProbe
+
+	// masterReplica is the replica stream version the master last said
+	// it serves (protocol.ReplicaStreamV2: it tracks confirmations and
+	// sends commit frames); kept when the master stops answering.
+	// commitSeen: a commit frame came from such a master. Both feed the
+	// check of a manual promotion (PromoteChecked).
+	masterReplica atomic.Int64
+	commitSeen    atomic.Bool
 }
 
 // startReplication starts a slave's replication from the master at
@@ -89,10 +98,18 @@ func runReplication(cfg *config.Config, link *masterLink, addr string, event int
 		if err != nil {
 			return 0, 0, err
 		}
+		r.masterReplica.Store(int64(st.Replica))
 		return st.Replica, st.Epoch, nil
 	}
 	opts.KnownEpoch = known
-	opts.OnCommit = b.SetCommitPoint
+	opts.OnCommit = func(cp int64) {
+		// From a version 2 master only commit frames call it (the
+		// session's version comes from the same status answer).
+		if r.masterReplica.Load() >= protocol.ReplicaStreamV2 {
+			r.commitSeen.Store(true)
+		}
+		b.SetCommitPoint(cp)
+	}
 	// The hello's instance id is the data directory's, not this
 	// process's: a slave restarted before the master noticed its old
 	// connection is dead then replaces that connection instead of

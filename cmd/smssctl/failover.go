@@ -16,13 +16,18 @@ Prints the server's role (master or slave), promotion epoch, last eventId
 and, on a slave, the master it follows. Any logged-in user may ask.
 `
 
-const promoteUsage = `usage: smssctl promote
+const promoteUsage = `usage: smssctl promote [--force]
 
 Turns the server, a running slave, into a master without a restart: it
 stops replicating (after the block being applied), records a new promotion
 epoch, starts the delay scheduler and the expiry reaper, serves slaves and
 accepts writes. Needs the admin role when authentication is on. Refused on
-a master.
+a master, and on a cluster node (smss -role auto: use smssctl switchover).
+
+Refused too when the slave is not known to hold every write its master
+acknowledged: its last eventId is below the last commit point the master
+sent, or the master confirms writes with its slaves (syncSlaves > 0) and
+never sent one. --force promotes anyway and prints what may be lost.
 `
 
 const followUsage = `usage: smssctl follow HOST:PORT
@@ -79,21 +84,34 @@ func runStatus(ctx context.Context, g *globals, args []string) int {
 }
 
 func runPromote(ctx context.Context, g *globals, args []string) int {
-	if _, err := failoverArgs(g, "promote", promoteUsage, args, 0); err != nil {
-		return failOrDone(g, err)
+	fs := g.flagSet("promote", promoteUsage)
+	force := fs.Bool("force", false, "promote even if acknowledged writes may be lost (the reply says which)")
+	pos, code, done := parse(fs, args, g, false)
+	if done {
+		return code
 	}
-	var epoch uint64
+	if err := needArgs(pos, 0, 0, ""); err != nil {
+		return fail(g, err)
+	}
+	var res client.PromoteResult
 	if err := call(ctx, g, func(ctx context.Context, c *client.Client) (err error) {
-		epoch, err = c.Promote(ctx)
+		res, err = c.PromoteForce(ctx, *force)
 		return err
 	}); err != nil {
 		return fail(g, err)
 	}
 	if g.json {
-		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": client.RoleMaster, "epoch": epoch})
+		out := map[string]any{"addr": g.addr, "role": client.RoleMaster, "epoch": res.Epoch}
+		if res.Warning != "" {
+			out["warning"] = res.Warning
+		}
+		writeJSON(g.e.stdout, out)
 		return exitOK
 	}
-	fmt.Fprintf(g.e.stdout, "%s promoted to master, epoch %d\n", g.addr, epoch)
+	if res.Warning != "" {
+		fmt.Fprintf(g.e.stderr, "smssctl: WARNING: forced promotion: %s\n", res.Warning)
+	}
+	fmt.Fprintf(g.e.stdout, "%s promoted to master, epoch %d\n", g.addr, res.Epoch)
 	return exitOK
 }
 

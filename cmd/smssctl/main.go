@@ -1,6 +1,7 @@
 // Command smssctl is the operator's tool for an smss server: topic
 // management, publishing, tailing a subscription or the replication stream,
-// a ping, the node's status, promote and follow (failover.go), and
+// a ping, the node's status, promote and follow (failover.go), a
+// cluster's status and switchover (cluster.go), and
 // (through the admin HTTP endpoint) stats and a live top.
 //
 //	smssctl [global flags] <command> [flags] [args]
@@ -50,8 +51,10 @@ commands:
   replica [--from N]                                print the binlog command lines of the replication stream
   ping                                              check that the server answers
   status                                            role, promotion epoch, last eventId, followed master
-  promote                                           turn a running slave into a master (admin role)
+  promote [--force]                                 turn a running slave into a master (admin role)
   follow HOST:PORT                                  re-point a running slave to another master (admin role)
+  cluster status                                    every node of a cluster (-role auto): role, epoch, eventIds, in-sync set
+  switchover [NODE] [--wait 30s]                    move a cluster's master role to NODE (admin role)
   cursor list [TOPIC] | set TOPIC WHO EVENTID | reset TOPIC WHO
                                                     stored consumer positions and their lag (admin role)
   stats [--admin HOST:PORT] [--token-file F]        one report from the admin endpoint (admin.listen)
@@ -120,6 +123,10 @@ func run(ctx context.Context, args []string, e env) int {
 		return runPromote(ctx, g, rest)
 	case "follow":
 		return runFollow(ctx, g, rest)
+	case "cluster":
+		return runCluster(ctx, g, rest)
+	case "switchover":
+		return runSwitchover(ctx, g, rest)
 	case "user":
 		return runUser(g, rest)
 	case "cursor":
