@@ -774,3 +774,75 @@ func TestClusterInSyncRule(t *testing.T) {
 	l.finish()
 	t.Logf("%d acknowledged, all on %s", l.ackedCount.Load(), next.id)
 }
+
+// TestClusterReplaceNode: a slave's machine is lost with its disk; a new
+// one takes its id and addresses with an empty data directory. It joins
+// the consensus again, copies the master's binlog, enters the in-sync set
+// as a new instance and becomes eligible; then the master is killed and
+// the cluster may elect it, nothing acknowledged lost.
+func TestClusterReplaceNode(t *testing.T) {
+	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
+	master, _ := cc.healthy(90 * time.Second)
+	topics := []string{"c0", "c1"}
+	for _, name := range topics {
+		if !smsstest.Poll(30*time.Second, func() bool {
+			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
+			if err != nil {
+				return false
+			}
+			defer nc.Close()
+			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			return err == nil || strings.Contains(err.Error(), "topic exist")
+		}) {
+			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
+		}
+	}
+	l := newFailoverLoad(master.addr(), topics)
+	l.start(4)
+	defer l.finish()
+	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 300 }) {
+		t.Fatalf("only %d acknowledgements\n%s", l.ackedCount.Load(), cc.describe())
+	}
+	var lost *chaosNode
+	for _, n := range cc.nodes {
+		if n != master {
+			lost = n
+			break
+		}
+	}
+	lost.p.kill()
+	// The disk is gone: data, raft store, instance id.
+	if err := os.RemoveAll(filepath.Join(lost.dir, "data")); err != nil {
+		t.Fatal(err)
+	}
+	lost.start()
+	// Back in the in-sync set, eligible, as a new instance.
+	m, _ := cc.healthy(90 * time.Second)
+	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 600 }) {
+		t.Fatalf("only %d acknowledgements after the replacement\n%s", l.ackedCount.Load(), cc.describe())
+	}
+	m.p.kill()
+	killed := time.Now()
+	var next *chaosNode
+	if !smsstest.Poll(60*time.Second, func() bool {
+		next, _ = cc.master()
+		return next != nil && next != m
+	}) {
+		t.Fatalf("no new master after the kill\n%s", cc.describe())
+	}
+	t.Logf("%s replaced with an empty disk and rejoined; master %s killed, %s elected %v later",
+		lost.id, m.id, next.id, time.Since(killed).Round(time.Millisecond))
+	l.setAddr(next.addr())
+	m.start()
+	final, _ := cc.healthy(90 * time.Second)
+	l.pause()
+	for _, n := range cc.nodes {
+		if n != final {
+			waitRejoined(t, final.clusterNode, n.clusterNode, 60*time.Second)
+		}
+	}
+	if lost := l.verify(t, final.data(), 0); lost != 0 {
+		t.Fatalf("%d acknowledged messages lost", lost)
+	}
+	l.resume()
+}

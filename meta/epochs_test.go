@@ -10,7 +10,7 @@ import (
 )
 
 func TestEpochStartsRoundTrip(t *testing.T) {
-	for _, h := range [][]protocol.EpochStart{nil, {{1, 1}}, {{1, 1}, {3, 40}, {4, 40}}} {
+	for _, h := range [][]protocol.EpochStart{nil, {{Epoch: 1, Start: 1}}, {{Epoch: 1, Start: 1}, {Epoch: 3, Start: 40}, {Epoch: 4, Start: 40}}} {
 		got, err := DecodeEpochStarts(EncodeEpochStarts(h))
 		if err != nil {
 			t.Fatal(err)
@@ -24,8 +24,8 @@ func TestEpochStartsRoundTrip(t *testing.T) {
 	}
 	for _, bad := range [][]byte{
 		make([]byte, 15),
-		EncodeEpochStarts([]protocol.EpochStart{{2, 1}, {1, 5}}),
-		EncodeEpochStarts([]protocol.EpochStart{{1, 0}}),
+		EncodeEpochStarts([]protocol.EpochStart{{Epoch: 2, Start: 1}, {Epoch: 1, Start: 5}}),
+		EncodeEpochStarts([]protocol.EpochStart{{Epoch: 1, Start: 0}}),
 	} {
 		if _, err := DecodeEpochStarts(bad); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("DecodeEpochStarts(% x) = %v, want ErrMalformed", bad, err)
@@ -38,7 +38,7 @@ func TestEpochStartsStored(t *testing.T) {
 	if h, err := s.EpochStarts(); err != nil || h != nil {
 		t.Fatalf("a new store's history: %v, %v", h, err)
 	}
-	want := []protocol.EpochStart{{1, 1}, {2, 77}}
+	want := []protocol.EpochStart{{Epoch: 1, Start: 1}, {Epoch: 2, Start: 77}}
 	b := s.NewBatch()
 	b.SetEpochStarts(want)
 	if err := s.Commit(b); err != nil {
@@ -51,7 +51,7 @@ func TestEpochStartsStored(t *testing.T) {
 }
 
 func FuzzDecodeEpochStarts(f *testing.F) {
-	f.Add(EncodeEpochStarts([]protocol.EpochStart{{1, 1}, {2, 9}}))
+	f.Add(EncodeEpochStarts([]protocol.EpochStart{{Epoch: 1, Start: 1}, {Epoch: 2, Start: 9}}))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		h, err := DecodeEpochStarts(v)
