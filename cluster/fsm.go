@@ -38,6 +38,14 @@ func (f *fsm) State() State {
 	return f.state.Clone()
 }
 
+// masterEpoch is the state's master and epoch, without copying the rest
+// (the fence asks it for every write).
+func (f *fsm) masterEpoch() (string, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Master, f.state.Epoch
+}
+
 // Apply applies one log entry. Its return value is the ApplyFuture's
 // Response: nil when applied, an error when refused. A refused or malformed
 // entry leaves the state as it was and is logged; it never panics, since

@@ -283,6 +283,10 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 // leader's by the entries not yet applied here).
 func (n *Node) State() State { return n.fsm.State() }
 
+// MasterEpoch is State's Master and Epoch alone: what a master checks for
+// every write, without copying the in-sync set.
+func (n *Node) MasterEpoch() (master string, epoch uint64) { return n.fsm.masterEpoch() }
+
 // Changes delivers every applied change of the State, coalesced: a reader
 // that falls behind receives the newest state, never an older one after a
 // newer. The FSM never waits for the reader.

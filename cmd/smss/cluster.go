@@ -271,14 +271,14 @@ func (a *autoNode) fence() error {
 }
 
 func (a *autoNode) fencedWhy(n *node) string {
-	st := a.cn.State()
+	master, epoch := a.cn.MasterEpoch()
 	switch {
 	case n == nil:
 		return "this node is changing role"
-	case st.Master != a.self:
-		return fmt.Sprintf("this node is not the cluster's master (epoch %d, master %q)", st.Epoch, st.Master)
-	case n.b.IsSlave() || n.b.Epoch() != st.Epoch:
-		return fmt.Sprintf("this node has not taken the cluster's epoch %d yet (it holds %d)", st.Epoch, n.b.Epoch())
+	case master != a.self:
+		return fmt.Sprintf("this node is not the cluster's master (epoch %d, master %q)", epoch, master)
+	case n.b.IsSlave() || n.b.Epoch() != epoch:
+		return fmt.Sprintf("this node has not taken the cluster's epoch %d yet (it holds %d)", epoch, n.b.Epoch())
 	case !a.cn.LeaseValid():
 		return "this node lost contact with the cluster's majority (its lease expired); a new master may be elected"
 	case !a.cn.CaughtUp():
