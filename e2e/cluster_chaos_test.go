@@ -77,6 +77,22 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 			t:           t,
 			raftTo:      map[string]*smsstest.Proxy{}, smssTo: map[string]*smsstest.Proxy{}})
 	}
+	// A proxy listens on a port of the kernel's choosing, which may be one
+	// freePort handed out for a node that has not bound it yet: take
+	// another one then.
+	reserved := map[int]bool{}
+	for _, n := range cc.nodes {
+		reserved[n.port], reserved[n.raft] = true, true
+	}
+	newProxy := func(target string) *smsstest.Proxy {
+		for {
+			p := smsstest.NewProxy(t, target)
+			if !reserved[p.Port()] {
+				return p
+			}
+			p.Close()
+		}
+	}
 	for _, n := range cc.nodes {
 		// Each node's peers table names, for every other node, the proxy
 		// of this direction: that is where it dials it.
@@ -84,12 +100,12 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 		for _, m := range cc.nodes {
 			raft, addr := "127.0.0.1:"+strconv.Itoa(m.raft), m.addr()
 			if m != n {
-				n.raftTo[m.id] = smsstest.NewProxy(t, raft)
+				n.raftTo[m.id] = newProxy(raft)
 				raft = n.raftTo[m.id].Addr()
 			}
 			// Its own smss address too: the controller probes its own
 			// node there, and a test may hide a node from every probe.
-			n.smssTo[m.id] = smsstest.NewProxy(t, addr)
+			n.smssTo[m.id] = newProxy(addr)
 			addr = n.smssTo[m.id].Addr()
 			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.id, raft, addr)
 		}
