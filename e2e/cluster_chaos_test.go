@@ -262,6 +262,30 @@ func (cc *chaosCluster) healthy(d time.Duration) (*chaosNode, clusterStatus) {
 	return m, st
 }
 
+// createTopics creates topics on the cluster's master, retrying while the
+// master refuses writes (no eligible in-sync slave yet, right after an
+// election).
+func (cc *chaosCluster) createTopics(topics []string) {
+	cc.t.Helper()
+	for _, name := range topics {
+		if !smsstest.Poll(30*time.Second, func() bool {
+			m, _ := cc.master()
+			if m == nil {
+				return false
+			}
+			nc, err := net.DialTimeout("tcp", m.addr(), time.Second)
+			if err != nil {
+				return false
+			}
+			defer nc.Close()
+			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			return err == nil || strings.Contains(err.Error(), "topic exist")
+		}) {
+			cc.t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
+		}
+	}
+}
+
 // probeWrite publishes one message, with a message id of its own, to the
 // master until a node acknowledges it, and returns that node and when.
 func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d time.Duration) (*chaosNode, time.Time) {
@@ -527,23 +551,7 @@ func TestClusterChaos(t *testing.T) {
 	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
 	master, _ := cc.healthy(90 * time.Second)
 	topics := []string{"c0", "c1", "c2", "c3"}
-	for _, name := range topics {
-		if !smsstest.Poll(30*time.Second, func() bool {
-			m, _ := cc.master()
-			if m == nil {
-				return false
-			}
-			nc, err := net.DialTimeout("tcp", m.addr(), time.Second)
-			if err != nil {
-				return false
-			}
-			defer nc.Close()
-			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
-			return err == nil || strings.Contains(err.Error(), "topic exist")
-		}) {
-			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
-		}
-	}
+	cc.createTopics(topics)
 	l := newFailoverLoad(master.addr(), topics)
 	l.sticky.Store(ptr(master.addr()))
 	l.start(8)
@@ -739,19 +747,7 @@ func TestClusterInSyncRule(t *testing.T) {
 		}
 	}
 	topics := []string{"c0", "c1"}
-	for _, name := range topics {
-		if !smsstest.Poll(30*time.Second, func() bool {
-			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
-			if err != nil {
-				return false
-			}
-			defer nc.Close()
-			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
-			return err == nil || strings.Contains(err.Error(), "topic exist")
-		}) {
-			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
-		}
-	}
+	cc.createTopics(topics)
 	// The replica stream to the slow slave (and its probes): every byte
 	// 150 ms late, well within the probe timeout and the silence timeout.
 	slow.smssTo[master.id].Delay(150 * time.Millisecond)
@@ -800,19 +796,7 @@ func TestClusterReplaceNode(t *testing.T) {
 	cc := startChaosCluster(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
 	master, _ := cc.healthy(90 * time.Second)
 	topics := []string{"c0", "c1"}
-	for _, name := range topics {
-		if !smsstest.Poll(30*time.Second, func() bool {
-			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
-			if err != nil {
-				return false
-			}
-			defer nc.Close()
-			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
-			return err == nil || strings.Contains(err.Error(), "topic exist")
-		}) {
-			t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
-		}
-	}
+	cc.createTopics(topics)
 	l := newFailoverLoad(master.addr(), topics)
 	l.start(4)
 	defer l.finish()

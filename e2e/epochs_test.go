@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -58,25 +59,19 @@ func takeAll(t *testing.T, addr, topic, who string, after int64, want int) []pro
 	return got
 }
 
-// TestPositionsAcrossChangedHistory: an asynchronous master hands a
-// consumer 30 messages its slave never got, dies, and the slave is
-// promoted by hand, then numbers its own writes over the same eventIds. A
-// consumer resuming "after the last eventId it took" would skip the new
-// master's writes; with the epoch the old master placed its position in
-// and the new master's epoch history (status "epochs") it resumes at the
-// end of the shared history and takes every message of the new one, once.
-// A slave started from the new master adopts its history.
-func TestPositionsAcrossChangedHistory(t *testing.T) {
-	adir, bdir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
-	aport, bport, cport := freePort(t), freePort(t), freePort(t)
+// leftBehind starts an asynchronous master a and its slave b, publishes
+// 50 messages to topic ep that both hold (b's last eventId is aLast), cuts
+// b off and publishes 30 more that only a holds.
+func leftBehind(t *testing.T) (a, b *proc, aaddr, baddr string, aLast int64) {
+	t.Helper()
+	adir, bdir := t.TempDir(), t.TempDir()
+	aport, bport := freePort(t), freePort(t)
 	replConfig(t, adir, aport, "")
 	replConfig(t, bdir, bport, "")
-	replConfig(t, cdir, cport, "")
-	a := startArgs(t, adir, "-role", "master")
+	a = startArgs(t, adir, "-role", "master")
 	link := smsstest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(aport))
-	b := startReplSlave(t, bdir, link.Port(), 0)
-	aaddr, baddr := "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
-
+	b = startReplSlave(t, bdir, link.Port(), 0)
+	aaddr, baddr = "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
 	ca := dial(t, aaddr)
 	if err := ca.create("ep", 0); err != nil {
 		t.Fatal(err)
@@ -86,7 +81,7 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	aLast := statusEpochs(t, aaddr).LastEventID
+	aLast = statusEpochs(t, aaddr).LastEventID
 	if !smsstest.Poll(20*time.Second, func() bool { return statusEpochs(t, baddr).LastEventID == aLast }) {
 		t.Fatalf("the slave did not reach eventId %d", aLast)
 	}
@@ -96,6 +91,21 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return a, b, aaddr, baddr, aLast
+}
+
+// TestPositionsAcrossChangedHistory: an asynchronous master hands a
+// consumer 30 messages its slave never got, dies, and the slave is
+// promoted by hand, then numbers its own writes over the same eventIds. A
+// consumer resuming "after the last eventId it took" would skip the new
+// master's writes; with the epoch the old master placed its position in
+// and the new master's epoch history (status "epochs") it resumes at the
+// end of the shared history and takes every message of the new one, once.
+// A slave started from the new master adopts its history.
+func TestPositionsAcrossChangedHistory(t *testing.T) {
+	cdir, cport := t.TempDir(), freePort(t)
+	replConfig(t, cdir, cport, "")
+	a, b, aaddr, baddr, aLast := leftBehind(t)
 	// The consumer takes all 80 from the old master and notes where it is.
 	took := takeAll(t, aaddr, "ep", "old", 0, 80)
 	if len(took) != 80 {
@@ -159,6 +169,8 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	}
 
 	// A new slave of the new master adopts its history.
+	_, bportStr, _ := net.SplitHostPort(baddr)
+	bport, _ := strconv.Atoi(bportStr)
 	c := startReplSlave(t, cdir, bport, 0)
 	defer c.stop()
 	if !smsstest.Poll(20*time.Second, func() bool {
@@ -177,34 +189,8 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 // history, resumes at the end of the shared history (OnHistoryChange) and
 // hands the handler every new message once.
 func TestSubscriberAcrossChangedHistory(t *testing.T) {
-	adir, bdir := t.TempDir(), t.TempDir()
-	aport, bport := freePort(t), freePort(t)
-	replConfig(t, adir, aport, "")
-	replConfig(t, bdir, bport, "")
-	a := startArgs(t, adir, "-role", "master")
-	link := smsstest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(aport))
-	b := startReplSlave(t, bdir, link.Port(), 0)
+	a, b, aaddr, baddr, aLast := leftBehind(t)
 	defer b.stop()
-	aaddr, baddr := "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
-	ca := dial(t, aaddr)
-	if err := ca.create("ep", 0); err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i <= 50; i++ {
-		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	aLast := statusEpochs(t, aaddr).LastEventID
-	if !smsstest.Poll(20*time.Second, func() bool { return statusEpochs(t, baddr).LastEventID == aLast }) {
-		t.Fatalf("the slave did not reach eventId %d", aLast)
-	}
-	link.Cut()
-	for i := 51; i <= 80; i++ {
-		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	var mu sync.Mutex
 	var bodies []string
