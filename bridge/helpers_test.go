@@ -521,13 +521,10 @@ func checkMirror(t testing.TB, gotMsgs, wantMsgs []got, orderedHeaders bool) {
 
 func decodeSpan(raw []byte) (binlog.Block, int64, int, error) { return binlog.DecodeSpan(raw) }
 
+// freePort is a port reserved for this test process (smsstest.FreePort).
 func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Helper()
+	return smsstest.FreePort(t)
 }
 
 // listenFakeMaster serves blocks on a given address.

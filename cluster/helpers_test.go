@@ -9,9 +9,12 @@ import (
 	"net"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // fastOptions: timings short enough for tests on loopback, in the ratios
@@ -159,14 +162,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// freePort is a loopback address on a port reserved for this test process.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(smsstest.FreePort(t)))
 }
 
 // newTestCluster opens nodes a, b, c (unless the sim marks them down, the

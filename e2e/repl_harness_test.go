@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 
 	"github.com/smssmq/smss/protocol"
 )
@@ -28,15 +29,10 @@ func replConfig(t *testing.T, dir string, port int, extra string) {
 	}
 }
 
-// freePort returns a port nothing listens on right now.
+// freePort returns a port reserved for this test process (smsstest.FreePort).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return smsstest.FreePort(t)
 }
 
 // startReplSlave runs a slave of the master on masterPort.

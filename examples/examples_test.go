@@ -120,12 +120,7 @@ func TestRedisGroup(t *testing.T) {
 		}
 		t.Skipf("redis-server not installed: %v", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := smsstest.FreePort(t)
 	daemon(t, regexp.MustCompile(`(?i)(ready to accept connections)`), "redis-server",
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	redisAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

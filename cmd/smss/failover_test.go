@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/config"
@@ -17,15 +18,11 @@ import (
 	"github.com/smssmq/smss/server"
 )
 
-// closedPort returns a loopback port nothing listens on.
+// closedPort returns a loopback port nothing listens on, reserved for this
+// test process so nothing starts listening there meanwhile.
 func closedPort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return smsstest.FreePort(t)
 }
 
 // slaveNode is a node on a slave broker whose master is unreachable.

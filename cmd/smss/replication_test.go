@@ -3,7 +3,6 @@ package main
 import (
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,12 +16,7 @@ import (
 // TestStartReplicationWithoutMaster: a slave whose master is unreachable
 // keeps retrying in the background, reports it, and stops on request.
 func TestStartReplicationWithoutMaster(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := closedPort(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b, err := broker.Open(broker.Options{Dir: t.TempDir(), Slave: true, Logger: logger})
 	if err != nil {

@@ -5,7 +5,6 @@ package security
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,25 +12,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
-// freePorts returns n distinct ports free on loopback right now; the
-// script's servers bind them a moment later (a collision only fails the
-// run, it cannot pass it wrongly).
+// freePorts returns n distinct ports reserved for this test process
+// (smsstest.FreePort): the script's servers bind them a moment later.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
-	var ls []net.Listener
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		ports = append(ports, smsstest.FreePort(t))
 	}
 	return ports
 }

@@ -3,8 +3,6 @@
 package smsstest
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -173,17 +171,4 @@ func (p *Proc) Stacks() string {
 	case <-time.After(10 * time.Second):
 	}
 	return p.Out.String()
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago. Another
-// process may take it before the caller binds it; a process that fails to
-// bind it fails its test, which is rare enough not to be retried.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(fmt.Errorf("free port: %w", err))
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +111,64 @@ func TestFreePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
+}
+
+// TestFreePortReserved: a port comes from outside the ephemeral range, is
+// never handed out twice, and is not one another process reserved or one
+// something listens on.
+func TestFreePortReserved(t *testing.T) {
+	lo, hi := reservablePorts()
+	seen := map[int]bool{}
+	for range 50 {
+		p := FreePort(t)
+		if p < lo || p > hi {
+			t.Fatalf("port %d outside %d..%d", p, lo, hi)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+	if b, err := os.ReadFile(portRangeFile); err == nil {
+		var el, eh int
+		if _, err := fmt.Sscan(string(b), &el, &eh); err == nil && lo <= eh && hi >= el {
+			t.Fatalf("ports %d..%d overlap the ephemeral range %d..%d", lo, hi, el, eh)
+		}
+	}
+	// Another process's reservation: the same lock through another open
+	// file, which flock treats as another owner.
+	next := func() int {
+		ports.mu.Lock()
+		defer ports.mu.Unlock()
+		for p := ports.next; ; p++ {
+			if p > hi {
+				p = lo
+			}
+			if ports.held[p] == nil {
+				ports.next = p
+				return p
+			}
+		}
+	}
+	q := next()
+	f, err := lockPortFile(filepath.Join(os.TempDir(), "smsstest-ports", strconv.Itoa(q)))
+	if err != nil {
+		t.Fatalf("lock port %d as another process: %v", q, err)
+	}
+	defer f.Close()
+	if p := FreePort(t); p == q {
+		t.Fatalf("port %d handed out although another process reserved it", q)
+	}
+	// A port something listens on.
+	r := next()
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", r))
+	if err != nil {
+		t.Skipf("port %d taken meanwhile: %v", r, err)
+	}
+	defer l.Close()
+	if p := FreePort(t); p == r {
+		t.Fatalf("port %d handed out although something listens on it", r)
+	}
 }
 
 func TestStartSmss(t *testing.T) {
