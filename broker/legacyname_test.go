@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -140,6 +142,118 @@ func TestLegacyTopicNames(t *testing.T) {
 		}
 		if ids, _ := readTopic(t, dir, m); len(ids) != 1 {
 			t.Errorf("deleting %q: %q holds %v", n, m, ids)
+		}
+	}
+}
+
+// A slave of a master holding topics with names the original accepted and
+// this server refuses to create applies their creates and messages as
+// opening the original's data directory does (TestLegacyTopicNames): after
+// a promotion every one is listed and read, with its topicRoot as the
+// original prints it. The topic sync of a slave that starts after the
+// creates keeps them too. A create whose directory would leave the bucket
+// ("..") is never applied.
+func TestReplicatedLegacyTopicNames(t *testing.T) {
+	ctx := context.Background()
+	mdir, sdir := t.TempDir(), t.TempDir()
+	m := openTest(t, mdir, nil)
+	legacy := []string{"", ".", `a\b`, "ctl\x01", "with space"}
+	for _, n := range legacy {
+		legacySubmit(t, m, opCreate, n, nil, 0)
+		legacySubmit(t, m, opPub, n, append(rec(n+"-1"), rec(n+"-2")...), 2)
+	}
+	mate := bucketMate(t, ".")
+	if _, err := m.CreateTopic(ctx, []byte(mate), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Publish(ctx, []byte(mate), rec("mate"), 1); err != nil {
+		t.Fatal(err)
+	}
+	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
+	stream, err := m.ReplicaStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := stream.Next(ctx, 10, 10*time.Millisecond, func(block []byte) error {
+			_, err := s.ApplyReplicated(ctx, append([]byte(nil), block...))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	stream.Close()
+	// A create of "..": refused, logged, the binlog still kept whole.
+	dotdot := binlog.AppendBlock(nil, &binlog.Block{WriteTime: 1, Cmd: binlog.CmdCreate, EventID: m.LastEventID() + 1,
+		Timestamp: 1, Topic: []byte(".."), Payload: make([]byte, 8)})
+	if _, err := s.ApplyReplicated(ctx, dotdot); err != nil {
+		t.Fatalf("apply a create of \"..\": %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, sdir, func(o *Options) { o.Slave = true })
+	if _, err := s.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Topics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(legacy)+1 {
+		t.Fatalf("promoted slave lists %d topics, want %d: %v", len(all), len(legacy)+1, all)
+	}
+	for _, n := range append(legacy, mate) {
+		info, err := s.Topic([]byte(n))
+		if err != nil {
+			t.Fatalf("info %q on the promoted slave: %v", n, err)
+		}
+		if want := topicblock.RelRoot([]byte(n), 10); info.TopicRoot != want {
+			t.Errorf("topicRoot of %q %q, want %q", n, info.TopicRoot, want)
+		}
+		want := 2
+		if n == mate {
+			want = 1
+		}
+		sub, err := s.Subscribe([]byte(n), []byte("w"), 0)
+		if err != nil {
+			t.Fatalf("sub %q on the promoted slave: %v", n, err)
+		}
+		_, got, err := sub.Next(ctx, nil, 10, time.Second)
+		sub.Close()
+		if err != nil || got != want {
+			t.Errorf("sub %q on the promoted slave read %d messages (%v), want %d", n, got, err, want)
+		}
+	}
+	if _, err := s.Topic([]byte("..")); err == nil {
+		t.Error("a replicated create of \"..\" made a topic")
+	}
+
+	// A slave that starts after the creates learns the topics from the
+	// valid list.
+	s2 := openTest(t, t.TempDir(), func(o *Options) { o.Slave = true })
+	defer s2.Close()
+	for _, n := range append(legacy, "..") {
+		info, err := m.Topic([]byte(n))
+		if n == ".." {
+			info, err = meta.Topic{Name: ".."}, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := s2.SyncTopic(ctx, info)
+		if n == ".." {
+			if err == nil || ok {
+				t.Errorf("topic sync of \"..\": %v %v, want refused", ok, err)
+			}
+			continue
+		}
+		if err != nil || !ok {
+			t.Errorf("topic sync of %q: %v %v", n, ok, err)
 		}
 	}
 }

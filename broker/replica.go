@@ -358,7 +358,9 @@ func (b *Broker) SyncTopic(ctx context.Context, m meta.Topic) (bool, error) {
 	if !b.IsSlave() {
 		return false, errors.New("broker: topic sync is for a slave only")
 	}
-	if err := protocol.ValidateTopicName([]byte(m.Name)); err != nil {
+	// The rule of a replicated create (stage.go): the original's names
+	// are kept, a directory outside the bucket never made.
+	if err := protocol.ValidateExistingTopicName([]byte(m.Name)); err != nil {
 		return false, fmt.Errorf("topic sync: %w", err)
 	}
 	c := getCommand()

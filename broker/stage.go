@@ -295,8 +295,13 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 		if t != nil {
 			return nil
 		}
-		if err := protocol.ValidateTopicName(blk.Topic); err != nil {
-			w.b.log.Error("replicated create of a topic name this server refuses; binlog kept, topic not created", "topic", name, "err", err)
+		// A name the original accepted and this server refuses to
+		// create (".", a backslash, a space…) is applied as opening an
+		// original data directory applies it: the topic exists, its
+		// messages are kept and served. Only a name whose directory
+		// could leave its hashing bucket ("..", '/') is never applied.
+		if err := protocol.ValidateExistingTopicName(blk.Topic); err != nil {
+			w.b.log.Error("replicated create of a topic name whose directory would leave the topic root; binlog kept, topic not created", "topic", name, "err", err)
 			return nil
 		}
 		expireAt := int64(binary.LittleEndian.Uint64(blk.Payload))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -111,5 +112,82 @@ func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
 	}
 	if u, err := s.nextData(10 * time.Second); err != nil || len(u.msgs) != 2 {
 		t.Fatalf("bucket mate %s after a restart: %v %v", mate, u, err)
+	}
+}
+
+// The rolling upgrade of README "Upgrading from the original", on real
+// processes: a master serving an original data directory whose topics
+// include names this server refuses to create, a slave of it from the
+// start (the creates come in the binlog) and one that starts after them
+// (they come in the valid list). Both keep every topic; the first,
+// promoted after the master is killed, serves every message of each, with
+// the topicRoot the original prints (TestReplicatedLegacyTopicNames is the
+// same in the broker).
+func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
+	legacy := []string{"", ".", `a\b`, "ctl\x01", "with space"}
+	mdir := t.TempDir()
+	mport := freePort(t)
+	replConfig(t, mdir, mport, "")
+	craftOriginalDir(t, filepath.Join(mdir, "data"), legacy)
+	master := startArgs(t, mdir, "-role", "master")
+	last := rawStatus(t, dial(t, master.addr)).LastEventID
+
+	fromStart, later := t.TempDir(), t.TempDir()
+	replConfig(t, fromStart, freePort(t), "")
+	replConfig(t, later, freePort(t), "")
+	s1 := startReplSlave(t, fromStart, mport, 0)
+	s2 := startReplSlave(t, later, mport, last)
+	waitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(fromStart, "data"), s1, 30*time.Second)
+	listed := func(p *proc) map[string]protocol.TopicInfo {
+		body, err := dial(t, p.addr).roundTrip(must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
+		if err != nil {
+			t.Fatalf("list on %s: %v", p.addr, err)
+		}
+		var list []protocol.TopicInfo
+		if len(body) == 0 {
+			return nil // no topic yet
+		}
+		if err := json.Unmarshal(body, &list); err != nil {
+			t.Fatalf("list on %s: %s: %v", p.addr, body, err)
+		}
+		out := map[string]protocol.TopicInfo{}
+		for _, ti := range list {
+			out[ti.Name] = ti
+		}
+		return out
+	}
+	var got map[string]protocol.TopicInfo
+	if !smsstest.Poll(30*time.Second, func() bool { got = listed(s2); return len(got) == len(legacy) }) {
+		t.Fatalf("the slave that started at eventId %d lists %v, want %q\n%s", last, got, legacy, tail(s2.out.String(), 3000))
+	}
+	master.kill()
+	sc := dial(t, s1.addr)
+	if body, err := sc.roundTrip(must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON); err != nil {
+		t.Fatalf("promote: %s %v", body, err)
+	}
+	got = listed(s1)
+	for _, name := range legacy {
+		ti, ok := got[name]
+		if !ok {
+			t.Errorf("the promoted slave lost topic %q: lists %v", name, got)
+			continue
+		}
+		p1, p2 := topicblock.Buckets([]byte(name), 10)
+		want := fmt.Sprintf("/%d/%d/%s", p1, p2, name)
+		if name == "" || name == "." {
+			want = fmt.Sprintf("/%d/%d", p1, p2)
+		}
+		if ti.TopicRoot != want {
+			t.Errorf("topicRoot of %q is %q, the original prints %q", name, ti.TopicRoot, want)
+		}
+		s := dial(t, s1.addr)
+		if err := s.sub(name, "w", 0, 10, 5*time.Second); err != nil {
+			t.Fatalf("sub %q on the promoted slave: %v", name, err)
+		}
+		u, err := s.nextData(10 * time.Second)
+		if err != nil || len(u.msgs) != 2 || string(u.msgs[0].Body) != name+"-1" || string(u.msgs[1].Body) != name+"-2" {
+			t.Errorf("sub %q on the promoted slave: %v %v", name, u, err)
+		}
+		s.c.Close()
 	}
 }

@@ -168,8 +168,8 @@ func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) 
 	}
 	inserted := 0
 	for _, t := range topics {
-		if err := protocol.ValidateTopicName([]byte(t.Name)); err != nil {
-			s.log.Error("topic sync: the master lists a topic name this server refuses; not created", "topic", t.Name, "err", err)
+		if err := protocol.ValidateExistingTopicName([]byte(t.Name)); err != nil {
+			s.log.Error("topic sync: the master lists a topic name whose directory would leave the topic root; not created", "topic", t.Name, "err", err)
 			continue
 		}
 		ok, err := s.t.SyncTopic(ctx, t)

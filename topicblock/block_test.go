@@ -231,6 +231,18 @@ func TestDirAndRelRoot(t *testing.T) {
 	if got := RelRoot([]byte("life1"), 100); got != "/84/44/life1" {
 		t.Errorf("RelRoot = %q, want /84/44/life1", got)
 	}
+	// Names the original accepted: its path join cleans "" and "." away
+	// (their directory is the bucket) and keeps every other byte.
+	for _, name := range []string{"", ".", `a\b`, "with space", "..."} {
+		p1, p2 := Buckets([]byte(name), 10)
+		want := fmt.Sprintf("/%d/%d/%s", p1, p2, name)
+		if name == "" || name == "." {
+			want = fmt.Sprintf("/%d/%d", p1, p2)
+		}
+		if got := RelRoot([]byte(name), 10); got != want {
+			t.Errorf("RelRoot(%q) = %q, want the original's %q", name, got, want)
+		}
+	}
 }
 
 func TestBucketsPanicsOnBadFolderCount(t *testing.T) {

@@ -1,6 +1,7 @@
 package topicblock
 
 import (
+	"path"
 	"path/filepath"
 	"strconv"
 )
@@ -48,8 +49,9 @@ func Dir(topicRoot string, name []byte, folderCount int) string {
 }
 
 // RelRoot returns "/<p1>/<p2>/<name>", the topicRoot field of the topic info
-// JSON (§2.2). The name is used verbatim, as the original does.
+// JSON (§2.2), joined and cleaned as the original's path join does: a name
+// "" or "." (whose directory is the bucket itself) gives "/<p1>/<p2>".
 func RelRoot(name []byte, folderCount int) string {
 	p1, p2 := Buckets(name, folderCount)
-	return "/" + strconv.Itoa(p1) + "/" + strconv.Itoa(p2) + "/" + string(name)
+	return path.Join("/", strconv.Itoa(p1), strconv.Itoa(p2), string(name))
 }
