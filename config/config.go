@@ -240,7 +240,7 @@ func Default() *Config {
 		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
 		Cursor:      defaultCursor(),
 		Auth:        defaultAuth(),
-		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, ReadCommitted: true, RejoinMaxProbes: 64},
+		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, ReadCommitted: true, RejoinMaxProbes: 64, PromoteQuietMs: 2000},
 		Server:      ServerSection{Epoll: true, EpollMinConns: 8},
 		Cluster:     defaultCluster(),
 	}

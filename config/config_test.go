@@ -100,9 +100,9 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// 18 + 5 cursor keys of issue 22 + server.epoll and
 	// worker.inlineDeliveries and server.maxProcs and server.epollMinConns
 	// of issue 24 + 10 cluster keys of issue 31 + replication.readCommitted
-	// of issue 32 + source
-	if len(s) != 98 {
-		t.Errorf("summary has %d entries, want 98", len(s))
+	// of issue 32 + replication.promoteQuietMs of issue 35 + source
+	if len(s) != 99 {
+		t.Errorf("summary has %d entries, want 99", len(s))
 	}
 }
 

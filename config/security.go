@@ -94,6 +94,11 @@ type ReplicationClient struct {
 	// each is a connection to the master, and about 2·log2 of the
 	// divergent eventIds are needed).
 	RejoinMaxProbes int64 `yaml:"rejoinMaxProbes"`
+	// PromoteQuietMs is slave side: a slave whose master sent it a block
+	// less than this long ago (it is still streaming writes) refuses a
+	// manual promote without --force, and status reports the stream
+	// caughtUp once it was quiet this long (0: no such check).
+	PromoteQuietMs int64 `yaml:"promoteQuietMs"`
 }
 
 // Values of replication.onSyncTimeout.
@@ -214,6 +219,7 @@ func (c *Config) validateSecurity(v *validator) {
 		v.add(fmt.Sprintf("replication.onSyncTimeout must be %q or %q (got %q)", SyncFail, SyncDegrade, r.OnSyncTimeout))
 	}
 	v.between("replication.rejoinMaxProbes", r.RejoinMaxProbes, 1, 1000, "replica requests per divergence search")
+	v.between("replication.promoteQuietMs", r.PromoteQuietMs, 0, 600000, "ms; 0 promotes a slave whose master still streams")
 	if (r.User == "") != (r.PasswordFile == "") {
 		v.add("replication.user and replication.passwordFile must be set together")
 	}

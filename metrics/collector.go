@@ -62,6 +62,7 @@ var (
 	descReplConn     = desc("replication_connected", "1 when this slave's replica stream is open.")
 	descReplLag      = desc("replication_lag_events", "Master's last eventId minus this slave's (when known).")
 	descReplLagSec   = desc("replication_lag_seconds", "Age of the last applied block while catching up; 0 when caught up.")
+	descReplQuiet    = desc("replication_caught_up", "1 when the slave's stream brought no block for replication.promoteQuietMs (its master takes no writes), else 0.")
 	descDelayed      = desc("delayed_pending", "Delayed messages not yet applied.")
 	descDelayedDue   = desc("delayed_pending_due", "Pending delayed messages by due time (within the label's span after the previous bucket).", "within")
 	descSourceErrs   = desc("source_errors_total", "Scrapes during which reading server state failed.")
@@ -195,14 +196,18 @@ func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
 		e.gauge(descHeldByCommit, float64(r.HeldByCommit))
 	}
 	if r.Role == RoleSlave {
-		connected, lagEvents, lagSec := 0.0, -1.0, 0.0
+		connected, lagEvents, lagSec, caughtUp := 0.0, -1.0, 0.0, 0.0
 		if l := r.Master; l != nil {
 			if l.State == LinkStreaming {
 				connected = 1
 			}
 			lagEvents, lagSec = float64(l.LagEvents), l.LagSeconds
+			if l.CaughtUp {
+				caughtUp = 1
+			}
 		}
 		e.gauge(descReplConn, connected)
+		e.gauge(descReplQuiet, caughtUp)
 		if lagEvents >= 0 {
 			e.gauge(descReplLag, lagEvents)
 		}

@@ -121,7 +121,7 @@ func TestSourceCollector(t *testing.T) {
 	// A slave exports its link instead; a failing Topics is counted, not fatal.
 	fake.Update(func(s *metricstest.State) {
 		s.Replication = metrics.ReplicationInfo{Role: metrics.RoleSlave, Master: &metrics.MasterLink{
-			Addr: "10.0.0.1:12301", State: metrics.LinkStreaming, LagEvents: -1, LagSeconds: 1.5}}
+			Addr: "10.0.0.1:12301", State: metrics.LinkStreaming, LagEvents: -1, LagSeconds: 1.5, QuietMs: 2500, CaughtUp: true}}
 		s.FailTopics = true
 		s.Info.Certificates = nil
 		s.Info.Role = metrics.RoleSlave
@@ -138,6 +138,9 @@ func TestSourceCollector(t *testing.T) {
 	}
 	if got := value(t, f, "smss_replication_lag_seconds", nil); got != 1.5 {
 		t.Errorf("replication_lag_seconds = %v", got)
+	}
+	if got := value(t, f, "smss_replication_caught_up", nil); got != 1 {
+		t.Errorf("replication_caught_up = %v", got)
 	}
 	if _, ok := f["smss_replication_lag_events"]; ok {
 		t.Error("unknown slave lag (-1) exported")

@@ -186,6 +186,15 @@ type MasterLink struct {
 	LastContact int64 `json:"lastContact"`
 	// LastError is the error that ended the previous session, if any.
 	LastError string `json:"lastError,omitempty"`
+	// LastBlockAt is the ms time the last block from the master was
+	// applied by this process; 0 if none.
+	LastBlockAt int64 `json:"lastBlockAt"`
+	// QuietMs is how long the stream has brought no block (-1 when not
+	// streaming); CaughtUp is true once it was quiet for
+	// replication.promoteQuietMs (a promote no longer loses writes the
+	// master takes).
+	QuietMs  int64 `json:"quietMs"`
+	CaughtUp bool  `json:"caughtUp"`
 }
 
 // DelayStats summarises the delay queue.

@@ -84,6 +84,33 @@ type NodeStatus struct {
 	// none. A consumer places the eventIds it takes with it (EpochStartOf)
 	// and checks a position on another node with ResumePoint.
 	Epochs []EpochStart `json:"epochs,omitempty"`
+	// Stream is a slave's replication stream from its master; left out
+	// on a master.
+	Stream *SlaveStream `json:"stream,omitempty"`
+}
+
+// SlaveStream is what a slave reports of its stream from its master
+// (status on a slave): whether the master still sends blocks, so that an
+// operator moving writes to this node sees when it has caught up.
+type SlaveStream struct {
+	// State is connecting, syncing, streaming or stopped.
+	State string `json:"state"`
+	// ConnectedSince is when the current stream opened (Unix ms); 0 when
+	// not streaming.
+	ConnectedSince int64 `json:"connectedSince,omitempty"`
+	// LastBlockAt is when this process last applied a block from the
+	// master (Unix ms); 0 before the first.
+	LastBlockAt int64 `json:"lastBlockAt,omitempty"`
+	// QuietMs is how long the stream has sent no block: since the last
+	// block, or since it opened when none came on it; -1 when not
+	// streaming.
+	QuietMs int64 `json:"quietMs"`
+	// QuietAfterMs is replication.promoteQuietMs: how long a stream must be
+	// quiet to count as caught up (0: the check is off).
+	QuietAfterMs int64 `json:"quietAfterMs"`
+	// CaughtUp: streaming, and quiet for at least QuietAfterMs — the
+	// master has taken no write this node lacks for that long.
+	CaughtUp bool `json:"caughtUp"`
 }
 
 // ClusterView is what a node of a cluster reports in its status: what the

@@ -334,6 +334,9 @@ func (s *Slave) publishPos(n int64) {
 		st.LastEventID = pos
 		st.Blocks += n
 		st.LastFrameAt = now
+		if n > 0 {
+			st.LastBlockAt = now
+		}
 	})
 }
 

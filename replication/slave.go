@@ -195,6 +195,9 @@ type Status struct {
 	// streaming.
 	ConnectedSince time.Time
 	LastFrameAt    time.Time // last frame (data or alive) from the master
+	// LastBlockAt is when a block from the master was last applied by
+	// this process; zero before the first.
+	LastBlockAt time.Time
 	// CommitPoint is the last commit point a version 2 master sent
 	// (docs/protocol.md §4.6); 0 from an earlier one.
 	CommitPoint int64

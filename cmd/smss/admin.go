@@ -186,6 +186,8 @@ type adminSource struct {
 	version string
 	started int64
 	config  map[string]any
+	// quietAfter is replication.promoteQuietMs (a slave's caughtUp).
+	quietAfter time.Duration
 
 	b      atomic.Pointer[broker.Broker]
 	listen atomic.Pointer[string]
@@ -203,7 +205,8 @@ type adminSource struct {
 }
 
 func newAdminSource(cfg *config.Config, role string, m *metrics.Metrics) *adminSource {
-	s := &adminSource{m: m, role: role, version: serverVersion(), started: time.Now().UnixMilli(), config: map[string]any{}}
+	s := &adminSource{m: m, role: role, version: serverVersion(), started: time.Now().UnixMilli(), config: map[string]any{},
+		quietAfter: time.Duration(cfg.Replication.PromoteQuietMs) * time.Millisecond}
 	// Summary redacts secrets.
 	for _, a := range cfg.Summary() {
 		if attr, ok := a.(slog.Attr); ok {
@@ -402,6 +405,8 @@ func (s *adminSource) Replication() metrics.ReplicationInfo {
 	if !st.LastFrameAt.IsZero() {
 		link.LastContact = st.LastFrameAt.UnixMilli()
 	}
+	v := slaveStream(st, s.quietAfter, time.Now())
+	link.LastBlockAt, link.QuietMs, link.CaughtUp = v.LastBlockAt, v.QuietMs, v.CaughtUp
 	if b != nil {
 		link.LagSeconds = rr.lagSeconds(b, st)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,6 +149,7 @@ func (n *node) Status() server.NodeStatus {
 		st.Role = server.RoleSlave
 		if r := n.runner.Load(); r != nil {
 			st.Master = r.addr
+			st.Stream = slaveStream(r.Status(), n.quietAfter(), time.Now())
 		}
 	}
 	if n.auto != nil {
@@ -196,6 +198,9 @@ func (n *node) PromoteChecked(ctx context.Context, force bool) (uint64, string, 
 		st := r.Status()
 		risk = promoteRisk(n.b.LastEventID(), st.CommitPoint,
 			r.masterReplica.Load() >= protocol.ReplicaStreamV2, r.commitSeen.Load())
+		if still := stillStreaming(slaveStream(st, n.quietAfter(), time.Now())); still != "" {
+			risk = strings.TrimPrefix(risk+"; "+still, "; ")
+		}
 		if risk != "" {
 			risk += fmt.Sprintf(" (replication from %s: %s, %d reconnects, %d blocks applied)", st.MasterAddr, st.State, st.Reconnects, st.Blocks)
 		}
@@ -212,6 +217,44 @@ func (n *node) PromoteChecked(ctx context.Context, force bool) (uint64, string, 
 		n.log.Error("FORCED PROMOTION: acknowledged writes may be lost", "why", risk, "epoch", epoch)
 	}
 	return epoch, risk, nil
+}
+
+// quietAfter is replication.promoteQuietMs.
+func (n *node) quietAfter() time.Duration {
+	return time.Duration(n.cfg.Replication.PromoteQuietMs) * time.Millisecond
+}
+
+// slaveStream is the status view of a slave's stream st at now, caught up
+// once quiet for quietAfter.
+func slaveStream(st replication.Status, quietAfter time.Duration, now time.Time) *protocol.SlaveStream {
+	v := &protocol.SlaveStream{State: string(st.State), QuietMs: -1, QuietAfterMs: quietAfter.Milliseconds()}
+	if !st.LastBlockAt.IsZero() {
+		v.LastBlockAt = st.LastBlockAt.UnixMilli()
+	}
+	if st.State != replication.StateStreaming || st.ConnectedSince.IsZero() {
+		return v
+	}
+	v.ConnectedSince = st.ConnectedSince.UnixMilli()
+	since := st.ConnectedSince
+	if st.LastBlockAt.After(since) {
+		since = st.LastBlockAt
+	}
+	quiet := max(now.Sub(since), 0)
+	v.QuietMs = quiet.Milliseconds()
+	v.CaughtUp = quiet >= quietAfter
+	return v
+}
+
+// stillStreaming says why promoting a slave with stream v would lose the
+// writes its master is still taking ("" when the stream is quiet, down,
+// or the check is off).
+func stillStreaming(v *protocol.SlaveStream) string {
+	if v.QuietAfterMs == 0 || v.QuietMs < 0 || v.CaughtUp {
+		return ""
+	}
+	return fmt.Sprintf("its master is still streaming writes to it (the last block %d ms ago, less than replication.promoteQuietMs %d): "+
+		"writes the master takes after the promotion would be lost; stop writes on the master and wait until status shows the stream caughtUp",
+		v.QuietMs, v.QuietAfterMs)
 }
 
 // promoteRisk says why a slave with last eventId last may not hold every

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/cluster"
+	"github.com/smssmq/smss/replication"
 )
 
 func TestPromoteRisk(t *testing.T) {
@@ -56,6 +57,45 @@ func TestPickSwitchoverTarget(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := pickSwitchoverTarget(tc.st, tc.probes); got != tc.want {
 				t.Fatalf("pickSwitchoverTarget = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSlaveStream: the stream view of status, and the promote refusal it
+// gives, for each state of a slave's stream.
+func TestSlaveStream(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	for _, tc := range []struct {
+		name      string
+		st        replication.Status
+		after     time.Duration
+		quiet     int64
+		caughtUp  bool
+		refused   bool
+		lastBlock int64
+	}{
+		{"block just now", replication.Status{State: replication.StateStreaming, ConnectedSince: ago(time.Minute), LastBlockAt: ago(5 * time.Millisecond)},
+			2 * time.Second, 5, false, true, ago(5 * time.Millisecond).UnixMilli()},
+		{"quiet long enough", replication.Status{State: replication.StateStreaming, ConnectedSince: ago(time.Minute), LastBlockAt: ago(3 * time.Second)},
+			2 * time.Second, 3000, true, false, ago(3 * time.Second).UnixMilli()},
+		{"block before this stream opened", replication.Status{State: replication.StateStreaming, ConnectedSince: ago(time.Second), LastBlockAt: ago(time.Minute)},
+			2 * time.Second, 1000, false, true, ago(time.Minute).UnixMilli()},
+		{"no block yet", replication.Status{State: replication.StateStreaming, ConnectedSince: ago(3 * time.Second)},
+			2 * time.Second, 3000, true, false, 0},
+		{"not streaming", replication.Status{State: replication.StateConnecting, LastBlockAt: ago(time.Millisecond)},
+			2 * time.Second, -1, false, false, ago(time.Millisecond).UnixMilli()},
+		{"check off", replication.Status{State: replication.StateStreaming, ConnectedSince: ago(time.Minute), LastBlockAt: ago(time.Millisecond)},
+			0, 1, true, false, ago(time.Millisecond).UnixMilli()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := slaveStream(tc.st, tc.after, now)
+			if v.QuietMs != tc.quiet || v.CaughtUp != tc.caughtUp || v.LastBlockAt != tc.lastBlock || v.QuietAfterMs != tc.after.Milliseconds() {
+				t.Errorf("view %+v, want quietMs %d caughtUp %v lastBlockAt %d", v, tc.quiet, tc.caughtUp, tc.lastBlock)
+			}
+			if got := stillStreaming(v) != ""; got != tc.refused {
+				t.Errorf("refused %v, want %v (%q)", got, tc.refused, stillStreaming(v))
 			}
 		})
 	}

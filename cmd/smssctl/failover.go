@@ -13,7 +13,10 @@ import (
 const statusUsage = `usage: smssctl status
 
 Prints the server's role (master or slave), promotion epoch, last eventId
-and, on a slave, the master it follows. Any logged-in user may ask.
+and, on a slave, the master it follows and whether that master still
+streams writes to it ("caught up" once no block came for
+replication.promoteQuietMs, when a promote no longer loses writes the
+master takes). Any logged-in user may ask.
 `
 
 const promoteUsage = `usage: smssctl promote [--force]
@@ -27,7 +30,10 @@ a master, and on a cluster node (smss -role auto: use smssctl switchover).
 Refused too when the slave is not known to hold every write its master
 acknowledged: its last eventId is below the last commit point the master
 sent, or the master confirms writes with its slaves (syncSlaves > 0) and
-never sent one. --force promotes anyway and prints what may be lost.
+never sent one; or when its master is still streaming writes to it (a
+block came less than replication.promoteQuietMs ago: stop writes on the
+master and wait until status says caught up). --force promotes anyway and
+prints what may be lost.
 `
 
 const followUsage = `usage: smssctl follow HOST:PORT
@@ -71,13 +77,27 @@ func runStatus(ctx context.Context, g *globals, args []string) int {
 		return fail(g, err)
 	}
 	if g.json {
-		writeJSON(g.e.stdout, map[string]any{"addr": g.addr, "role": st.Role, "epoch": st.Epoch,
-			"lastEventId": st.LastEventID, "master": st.Master})
+		out := map[string]any{"addr": g.addr, "role": st.Role, "epoch": st.Epoch,
+			"lastEventId": st.LastEventID, "master": st.Master}
+		if st.Stream != nil {
+			out["stream"] = st.Stream
+		}
+		writeJSON(g.e.stdout, out)
 		return exitOK
 	}
 	fmt.Fprintf(g.e.stdout, "%s: %s, epoch %d, last eventId %d", g.addr, st.Role, st.Epoch, st.LastEventID)
 	if st.Master != "" {
 		fmt.Fprintf(g.e.stdout, ", following %s", st.Master)
+	}
+	if s := st.Stream; s != nil {
+		switch {
+		case s.QuietMs < 0:
+			fmt.Fprintf(g.e.stdout, "; stream %s", s.State)
+		case s.CaughtUp:
+			fmt.Fprintf(g.e.stdout, "; caught up (no block for %d ms)", s.QuietMs)
+		default:
+			fmt.Fprintf(g.e.stdout, "; streaming writes (last block %d ms ago)", s.QuietMs)
+		}
 	}
 	fmt.Fprintln(g.e.stdout)
 	return exitOK
