@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
+
 	"github.com/smssmq/smss/client/internal/testserver"
 )
 
@@ -202,6 +204,25 @@ func TestDiscoverySkipsHungNode(t *testing.T) {
 	}
 }
 
+// quickQuiet lets a slave whose master stopped writing be promoted 200 ms
+// later (replication.promoteQuietMs), where a manual promote of a slave
+// whose master is still up waits for its stream to be quiet.
+const quickQuiet = "replication:\n  promoteQuietMs: 200\n"
+
+// promoteCaughtUp promotes the slave c is connected to once its status
+// says its master streams no more writes (a promote before that is
+// refused).
+func promoteCaughtUp(t *testing.T, c *Client) {
+	t.Helper()
+	smsstest.WaitFor(t, 20*time.Second, "the slave's stream caught up", func() bool {
+		st, err := c.Status(ctxT(t, 5*time.Second))
+		return err == nil && st.Stream != nil && st.Stream.CaughtUp
+	})
+	if _, err := c.Promote(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+}
+
 // TestPublishMovesOnNotConfirmed: a master that waits for one slave's
 // confirmation (syncSlaves 1) loses it when the slave is promoted (a
 // manual failover); its writes are refused "write not confirmed". A client
@@ -210,7 +231,7 @@ func TestDiscoverySkipsHungNode(t *testing.T) {
 func TestPublishMovesOnNotConfirmed(t *testing.T) {
 	const sync = "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 300\n"
 	master := testserver.Start(t, fastAlive+sync)
-	slave := testserver.StartSlave(t, master, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive+quickQuiet)
 	c := dialT(t, "", Options{Addrs: []string{master.Addr, slave.Addr}, HealthCheckInterval: -1,
 		RetryBackoff: 20 * time.Millisecond})
 	ctx := ctxT(t, 60*time.Second)
@@ -228,9 +249,7 @@ func TestPublishMovesOnNotConfirmed(t *testing.T) {
 	waitTopic(t, slave.Addr, "order", seq("before", 0, 3))
 
 	sc := dialT(t, slave.Addr, Options{HealthCheckInterval: -1})
-	if _, err := sc.Promote(ctx); err != nil {
-		t.Fatalf("promote: %v", err)
-	}
+	promoteCaughtUp(t, sc)
 	for i := range 3 {
 		if err := c.Publish(ctx, "order", NewMessage([]byte("after"+strconv.Itoa(i)))); err != nil {
 			t.Fatalf("publish %d after the promotion: %v", i, err)
@@ -250,7 +269,7 @@ func TestPublishMovesOnNotConfirmed(t *testing.T) {
 // node costs the probe timeout only.
 func TestSubscriberPrefersCurrentEpoch(t *testing.T) {
 	m := testserver.Start(t, fastAlive)
-	s1 := testserver.StartSlave(t, m, fastAlive)
+	s1 := testserver.StartSlave(t, m, fastAlive+quickQuiet)
 	s2 := testserver.StartSlave(t, m, fastAlive)
 	mc := dialT(t, m.Addr, Options{HealthCheckInterval: -1})
 	if err := mc.CreateTopic(ctxT(t, 10*time.Second), "t"); err != nil {
@@ -260,9 +279,7 @@ func TestSubscriberPrefersCurrentEpoch(t *testing.T) {
 	waitTopic(t, s1.Addr, "t", seq("before", 0, 3))
 	waitTopic(t, s2.Addr, "t", seq("before", 0, 3))
 	c1 := dialT(t, s1.Addr, Options{HealthCheckInterval: -1})
-	if _, err := c1.Promote(ctxT(t, 10*time.Second)); err != nil {
-		t.Fatalf("promote: %v", err)
-	}
+	promoteCaughtUp(t, c1)
 	publishN(t, c1, "t", "after", 0, 2)
 
 	run := func(t *testing.T, addrs []string, want []string) *Subscriber {
