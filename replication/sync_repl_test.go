@@ -8,11 +8,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/protocol"
 )
@@ -427,4 +430,69 @@ func TestSyncTwoSlaves(t *testing.T) {
 	}
 	// Refused, yet stored and replicated to the remaining slave.
 	waitFor(t, 10*time.Second, "the remaining slave to apply", func() bool { return slaves[0].Status().LastEventID >= id })
+}
+
+// TestSlaveOfOriginalMasterKeepsLegacyTopicNames: an original master whose
+// data directory holds topics with names the original accepted and this
+// server refuses to create ("", ".", a backslash, a space). Our slave,
+// from the start (creates in the stream) and from a later eventId (topics
+// from the valid list), keeps every one of them (the binlog
+// byte-identical) and still has them once promoted.
+func TestSlaveOfOriginalMasterKeepsLegacyTopicNames(t *testing.T) {
+	legacy := []string{"", ".", `a\b`, "with space"}
+	mdir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(mdir, "binlog"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	id, now := int64(1), time.Now().UnixMilli()
+	for _, name := range legacy {
+		raw = binlog.AppendBlock(raw, &binlog.Block{WriteTime: now, Cmd: binlog.CmdCreate, EventID: id, Timestamp: now,
+			Topic: []byte(name), Payload: make([]byte, 8)})
+		id++
+		raw = binlog.AppendBlock(raw, &binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: id, Timestamp: now,
+			Topic: []byte(name), Payload: rec(name + "-1")})
+		id++
+	}
+	if err := os.WriteFile(filepath.Join(mdir, "binlog", "0.log"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := openBroker(t, mdir, false, nil)
+	defer m.Close()
+	fm := startFakeOriginalMaster(t, m)
+	for _, tc := range []struct {
+		name  string
+		start int64
+	}{{"from the start", 0}, {"from a later eventId", m.LastEventID()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sdir := t.TempDir()
+			sb := openBroker(t, sdir, true, nil)
+			defer sb.Close()
+			s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr, StartEvent: tc.start, AliveInterval: 100 * time.Millisecond,
+				SilenceTimeout: 2 * time.Second})
+			waitFor(t, 20*time.Second, "every topic on the slave", func() bool {
+				ts, err := sb.Topics()
+				return err == nil && len(ts) == len(legacy)
+			})
+			if tc.start == 0 {
+				waitCaughtUp(t, s, m, 20*time.Second)
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if tc.start == 0 {
+				if mb, sbb := binlogBytes(t, mdir), binlogBytes(t, sdir); !bytes.Equal(mb, sbb) {
+					t.Fatalf("binlogs differ: master %d bytes, slave %d", len(mb), len(sbb))
+				}
+			}
+			if _, err := sb.Promote(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range legacy {
+				if _, err := sb.Topic([]byte(name)); err != nil {
+					t.Errorf("topic %q on the promoted slave: %v", name, err)
+				}
+			}
+		})
+	}
 }
