@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 from . import _wire as w
 from ._conn import Conn, net_error
-from .errors import (EventIdUnavailable, InvalidInput, NetworkError, NoMaster, ProtocolError, ServerError, SmssError,
-                     SubscriberExists, Timeout, TopicDeleted)
+from .errors import InvalidInput, NetworkError, NoMaster, ProtocolError, SmssError, SubscriberExists, Timeout, TopicDeleted
 
 RESUME_FROM_START = 0
 RESUME_FROM_END = -1
@@ -58,8 +57,10 @@ class Subscription:
                        RESUME_FROM_START (0), RESUME_FROM_END (-1) or an eventId.
     Options: batch (1..255 messages per frame), ack_timeout (seconds the
     server waits for an ack, default 30), reconnect (True: on a lost
-    connection connect again, also to another address, and resume after
-    the last handled eventId), min_backoff/max_backoff (0.1 s / 5 s),
+    connection, or while the server still holds the same who registered
+    (SubscriberExists), connect again, also to another address, and resume
+    after the last handled eventId; get(timeout) bounds the waiting),
+    min_backoff/max_backoff (0.1 s / 5 s),
     idle_timeout (40 s without a frame or alive means the server is gone),
     trace_id.
 
@@ -142,8 +143,7 @@ class Subscription:
                 if isinstance(e, Timeout) and getattr(e, "caller_deadline", False):
                     raise
                 self._drop()
-                first = self.reconnects == 0 and not self._acked_any and isinstance(e, SubscriberExists)
-                if not self._reconnect or first:
+                if not self._reconnect:
                     raise
                 self.reconnects += 1
                 pause = random.uniform(backoff / 2, backoff)
