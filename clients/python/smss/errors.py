@@ -200,8 +200,10 @@ def classify(message, topic=""):
     if (m.startswith("authentication ") or m.startswith("too many failed authentication")
             or (m.startswith("user ") and (m.endswith("is disabled") or m.endswith("no longer exists")))):
         return AuthFailed
-    if "exceeds limit." in m:
+    if "exceeds limit." in m or "exceeds delay.maxDelay" in m:
         return LimitExceeded
+    if m.startswith("smss-msg-id must be "):
+        return InvalidRequest
     if (m.startswith("invalid eventId") or "is beyond the last eventId" in m
             or "removed by retention" in m or "is older than the oldest retained" in m
             or "is inside a binlog block" in m or m.startswith("subscription position is gone")):
