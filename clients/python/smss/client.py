@@ -206,16 +206,7 @@ class Client:
         except SmssError as e:
             return "error", e
 
-    def discover(self, timeout=None):
-        """Find the master among the addresses (README "Clients that follow the master").
-
-        Every address's status is asked in parallel, each within probe_timeout.
-        A cluster master whose own view names it master of its epoch, not
-        fenced, is taken as soon as it answers; otherwise, once every probe
-        answered or ran out, the master of the highest epoch, never one behind
-        an epoch another node reports. Servers without status (an original)
-        come after, to be tried by sending the request. Returns the addresses
-        to try, in order."""
+    def _probe_all(self, timeout, stop_early):
         t = min(self.opts.probe_timeout, timeout or self.opts.probe_timeout)
         results = queue.Queue()
         for a in self.addrs:
@@ -228,19 +219,39 @@ class Client:
             except queue.Empty:
                 break
             answers[a] = (kind, v)
-            if kind == "status" and _proven_cluster_master(v):
-                return [a]
-        epochs = [max(int(v.get("epoch", 0) or 0), int((v.get("cluster") or {}).get("epoch", 0) or 0))
-                  for k, v in answers.values() if k == "status"]
-        top = max(epochs, default=0)
-        masters = sorted(((int(v.get("epoch", 0) or 0), a) for a, (k, v) in answers.items()
-                          if k == "status" and v.get("role") == "master" and not (v.get("cluster") or {}).get("fenced")),
-                         key=lambda x: -x[0])
-        order = [a for e, a in masters if e >= top]
+            if stop_early and kind == "status" and _proven_cluster_master(v):
+                return answers, a
+        return answers, None
+
+    def discover(self, timeout=None, for_subscribe=False):
+        """Find the master among the addresses (README "Clients that follow the master").
+
+        Every address's status is asked in parallel, each within probe_timeout.
+        A cluster master whose own view names it master of its epoch, not
+        fenced, is taken as soon as it answers; otherwise, once every probe
+        answered or ran out, the master of the highest epoch, never one behind
+        an epoch another node reports. Servers without status (an original)
+        come after, to be tried by sending the request. for_subscribe adds,
+        after the masters, the slaves of the newest epoch (a node that did not
+        answer, or of an older epoch, is never used). Returns the addresses to
+        try, in order."""
+        answers, proven = self._probe_all(timeout, True)
+        if proven is not None:
+            return [proven]
+        status = {a: v for a, (k, v) in answers.items() if k == "status"}
+        top = max((_epoch(v) for v in status.values()), default=0)
+        masters = sorted((a for a, v in status.items() if v.get("role") == "master"
+                          and not (v.get("cluster") or {}).get("fenced") and int(v.get("epoch", 0) or 0) >= top),
+                         key=lambda a: -int(status[a].get("epoch", 0) or 0))
+        order = masters
+        if for_subscribe:
+            order = order + [a for a in self.addrs if a in status and a not in masters
+                             and status[a].get("role") == "slave" and _epoch(status[a]) >= top]
         order += [a for a in self.addrs if answers.get(a, ("",))[0] == "nostatus"]
         if not order:
             what = "; ".join(f"{a}: {_describe(answers.get(a))}" for a in self.addrs)
-            raise NoMaster(f"no reachable master among {len(self.addrs)} addresses ({what})")
+            raise NoMaster(f"no reachable {'server of the newest epoch' if for_subscribe else 'master'} "
+                           f"among {len(self.addrs)} addresses ({what})")
         return order
 
     def _readers(self, timeout):
@@ -422,6 +433,10 @@ def _proven_cluster_master(st):
     c = st.get("cluster") or {}
     return (st.get("role") == "master" and c.get("node") and c.get("master") == c.get("node")
             and not c.get("fenced") and int(c.get("epoch", 0) or 0) >= int(st.get("epoch", 0) or 0))
+
+
+def _epoch(st):
+    return max(int(st.get("epoch", 0) or 0), int((st.get("cluster") or {}).get("epoch", 0) or 0))
 
 
 def _describe(ans):

@@ -201,7 +201,7 @@ class Subscription:
     def _open(self, deadline):
         c = self._client
         t = c.opts.timeout if deadline is None else max(deadline - time.monotonic(), 0.001)
-        addrs = c.addrs if len(c.addrs) == 1 else c._readers(t)
+        addrs = c.addrs if len(c.addrs) == 1 else c.discover(t, for_subscribe=True)
         last = None
         for addr in addrs:
             try:

@@ -204,6 +204,11 @@ def test_several_addresses_find_the_master(start_server, topic):
     wait_for(lambda: direct.status()["lastEventId"] >= c.status()["lastEventId"], what="slave caught up")
     (got,) = drain(direct, topic, 1)  # a slave serves subscriptions
     assert got.body == b"via discovery"
+    # A subscriber given every address subscribes to the master, else to the slave.
+    with c.subscribe(topic, "multi") as s:
+        assert s.get(10).body == b"via discovery"
     only_slaves = smss.Client([dead, sl.addr])
+    with only_slaves.subscribe(topic, "multi2") as s:
+        assert s.get(10).body == b"via discovery"
     with pytest.raises((smss.NoMaster, smss.RetriesExhausted)):
         only_slaves.publish(topic, b"x", timeout=2)

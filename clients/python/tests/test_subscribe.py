@@ -6,7 +6,6 @@ import time
 import pytest
 
 import smss
-from conftest import wait_for
 
 
 def test_from_event_id_and_batches(server, topic):
