@@ -212,3 +212,27 @@ def test_several_addresses_find_the_master(start_server, topic):
         assert s.get(10).body == b"via discovery"
     with pytest.raises((smss.NoMaster, smss.RetriesExhausted)):
         only_slaves.publish(topic, b"x", timeout=2)
+
+
+def test_write_not_confirmed_is_retried_with_its_id_and_stored_once(start_server, topic):
+    # syncSlaves 1 and no slave: every write is stored, then refused "write not confirmed".
+    s = start_server("replication:\n  syncSlaves: 1\n  syncTimeoutMs: 200\n  readCommitted: false\n")
+    c = smss.connect(s.addr, max_retries=2, retry_backoff=0.01)
+    with pytest.raises(smss.WriteNotConfirmed):
+        c.create_topic(topic)  # stored all the same; topic admin is not retried
+    assert c.topic_info(topic).name == topic
+    t0 = time.monotonic()
+    with pytest.raises(smss.RetriesExhausted) as ei:
+        c.publish(topic, b"sync")
+    e = ei.value
+    assert isinstance(e, smss.WriteNotConfirmed) and isinstance(e.last, smss.WriteNotConfirmed)
+    assert "3 attempts" in str(e) and e.message.startswith("write not confirmed")
+    assert time.monotonic() - t0 >= 0.6  # three attempts of 200 ms each
+    (m,) = drain(c, topic, 1)
+    assert m.body == b"sync"
+    assert_nothing_more(c, topic, m.event_id)  # the retries were recognised: stored once
+    # Without a message id the refusal is returned at once: a retry could store it twice.
+    c2 = smss.connect(s.addr, message_ids=False, max_retries=2)
+    with pytest.raises(smss.WriteNotConfirmed) as ei:
+        c2.publish(topic, b"no id")
+    assert not isinstance(ei.value, smss.RetriesExhausted)
