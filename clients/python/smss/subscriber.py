@@ -64,7 +64,8 @@ class Subscription:
     idle_timeout (40 s without a frame or alive means the server is gone),
     trace_id.
 
-    After a reconnect the subscription always resumes after ``last_acked``,
+    A Subscription belongs to one thread (the Client it came from may be
+    shared). After a reconnect the subscription always resumes after ``last_acked``,
     the eventId of the last message handed out and handled, so nothing is
     skipped and nothing handled is delivered twice.
     """

@@ -54,10 +54,14 @@ def test_delay_publish(server, topic):
     c.create_topic(topic)
     t0 = time.monotonic()
     c.publish_delay(topic, b"later", 1.0, {"d": "1"})
+    c.publish_delay_batch(topic, [b"d1", (b"d2", {"n": "2"})], 1.2)
     with c.subscribe(topic, "w", batch=1) as s:
         m = s.get(10)
-    assert time.monotonic() - t0 >= 0.95
-    assert m.body == b"later" and m.header("d") == "1"
+        assert time.monotonic() - t0 >= 0.95
+        assert m.body == b"later" and m.header("d") == "1"
+        rest = [s.get(10), s.get(10)]
+    assert [x.body for x in rest] == [b"d1", b"d2"] and rest[1].headers == [("n", "2")]
+    assert rest[1].event_id == rest[0].event_id + 1  # applied as one batch
 
 
 def test_topic_admin_and_status(server, topic):
