@@ -109,6 +109,7 @@ func kafkaHeld(addr string) int64 {
 // SMSS_BRIDGE_TARGET_KILLS=N disturbs the target N times (default 5 kills,
 // 2 freezes, to keep the default suite short).
 func TestBridgeKafkaTarget(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	for _, mode := range []string{"sigkill", "sigstop"} {
 		t.Run(mode, func(t *testing.T) { bridgeKafkaTarget(t, mode) })
 	}

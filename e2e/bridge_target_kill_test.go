@@ -82,6 +82,7 @@ func (n *natsProc) start(t *testing.T) {
 // SMSS_BRIDGE_TARGET_KILLS=N kills the target N times (default 3) over a
 // proportionally longer load.
 func TestBridgeTargetKill(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	for _, tc := range []struct {
 		name      string
 		windowSec int

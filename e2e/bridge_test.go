@@ -449,6 +449,7 @@ func (l *bridgeLoad) run(t *testing.T, stop <-chan struct{}, seed int64) {
 // topics exactly once, in eventId order per topic, bytes exact.
 // SMSS_BRIDGE_LONG=1 runs the load for a minute instead of seconds.
 func TestBridgeKillAndFailover(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	for _, target := range []string{"jetstream", "kafka"} {
 		t.Run(target, func(t *testing.T) { bridgeKillAndFailover(t, target) })
 	}

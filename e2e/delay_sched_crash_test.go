@@ -28,6 +28,7 @@ import (
 // restart the data holds each delayed message at most once; at the end a
 // subscriber receives each exactly once and the files agree.
 func TestDelayKill9ExactlyOnce(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	cycles := 20
 	if testing.Short() {
 		cycles = 5

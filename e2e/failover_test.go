@@ -61,6 +61,7 @@ func TestFailoverSemiSyncLosesNothing(t *testing.T) {
 // why syncSlaves exists; the figure it logs is the baseline quoted in the
 // README. Everything else (prefix binlogs, no duplicates, order) must hold.
 func TestFailoverAsyncBaseline(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	runFailover(t, "", failoverCycles(t))
 }
 

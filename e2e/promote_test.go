@@ -96,6 +96,7 @@ func portOf(t *testing.T, addr string) int {
 // published exactly once, the expired topic reaped, replica requests
 // served, a higher epoch shown everywhere.
 func TestPromoteAndFollow(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	mdir, s1dir, s2dir, s3dir := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
 	mport := freePort(t)
 	replConfig(t, mdir, mport, "")
