@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -35,9 +36,14 @@ import (
 // heals, and checks: every acknowledged message is on the master exactly
 // once, in its publisher's order; every node's binlog is the master's byte
 // for byte; every message a subscriber was handed is in that history
-// (read-committed: nothing a failover dropped was shown); and no node
-// acknowledged a write sent after another node had acknowledged one in
-// the same cycle (never two acknowledging masters).
+// (read-committed: nothing a failover dropped was shown); every consumer
+// that follows the master — one with a stored position, the Go client's
+// Subscriber with its own position and with Resume, and a consumer group
+// whose lock and progress are in Redis, handed to a new member across
+// every other fault — was handed every message of its topic's history
+// exactly once; and no node acknowledged a write sent after another node
+// had acknowledged one in the same cycle (never two acknowledging
+// masters).
 //
 // The faults, in turn: SIGKILL of the master; SIGSTOP of the master
 // (resumed once another node is master); the master cut from the other
@@ -49,7 +55,8 @@ import (
 // and a restart of the whole cluster.
 //
 // SMSS_CHAOS_CYCLES sets the number of cycles (default: one of each fault);
-// SMSS_CHAOS_SEED the random seed (logged).
+// SMSS_CHAOS_SEED the random seed (logged). Without redis-server the Redis
+// group is left out (with CI=true the test fails instead).
 
 var chaosFaults = []string{"kill-master", "stop-master", "partition-master", "asymmetric", "partition-leader", "kill-slave", "restart-all"}
 
@@ -480,7 +487,7 @@ func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, 
 	}
 }
 
-// clientSubOnce waits until the Go client's subscriber was handed every
+// clientSubOnce waits until a Go client's subscriber was handed every
 // message of its topic in the master's history, and fails if it was handed
 // one twice or one that history does not hold. With read-committed
 // delivery and onSyncTimeout fail no failover changes a history a consumer
@@ -503,20 +510,20 @@ func clientSubOnce(t *testing.T, dataDir string, cs *clientSub, cycle int, fault
 		return len(missing) == 0
 	}) {
 		sort.Strings(missing)
-		t.Fatalf("cycle %d (%s): the client's subscriber was never handed %d of the %d messages of %s (first %q)",
-			cycle, fault, len(missing), len(held), cs.topic, missing[0])
+		t.Fatalf("cycle %d (%s): %s was never handed %d of the %d messages of %s (first %q)",
+			cycle, fault, cs.name, len(missing), len(held), cs.topic, missing[0])
 	}
 	got, changes := cs.snapshot()
 	for b, n := range got {
 		switch {
 		case !held[b]:
-			t.Fatalf("cycle %d (%s): the client's subscriber was handed %q, which the history does not hold", cycle, fault, b)
+			t.Fatalf("cycle %d (%s): %s was handed %q, which the history does not hold", cycle, fault, cs.name, b)
 		case n > 1:
-			t.Fatalf("cycle %d (%s): the client's subscriber was handed %q %d times", cycle, fault, b, n)
+			t.Fatalf("cycle %d (%s): %s was handed %q %d times", cycle, fault, cs.name, b, n)
 		}
 	}
 	if changes != 0 {
-		t.Fatalf("cycle %d (%s): the client's subscriber saw %d history changes; read-committed delivery allows none", cycle, fault, changes)
+		t.Fatalf("cycle %d (%s): %s saw %d history changes; read-committed delivery allows none", cycle, fault, cs.name, changes)
 	}
 }
 
@@ -565,8 +572,23 @@ func TestClusterChaos(t *testing.T) {
 	for _, n := range cc.nodes {
 		addrs = append(addrs, n.addr())
 	}
-	cs := startClientSub(t, addrs, "c2", "chaos-client")
+	cs := startClientSub(t, addrs, "c2", "chaos-client", false)
 	defer cs.close()
+	// The same with Resume: it starts from the position the server stored
+	// for it, then keeps its own within its Run.
+	rs := startClientSub(t, addrs, "c2", "chaos-client-resume", true)
+	defer rs.close()
+	// A consumer group with its lock and progress in Redis, handed from
+	// one member to the next across every other fault, on the topic the
+	// publishers that follow the master write to (and the probes): it is
+	// handed messages of the new master while the cluster settles.
+	var gs *groupSub
+	if _, err := exec.LookPath("redis-server"); err == nil || os.Getenv("CI") == "true" {
+		gs = startGroupSub(t, smsstest.StartRedis(t).Addr, addrs, "c0", "chaos-group")
+		defer gs.close()
+	} else {
+		t.Logf("redis-server not installed (%v): the Redis group is left out", err)
+	}
 
 	times := map[string][]time.Duration{}
 	var all []time.Duration
@@ -596,6 +618,14 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 		rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		// Every other cycle the group's member stops before the fault and
+		// the next one starts right after it: it resumes from the
+		// progress the old master's history gave it, on whichever node
+		// it finds; in the others one member rides through the fault.
+		handOver := gs != nil && cycle%2 == 0
+		if handOver {
+			gs.handOver(30 * time.Second)
+		}
 		var after func() // undoes the fault once a master acknowledged
 		var zombie <-chan zombieCheck
 		what := fault
@@ -646,6 +676,10 @@ func TestClusterChaos(t *testing.T) {
 				n.start()
 			}
 		}
+		if handOver {
+			gs.startNext()
+			what += ", the group handed over across it"
+		}
 		probes++
 		next, acked := cc.probeWrite(l, "c0", probes, 60*time.Second)
 		took := acked.Sub(at)
@@ -687,6 +721,10 @@ func TestClusterChaos(t *testing.T) {
 		dirtyReads(t, m.data(), topics, subs, cycle, what)
 		storedPositionOnce(t, m.data(), fs, cycle, what)
 		clientSubOnce(t, m.data(), cs, cycle, what)
+		clientSubOnce(t, m.data(), rs, cycle, what)
+		if gs != nil {
+			groupOnce(t, m.data(), gs, cycle, what)
+		}
 		l.mu.Lock()
 		acks := append([]ackRecord(nil), l.acks[ackFrom:]...)
 		l.mu.Unlock()
@@ -705,6 +743,29 @@ func TestClusterChaos(t *testing.T) {
 	if lost := l.verify(t, m.data(), cycles); lost != 0 {
 		t.Fatalf("%d acknowledged messages lost", lost)
 	}
+	// Every consumer, over the final history.
+	handed := func(got map[string]int) int {
+		n := 0
+		for _, c := range got {
+			n += c
+		}
+		return n
+	}
+	storedPositionOnce(t, m.data(), fs, cycles, "the end")
+	clientSubOnce(t, m.data(), cs, cycles, "the end")
+	clientSubOnce(t, m.data(), rs, cycles, "the end")
+	group := "left out"
+	if gs != nil {
+		groupOnce(t, m.data(), gs, cycles, "the end")
+		got, _, _, _, members := gs.snapshot()
+		group = fmt.Sprintf("%d over %d members", handed(got), members)
+	}
+	csGot, _ := cs.snapshot()
+	rsGot, _ := rs.snapshot()
+	t.Logf("every consumer was handed each message of its topic's final history once, none it does not hold: "+
+		"stored position (c3) %d (%d redelivered at or below its last acknowledged eventId, skipped; %d subscriptions), "+
+		"client subscriber (c2) %d, client subscriber with Resume (c2) %d, Redis group (c0) %s",
+		handed(fs.snapshot()), fs.redelivered.Load(), fs.resubscribed.Load(), handed(csGot), handed(rsGot), group)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	var per []string
 	for _, f := range chaosFaults {

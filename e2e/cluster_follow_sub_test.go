@@ -150,10 +150,13 @@ func (s *followSub) historyChanged() []string {
 
 // clientSub is the Go client's Subscriber given every node's address, as
 // an application runs it: it keeps its position itself (LastAcked with its
-// epoch), finds the master or an in-sync slave of the current epoch, and
-// counts every message its handler is handed.
+// epoch), or with resume starts from the position the server stored for it
+// and keeps its own from its first acknowledgement on (within one Run);
+// finds the master or an in-sync slave of the current epoch; and counts
+// every message its handler is handed.
 type clientSub struct {
 	topic  string
+	name   string
 	sub    *smss.Subscriber
 	cancel context.CancelFunc
 	done   chan error
@@ -163,10 +166,13 @@ type clientSub struct {
 	changes int
 }
 
-func startClientSub(t *testing.T, addrs []string, topic, who string) *clientSub {
+func startClientSub(t *testing.T, addrs []string, topic, who string, resume bool) *clientSub {
 	t.Helper()
-	cs := &clientSub{topic: topic, got: map[string]int{}, done: make(chan error, 1)}
-	sub, err := smss.NewSubscriber("", smss.SubscriberConfig{Topic: topic, Who: who, Addrs: addrs, BatchSize: 10,
+	cs := &clientSub{topic: topic, name: "the client's subscriber", got: map[string]int{}, done: make(chan error, 1)}
+	if resume {
+		cs.name = "the client's resuming subscriber"
+	}
+	sub, err := smss.NewSubscriber("", smss.SubscriberConfig{Topic: topic, Who: who, Addrs: addrs, BatchSize: 10, Resume: resume,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, IdleTimeout: 3 * time.Second,
 		DialTimeout: time.Second, ProbeTimeout: 500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -20,7 +20,10 @@
 // no message is skipped. A batch is saved before it is acknowledged to the
 // server; a batch is delivered again to the next holder only when its
 // handler ran but the holder died, lost the lock or could not reach the
-// store before saving it. Handlers should honour their context, which is
-// cancelled when the lease is lost, so that a slow batch does not run on
-// after another instance has taken over.
+// store before saving it; a saved batch whose ack was lost with its
+// connection, which the subscriber hands out again on its next
+// connection, is acknowledged without calling the handler. Handlers
+// should honour their context, which is cancelled when the lease is lost,
+// so that a slow batch does not run on after another instance has taken
+// over.
 package dlock

@@ -179,9 +179,28 @@ func (g *GroupSubscriber) consume(ctx context.Context, lease Lease, log *slog.Lo
 		}
 	}
 	user := cfg.Handler
+	// handled is the last eventId this subscription saved: a batch whose
+	// ack could not be sent after its save (the connection failed) comes
+	// again from the subscriber, which resumes after the last eventId it
+	// acknowledged; the group handled it, so it is skipped. A history
+	// change moves it back to where the subscriber resumes.
+	handled := from
+	userChange := cfg.OnHistoryChange
+	cfg.OnHistoryChange = func(ch client.HistoryChange) {
+		handled = min(handled, ch.ResumeAfter)
+		if userChange != nil {
+			userChange(ch)
+		}
+	}
 	var leaseStop bool
 	var sub *client.Subscriber
 	cfg.Handler = func(hctx context.Context, batch []client.Delivery) client.AckAction {
+		for len(batch) > 0 && batch[0].EventID <= handled {
+			batch = batch[1:]
+		}
+		if len(batch) == 0 {
+			return client.Ack // saved already: acknowledge it again
+		}
 		action := user(hctx, batch)
 		if action == client.StopWithoutAck {
 			return action
@@ -198,6 +217,7 @@ func (g *GroupSubscriber) consume(ctx context.Context, lease Lease, log *slog.Lo
 			leaseStop = true
 			return client.StopWithoutAck
 		}
+		handled = last
 		return action
 	}
 	sub, err = g.c.NewSubscriber(cfg)

@@ -3,9 +3,11 @@ package dlock
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,6 +170,105 @@ func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
 	}
 	if !slices.Equal(acked, []int64{2, 3, 4, 5, 6, 7}) {
 		t.Errorf("acknowledged %v", acked)
+	}
+}
+
+// ackFailConn fails the first ack (a 2-byte write) after fail is armed,
+// closing the connection: the batch was handled and saved, but the server
+// never hears of it and the subscriber does not advance.
+type ackFailConn struct {
+	net.Conn
+	fail *atomic.Bool
+}
+
+func (c ackFailConn) Write(p []byte) (int, error) {
+	if len(p) == 2 && c.fail.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, errors.New("ack write failed (test)")
+	}
+	return c.Conn.Write(p)
+}
+
+// A batch saved whose ack could not be sent is handed again by the
+// subscriber, which resumes after the last eventId it acknowledged; the
+// group saved it, so its handler must not see it again: each message is
+// handled once and the progress goes on from it.
+func TestGroupSubscriberSkipsSavedBatchAfterFailedAck(t *testing.T) {
+	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, srv.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var fail atomic.Bool
+	dialer := &net.Dialer{}
+	store := &memStore{}
+	var mu sync.Mutex
+	var seen []string // bodies: the cursor topic's own writes take eventIds too
+	armed := false
+	g, err := NewGroupSubscriber(c, GroupConfig{Store: store, RetryInterval: 10 * time.Millisecond,
+		Sub: client.SubscriberConfig{Topic: "t", Who: "g", MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				nc, err := dialer.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return ackFailConn{Conn: nc, fail: &fail}, nil
+			},
+			Handler: func(hctx context.Context, b []client.Delivery) client.AckAction {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, d := range b {
+					seen = append(seen, string(d.Body))
+					if string(d.Body) == "1" && !armed {
+						armed = true
+						fail.Store(true) // its ack fails
+					}
+				}
+				return client.Ack
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	publish(0, 3)
+	smsstest.WaitFor(t, 20*time.Second, "0..2 handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 3 })
+	publish(3, 5)
+	smsstest.WaitFor(t, 20*time.Second, "0..4 handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 5 })
+	smsstest.WaitFor(t, 20*time.Second, "the last saved", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		p, _ := store.get()
+		return p > 0 && seen[len(seen)-1] == "4"
+	})
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if fail.Load() {
+		t.Fatal("no ack failed")
+	}
+	if _, n := store.get(); n != 1 {
+		t.Errorf("the lock was acquired %d times; the failed ack must not cost it", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []string{"0", "1", "2", "3", "4"}) {
+		t.Errorf("handled %v, want 0..4 once each (1 was saved before its ack failed)", seen)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package smsstest is the test kit shared by the module's tests: a polling
 // wait with a deadline, a goroutine-safe output buffer, a starter for smss
-// (and other) subprocesses, reserved ports, and a TCP proxy that cuts, pauses or delays a
-// link.
+// (and other) subprocesses, reserved ports, a redis-server without
+// persistence, and a TCP proxy that cuts, pauses or delays a link.
 //
 // Invariants:
 //   - It imports nothing of this module, so any package's tests may use it

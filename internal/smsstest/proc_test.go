@@ -197,6 +197,25 @@ func TestStartSmss(t *testing.T) {
 	p.Kill()
 }
 
+// TestStartRedis: the server answers once StartRedis returns, stops
+// answering while paused, and is gone after Kill.
+func TestStartRedis(t *testing.T) {
+	r := StartRedis(t)
+	if err := r.ping(); err != nil {
+		t.Fatalf("ping after start: %v", err)
+	}
+	r.Pause()
+	if err := r.ping(); err == nil {
+		t.Error("a paused server answered")
+	}
+	r.Resume()
+	WaitFor(t, 10*time.Second, "redis answering after resume", func() bool { return r.ping() == nil })
+	r.Kill()
+	if err := r.ping(); err == nil {
+		t.Error("a killed server answered")
+	}
+}
+
 func TestBinaryName(t *testing.T) {
 	for pkg, want := range map[string]string{
 		"./cmd/smss":                        "smss",

@@ -17,12 +17,13 @@ from .errors import (AuthFailed, AuthUnsupported, DelayTooShort, EventIdUnavaila
                      NotMaster, NotSupported, PermissionDenied, ProtocolError, RetriesExhausted, ServerError,
                      SmssError, SubscriberExists, Timeout, TopicDeleted, TopicExist, TopicNotExist,
                      WriteNotConfirmed)
+from ._epochs import Position
 from .subscriber import RESUME_FROM_END, RESUME_FROM_START, Delivery, Subscription
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "connect", "Client", "Message", "TopicInfo", "Delivery", "Subscription", "RESUME_FROM_START",
+    "connect", "Client", "Message", "TopicInfo", "Delivery", "Subscription", "Position", "RESUME_FROM_START",
     "RESUME_FROM_END", "SmssError", "InvalidInput", "NetworkError", "Timeout", "ProtocolError", "NoMaster",
     "RetriesExhausted", "AuthUnsupported", "TopicDeleted", "ServerError", "TopicNotExist", "TopicExist",
     "SubscriberExists", "NotSupported", "NotMaster", "InvalidTopicName", "ExpireTooSoon", "DelayTooShort",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from . import _wire as w
 from ._conn import Conn, net_error
+from ._epochs import Position, epoch_start_of, parse_history, resume_point
 from .errors import InvalidInput, NetworkError, NoMaster, ProtocolError, SmssError, SubscriberExists, Timeout, TopicDeleted
 
 RESUME_FROM_START = 0
@@ -68,15 +69,32 @@ class Subscription:
     shared). After a reconnect the subscription always resumes after ``last_acked``,
     the eventId of the last message handed out and handled, so nothing is
     skipped and nothing handled is delivered twice.
+
+    Across a failover (docs/protocol.md §4.7): ``position`` is last_acked with
+    the epoch the serving node placed it in (None before the first ack, or
+    from a server without status). On every connection the node's epoch
+    history is checked against it; when that node's history parts from the
+    one consumed (a manual or degraded failover to a node left behind), the
+    subscription resumes where they part instead of skipping the new
+    history's messages, and calls on_history_change(addr, position,
+    resume_after). from_position=Position(...) starts from a position an
+    earlier Subscription reported, checked the same way. A stored position
+    (resume=True) needs no check: it is itself part of the history.
     """
 
     def __init__(self, client, topic, who, *, from_event_id=None, resume=False, resume_new=RESUME_FROM_START,
                  batch=1, ack_timeout=30.0, reconnect=True, min_backoff=0.1, max_backoff=5.0,
-                 idle_timeout=40.0, trace_id=None):
+                 idle_timeout=40.0, trace_id=None, from_position=None, on_history_change=None):
         self.topic = w.check_topic(topic, False)
         self.who = w.to_bytes(who, "who")
         if len(self.who) > client.opts.max_who:
             raise InvalidInput(f"who of {len(self.who)} bytes exceeds the server's limit.maxWho {client.opts.max_who}")
+        if from_position is not None:
+            if from_event_id is not None or resume:
+                raise InvalidInput("from_position excludes from_event_id and resume")
+            if not isinstance(from_position, Position) or from_position.event_id < 0:
+                raise InvalidInput(f"from_position {from_position!r} must be a smss.Position with an eventId >= 0")
+            from_event_id = from_position.event_id
         if resume and from_event_id is not None:
             raise InvalidInput("from_event_id and resume exclude each other")
         if from_event_id is None:
@@ -108,6 +126,13 @@ class Subscription:
         self._closed = False
         self._hdr = bytearray()
         self.reconnects = 0
+        self.position = from_position
+        self.history_changes = 0
+        self._on_history_change = on_history_change
+        self._history = None    # epoch history of the serving node; None: unknown (no status)
+        self._node_last = 0     # the serving node's lastEventId when _history was read
+        self._node_addr = None
+        self._node_slave = False
 
     # --- public API ---------------------------------------------------------
 
@@ -186,6 +211,45 @@ class Subscription:
     def _mark(self, event_id):
         self.last_acked = event_id
         self._acked_any = True
+        if self._history is None:
+            return
+        if event_id > self._node_last and self._node_slave:
+            # A slave may have been promoted since its history was read (a
+            # new epoch starting after what it held then): read it again. A
+            # master's eventIds beyond are its own epoch's, the last entry.
+            self._read_history(self._node_addr)
+            if self._history is None:
+                return
+        self.position = Position(event_id, *epoch_start_of(self._history, event_id))
+
+    def _read_history(self, addr):
+        """Read addr's epoch history into _history (None when it has no status
+        or did not answer: positions are then not placed)."""
+        c = self._client
+        kind, st = c._probe(addr, c.opts.probe_timeout)
+        if kind != "status":
+            self._history, self._node_addr = None, addr
+            return
+        self._history = parse_history(st)
+        self._node_last = int(st.get("lastEventId", 0) or 0)
+        self._node_slave = st.get("role") != "master"
+        self._node_addr = addr
+
+    def _check_position(self, addr):
+        """Before subscribing at addr after last_acked: resume where addr's
+        history parts from the one the position was taken in, if it does."""
+        self._read_history(addr)
+        pos = self.position
+        if self._history is None or pos is None or pos.event_id != self.last_acked:
+            return
+        point, same = resume_point(self._history, pos)
+        if same:
+            return
+        self.history_changes += 1
+        self.last_acked = point
+        self.position = Position(point, *epoch_start_of(self._history, point))
+        if self._on_history_change is not None:
+            self._on_history_change(addr, pos, point)
 
     def _drop(self):
         if self._conn is not None:
@@ -213,6 +277,11 @@ class Subscription:
             if self._resume and not self._acked_any:
                 req = w.sub_request(self.topic, self._trace, -1, self._batch, self._ack_ns, self.who, self._resume_new)
             else:
+                try:
+                    self._check_position(addr)
+                except ProtocolError:
+                    conn.close()
+                    raise
                 req = w.sub_request(self.topic, self._trace, self.last_acked, self._batch, self._ack_ns, self.who)
             try:
                 conn.sock.sendall(req)
