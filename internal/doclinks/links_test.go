@@ -313,3 +313,22 @@ func TestDuplicateHeadings(t *testing.T) {
 		t.Errorf("links = %v, want %v", links, want)
 	}
 }
+
+// TestReadmeStaysShort holds the README to what it is for: what smss is,
+// the quick start and test commands, and a map of docs/ (the rest lives
+// in docs/ by topic).
+func TestReadmeStaysShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if n := strings.Count(readme, "\n"); n > 200 {
+		t.Errorf("README.md has %d lines; keep it under 200 and move detail into docs/", n)
+	}
+	for _, want := range []string{"go run ./cmd/smss -role master", "bash .ci/run", "](docs/getting-started.md)", "](CONTRIBUTING.md)"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md lacks %q", want)
+		}
+	}
+}
