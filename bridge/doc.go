@@ -1,6 +1,6 @@
 /*
-Package bridge mirrors smss topics into NATS JetStream or Kafka (README
-"When one machine is not enough"); cmd/smss-bridge is its command.
+Package bridge mirrors smss topics into NATS JetStream or Kafka
+(docs/bridge.md); cmd/smss-bridge is its command.
 
 A Bridge reads an smss master's binlog as a replica reader: it sends the
 28-byte replica request (docs/protocol.md §4.2) and nothing else, so the master never

@@ -30,7 +30,7 @@ import (
 // one queue in arrival order, that closes the window; a real Kafka broker
 // may still be applying the last request in a handler thread when it
 // closes the connection, so a window of that size remains there (the
-// README's limits say so). A connection that breaks (the broker was
+// docs/bridge.md says so). A connection that breaks (the broker was
 // killed) ends the wait at once: a dead broker applies nothing more.
 
 // drainConn is a session connection whose Close half-closes and drains.

@@ -11,7 +11,7 @@ import (
 )
 
 // Exactly-once publishing: the dedupe window of message ids (issue 17,
-// README "Protocol extension: message ids").
+// docs/protocol.md §12.4, message ids).
 //
 // A pub or delay request may carry an id (protocol.MessageID). The writer
 // owns the window, so the check and the insertion are serialised with the

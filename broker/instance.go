@@ -37,7 +37,7 @@ const InstanceIDLen = 6
 // returned with the error and kept in memory the same way (the caller
 // decides whether to go on with it). An unreadable file (not 12 hex digits) is
 // replaced by a new id, with a warning. A copied data directory carries
-// the same id: see the README (slave confirmations) for what that means
+// the same id: see docs/protocol.md §12.3 (slave confirmations) for what that means
 // and how to give the copy its own (delete the file before its first
 // start).
 func (b *Broker) InstanceID() ([InstanceIDLen]byte, error) {

@@ -8,7 +8,7 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// Stored consumer positions (README "Stored consumer positions"): the
+// Stored consumer positions (docs/durability-and-failover.md): the
 // server keeps the last eventId each (topic, who) acknowledged. These calls
 // list, set and reset them (admin role when the server has authentication);
 // SubscriberConfig.Resume subscribes from them.

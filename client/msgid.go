@@ -10,7 +10,7 @@ import (
 )
 
 // MessageIDHeader is the record header that carries a publish request's
-// message id (README "Protocol extension: message ids"). A server with
+// message id (docs/protocol.md §12.4, message ids). A server with
 // dedupe stores a request whose id it already stored within its window only
 // once and answers the retry 200; an original server stores the header like
 // any other.

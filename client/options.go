@@ -15,8 +15,8 @@ type Options struct {
 	// in order (duplicates and empty strings dropped); Dial(ctx, "", opts)
 	// uses Addrs alone. With one address the client behaves as it always
 	// did: no status round trip, every call goes there. With several it
-	// finds the master among them (README "Several addresses and message
-	// ids"): it asks every server's status (command 34) in parallel, each
+	// finds the master among them (docs/client.md, "Clients that follow
+	// the master"): it asks every server's status (command 34) in parallel, each
 	// within ProbeTimeout, and takes a cluster master that proves it is
 	// current (its cluster view names it master of its epoch, not fenced)
 	// as soon as it answers, else, once every probe answered or ran out,

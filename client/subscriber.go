@@ -69,7 +69,8 @@ type SubscriberConfig struct {
 	// 0 starts at the oldest retained message. Ignored with Resume.
 	From int64
 	// Resume starts after the position the server stored for (Topic, Who)
-	// (the server records every ack; README "Stored consumer positions"),
+	// (the server records every ack; docs/durability-and-failover.md,
+	// "Stored consumer positions"),
 	// so the caller keeps no progress of its own. A Who the server has no
 	// position for starts per ResumeNew. Within one Run, reconnects resume
 	// after LastAcked once a batch was acknowledged, so a failover to a

@@ -77,7 +77,7 @@ const topicRow = `
 //
 // It ends with a screenshot: into a temporary directory, or, with
 // SMSS_DASHBOARD_SCREENSHOT set, into admin/doc/dashboard-real.png (the
-// README's picture of a real server; SMSS_DASHBOARD_SOAK=150s keeps traffic
+// picture of a real server in docs/operations.md; SMSS_DASHBOARD_SOAK=150s keeps traffic
 // going that long first so the charts fill).
 func TestDashboardBrowserAgainstServer(t *testing.T) {
 	if testing.Short() {

@@ -33,7 +33,7 @@ import (
 // refused and unanswered requests are stored at most once too.
 //
 // SMSS_FAILOVER_CYCLES sets the number of cycles (default 5; the long run
-// in the README uses 100).
+// in docs/durability-and-failover.md uses 100).
 
 // failoverCycles is the number of kill/promote/rejoin cycles.
 func failoverCycles(t *testing.T) int {
@@ -59,7 +59,7 @@ func TestFailoverSemiSyncLosesNothing(t *testing.T) {
 // TestFailoverAsyncBaseline is the same run with asynchronous replication
 // (syncSlaves 0, the default). It may lose acknowledged messages, which is
 // why syncSlaves exists; the figure it logs is the baseline quoted in the
-// README. Everything else (prefix binlogs, no duplicates, order) must hold.
+// docs/durability-and-failover.md. Everything else (prefix binlogs, no duplicates, order) must hold.
 func TestFailoverAsyncBaseline(t *testing.T) {
 	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	runFailover(t, "", failoverCycles(t))

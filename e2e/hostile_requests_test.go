@@ -198,7 +198,7 @@ func hostileCases() []hostileCase {
 		{name: "3 bytes after the last record", send: req(protocol.CmdPub, protocol.PayloadArea(uint32(len(rec)+3)), "keep", append(append([]byte(nil), rec...), 1, 2, 3)), reply: "invalid pub payload"},
 		{name: "more records than limit.maxRecords", send: req(protocol.CmdPub, protocol.PayloadArea(uint32(len(many))), "keep", many), reply: "more than 10000 records"},
 		{name: "create with a 65535-byte name", send: req(protocol.CmdCreate, [16]byte{}, strings.Repeat("n", 65535), make([]byte, 8)), reply: "invalid topic name: longer than 128 bytes"},
-		// -1 asks for the stored position (README "Stored consumer positions").
+		// -1 asks for the stored position (docs/protocol.md §12.5).
 		{name: "sub with eventId -2", send: req(protocol.CmdSub, protocol.SubArea(1, true), "keep", subBody(-2, 0)), reply: "invalid eventId -2"},
 		{name: "sub beyond the last eventId", send: req(protocol.CmdSub, protocol.SubArea(1, true), "keep", subBody(1<<62, 0)), reply: "eventId 4611686018427387904 is beyond the last eventId"},
 		{name: "replica with eventId -1", send: req(protocol.CmdReplica, [16]byte{}, "", binary.LittleEndian.AppendUint64(nil, ^uint64(0))), reply: "invalid replica eventId"},

@@ -115,7 +115,7 @@ func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
 	}
 }
 
-// The rolling upgrade of README "Upgrading from the original", on real
+// The rolling upgrade of docs/upgrading.md, on real
 // processes: a master serving an original data directory whose topics
 // include names this server refuses to create, a slave of it from the
 // start (the creates come in the binlog) and one that starts after them

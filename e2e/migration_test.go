@@ -61,7 +61,7 @@ func (s *migrationSub) consume(addr string, want int) {
 	}
 }
 
-// The migration of README "Upgrading from the original", step by step on
+// The migration of docs/upgrading.md, step by step on
 // real processes, with publishers that send no message ids (the original
 // client) and a subscriber that keeps its own eventId: the old master (a
 // stand-in speaking the original's replication stream, syncSlaves 0) feeds
@@ -75,7 +75,7 @@ func TestMigrationStepsLoseNothing(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	mport := freePort(t)
 	// Like the original, the stand-in stores no positions: its readers
-	// write nothing (README: cursor.enabled false while original nodes
+	// write nothing (docs/upgrading.md: cursor.enabled false while original nodes
 	// remain).
 	replConfig(t, mdir, mport, "cursor:\n  enabled: false\n")
 	master := startArgs(t, mdir, "-role", "master")

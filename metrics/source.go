@@ -152,7 +152,7 @@ type SlaveInfo struct {
 	// InstanceID is the instance id (hex) the slave sent in its hello:
 	// the one kept in its data directory's instance.id, so two
 	// connections with the same id are one slave restarted, or a copied
-	// directory (README, slave confirmations).
+	// directory (docs/protocol.md §12.3, slave confirmations).
 	InstanceID            string  `json:"instanceId,omitempty"`
 	Confirmed             int64   `json:"confirmed,omitempty"`
 	Fsynced               bool    `json:"fsynced,omitempty"`

@@ -8,7 +8,7 @@ import (
 )
 
 // Stored consumer positions (issue 22): an extension of docs/protocol.md §1.3 and
-// §1.5.1 (README, "Protocol extension: stored consumer positions").
+// §1.5.1 (§12.5, stored consumer positions).
 //
 // Resume: a sub (0) whose eventId is -1 starts after the position the
 // server stored for (topic, who). Header bytes 5..12 (int64 LE, zero in

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Failover commands: an extension of docs/protocol.md §1.3 (README, "Protocol
-// extension: status, promote and follow"). Each is the 20-byte header with
+// Failover commands: an extension of docs/protocol.md §1.3 (§12.2, status,
+// promote and follow). Each is the 20-byte header with
 // header bytes 3..18 zero, then the topic field and the traceId, and no
 // body, like delete (3). An original server answers them with 400 "don't
 // support action" and closes the connection; clients must read that as "no
@@ -50,8 +50,8 @@ const (
 	RoleSlave  = "slave"
 )
 
-// NodeStatus is the JSON body of a status (34) reply (README, "Protocol
-// extension: status, promote and follow"): the node's role, its promotion
+// NodeStatus is the JSON body of a status (34) reply (docs/protocol.md
+// §12.2, status, promote and follow): the node's role, its promotion
 // epoch (which grows with every promotion, so of two masters the one with
 // the higher epoch is the newer), its last eventId and, on a slave, the
 // master it follows ("host:port"). Server and client share this one type so

@@ -6,8 +6,7 @@ import (
 	"fmt"
 )
 
-// Message ids (exactly-once publishing, README "Protocol extension: message
-// ids"): a pub (1) or delay (16) request may carry the record header
+// Message ids (exactly-once publishing, docs/protocol.md §12.4): a pub (1) or delay (16) request may carry the record header
 // MsgIDHeader on its FIRST record. The master stores a request whose id it
 // already stored within its dedupe window only once and answers the
 // duplicate with the original's eventId. Original clients never send the

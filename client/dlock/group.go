@@ -16,8 +16,8 @@ type GroupConfig struct {
 	// Store holds the group's lock and progress.
 	Store GroupStore
 	// ServerProgress keeps the group's progress on the smss server (its
-	// stored position of (Sub.Topic, Sub.Who), README "Stored consumer
-	// positions") instead of in Store: each holder subscribes with
+	// stored position of (Sub.Topic, Sub.Who), docs/durability-and-failover.md,
+	// "Stored consumer positions") instead of in Store: each holder subscribes with
 	// Sub.Resume, nothing is saved per batch, and the lock store holds only
 	// the lease. Lock is then enough (Store may be nil). The server's
 	// position is not fenced by the lease: a holder that lost the lease

@@ -1,7 +1,6 @@
 // Command smss-bridge follows an smss master's binlog as a replica reader
 // and mirrors topics into NATS JetStream or Kafka, exactly once and
-// resumable without a state file of its own (README "When one machine is
-// not enough"). Run it with --help for the flags; the yaml file
+// resumable without a state file of its own (docs/bridge.md). Run it with --help for the flags; the yaml file
 // (config/bridge.yaml) has the rest.
 package main
 

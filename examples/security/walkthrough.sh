@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The README's security worked example, step by step, runnable as is on a
+# The security worked example of docs/security.md, step by step, runnable as is on a
 # fresh machine (no root, nothing outside $SMSS_DEMO_DIR): users, a
 # throwaway CA, a master with auth and TLS, smssctl over TLS, a reload with
 # SIGHUP, and a slave that replicates over TLS and has auth of its own.
 # examples/security/walkthrough_test.go runs it in the test suite; every
-# command the README shows under "Worked example" is a line of this file.
+# command docs/security.md shows under "Worked example" is a line of this file.
 #
 # Needs smss and smssctl in $PATH (go build -o ... ./cmd/smss ./cmd/smssctl),
 # openssl and bash. Ports: $SMSS_PORT (12301), $SMSS_TLS_PORT (12302),

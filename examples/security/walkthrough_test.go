@@ -1,4 +1,4 @@
-// Package security holds the README's security worked example as a script
+// Package security holds the security worked example of docs/security.md as a script
 // (walkthrough.sh) and the test that runs it against real servers.
 package security
 
@@ -72,9 +72,9 @@ func TestWalkthrough(t *testing.T) {
 	}
 }
 
-// TestReadmeWorkedExample checks that every command the README shows in
-// its "Worked example" shell blocks is a line of walkthrough.sh, so the
-// README cannot drift from what TestWalkthrough runs.
+// TestReadmeWorkedExample checks that every command docs/security.md shows
+// in its "Worked example" shell blocks is a line of walkthrough.sh, so the
+// documentation cannot drift from what TestWalkthrough runs.
 func TestReadmeWorkedExample(t *testing.T) {
 	script, err := os.ReadFile("walkthrough.sh")
 	if err != nil {
@@ -84,7 +84,7 @@ func TestReadmeWorkedExample(t *testing.T) {
 	for l := range strings.SplitSeq(string(script), "\n") {
 		lines[strings.TrimSpace(l)] = true
 	}
-	readme, err := os.Open("../../README.md")
+	readme, err := os.Open("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestReadmeWorkedExample(t *testing.T) {
 	for sc.Scan() {
 		l := sc.Text()
 		switch {
-		case strings.HasPrefix(l, "### "):
-			inSection = l == "### Worked example"
+		case strings.HasPrefix(l, "#"):
+			inSection = strings.TrimSpace(strings.TrimLeft(l, "#")) == "Worked example"
 		case !inSection:
 		case strings.HasPrefix(l, "```sh"):
 			inShell = true
@@ -108,11 +108,11 @@ func TestReadmeWorkedExample(t *testing.T) {
 			}
 			checked++
 			if !lines[cmd] {
-				t.Errorf("README worked example line is not in walkthrough.sh: %q", cmd)
+				t.Errorf("docs/security.md worked example line is not in walkthrough.sh: %q", cmd)
 			}
 		}
 	}
 	if checked < 10 {
-		t.Fatalf("found only %d command lines under README's \"### Worked example\"", checked)
+		t.Fatalf("found only %d command lines under docs/security.md's \"## Worked example\"", checked)
 	}
 }

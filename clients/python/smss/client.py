@@ -224,7 +224,7 @@ class Client:
         return answers, None
 
     def discover(self, timeout=None, for_subscribe=False):
-        """Find the master among the addresses (README "Clients that follow the master").
+        """Find the master among the addresses (docs/client.md, "Clients that follow the master").
 
         Every address's status is asked in parallel, each within probe_timeout.
         A cluster master whose own view names it master of its epoch, not
