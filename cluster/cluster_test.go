@@ -542,3 +542,42 @@ func TestFollowersLearnCommitsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// The raft leader spaces its heartbeats (leaderHeartbeatFactor times the
+// configured timeout) and a node that stops leading takes the configured
+// timeouts again; followers keep them throughout.
+func TestLeaderSpacesHeartbeats(t *testing.T) {
+	o := fastOptions()
+	tc := bootstrapped(t, o, "a")
+	l := tc.leader()
+	check := func(what string) {
+		t.Helper()
+		for id, n := range tc.nodes {
+			want := o.HeartbeatTimeout
+			if n == l {
+				want = leaderHeartbeatFactor * o.HeartbeatTimeout
+			}
+			if got := n.raft.ReloadableConfig().HeartbeatTimeout; got != want {
+				t.Fatalf("%s: %s (leader %s) has raft HeartbeatTimeout %v, want %v", what, id, l.o.NodeID, got, want)
+			}
+		}
+	}
+	tc.waitFor(5*time.Second, "the leader's settings", func() bool {
+		return l.raft.ReloadableConfig().HeartbeatTimeout == leaderHeartbeatFactor*o.HeartbeatTimeout
+	})
+	check("first leader")
+	old := l
+	if err := old.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	tc.waitFor(10*time.Second, "another leader", func() bool {
+		id, ok := old.Leader()
+		return ok && id != old.o.NodeID
+	})
+	l = tc.leader()
+	tc.waitFor(5*time.Second, "the settings of the new leader and of the old one", func() bool {
+		return l.raft.ReloadableConfig().HeartbeatTimeout == leaderHeartbeatFactor*o.HeartbeatTimeout &&
+			old.raft.ReloadableConfig().HeartbeatTimeout == o.HeartbeatTimeout
+	})
+	check("after a leadership transfer")
+}

@@ -44,6 +44,9 @@
 //     followers (one more barrier entry), so that their States follow
 //     within a round trip: raft's own commit-only appends go only every
 //     HeartbeatTimeout (CommitTimeout), which keeps an idle cluster cheap.
+//   - The raft leader heartbeats every HeartbeatTimeout/5..HeartbeatTimeout/2.5
+//     (raft's HeartbeatTimeout doubled while it leads), half raft's rate;
+//     a follower still starts an election after HeartbeatTimeout of silence.
 //   - Lease: LeaseValid is true only if this node heard from a raft quorum
 //     within Lease (leader: a VerifyLeader started within Lease succeeded;
 //     follower: the leader's last contact is within Lease). FailAfter >

@@ -31,6 +31,15 @@ type Node struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 
+	// follower and leading are raft's reloadable settings as configured
+	// and while this node leads (monitor switches them): raft's leader
+	// sends a heartbeat every HeartbeatTimeout/10..HeartbeatTimeout/5, five
+	// to ten in a follower's timeout; a leader takes
+	// leaderHeartbeatFactor times the timeout, which spaces its heartbeats
+	// that much more (the followers' timeout, i.e. how soon a lost
+	// leader is replaced, does not change).
+	follower, leading raft.ReloadableConfig
+
 	// verified is when the last successful VerifyLeader of this
 	// leadership started (unix ns; 0: none yet); lostAt is when this node
 	// last stopped being leader. Both feed LeaseValid.
@@ -154,6 +163,16 @@ func (n *Node) open() error {
 	if err := raft.ValidateConfig(conf); err != nil {
 		return fmt.Errorf("%w: raft: %v", ErrOptions, err)
 	}
+	n.follower = raft.ReloadableConfig{TrailingLogs: conf.TrailingLogs, SnapshotInterval: conf.SnapshotInterval,
+		SnapshotThreshold: conf.SnapshotThreshold, HeartbeatTimeout: conf.HeartbeatTimeout, ElectionTimeout: conf.ElectionTimeout}
+	n.leading = n.follower
+	n.leading.HeartbeatTimeout = leaderHeartbeatFactor * conf.HeartbeatTimeout
+	n.leading.ElectionTimeout = max(n.leading.HeartbeatTimeout, conf.ElectionTimeout)
+	lc := *conf
+	lc.HeartbeatTimeout, lc.ElectionTimeout = n.leading.HeartbeatTimeout, n.leading.ElectionTimeout
+	if err := raft.ValidateConfig(&lc); err != nil {
+		return fmt.Errorf("%w: raft (leader): %v", ErrOptions, err)
+	}
 
 	existing, err := raft.HasExistingState(logs, n.store, snaps)
 	if err != nil {
@@ -215,9 +234,13 @@ func (n *Node) monitor() {
 		case leader := <-n.notify:
 			if leader && stop == nil {
 				n.verified.Store(0)
+				n.reloadRaft(n.leading)
 				stop = n.lead()
 			} else if !leader && stop != nil {
 				n.lostAt.Store(time.Now().UnixNano())
+				// The follower's timeout again first: raft resets the
+				// election timer when it shrinks.
+				n.reloadRaft(n.follower)
 				stop()
 				stop = nil
 			}
@@ -227,6 +250,26 @@ func (n *Node) monitor() {
 			}
 			return
 		}
+	}
+}
+
+// leaderHeartbeatFactor: a leader's raft HeartbeatTimeout is this many
+// times the configured one, so that it sends a heartbeat every
+// HeartbeatTimeout/5..HeartbeatTimeout/2.5 instead of every
+// HeartbeatTimeout/10..HeartbeatTimeout/5. A follower starts an election
+// only after a whole (configured) HeartbeatTimeout without any message, so
+// at least two heartbeats (and the lease check's, every Lease/4) fall in
+// that time. It also doubles the leader's ElectionTimeout when that was
+// not above it (raft requires ElectionTimeout >= HeartbeatTimeout), which
+// counts only if it stands as a candidate before monitor restores the
+// follower's settings.
+const leaderHeartbeatFactor = 2
+
+// reloadRaft switches raft's heartbeat and election timeouts (logged if
+// raft refuses: Open validated both settings).
+func (n *Node) reloadRaft(rc raft.ReloadableConfig) {
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Error("cluster: raft refused its timeouts", "heartbeat", rc.HeartbeatTimeout, "election", rc.ElectionTimeout, "err", err)
 	}
 }
 
