@@ -507,3 +507,77 @@ func TestCaughtUpAfterRestart(t *testing.T) {
 		t.Fatalf("a caught up at epoch %d, the cluster had %d", st.Epoch, want.Epoch)
 	}
 }
+
+// A committed command reaches every follower's State within a round trip,
+// not after raft's CommitTimeout (HeartbeatTimeout here: 1 s or more
+// between the appends that carry only a commit index): the controller
+// pushes each commit (pushCommit). Three elections, so that a commit-only
+// append falling just after the command cannot pass the test by luck.
+func TestFollowersLearnCommitsAtOnce(t *testing.T) {
+	o := fastOptions()
+	o.HeartbeatTimeout, o.ElectionTimeout = time.Second, time.Second
+	o.Lease, o.FailAfter = time.Second, 2*time.Second
+	tc := bootstrapped(t, o, "a")
+	l := tc.leader()
+	for _, target := range []string{"b", "c", "a"} {
+		st := l.State()
+		cmd := Command{Op: OpElect, Epoch: st.Epoch, Version: st.Version, Node: target, NewEpoch: st.Epoch + 1}
+		start := time.Now()
+		if err := l.ctrlPropose(cmd); err != nil {
+			t.Fatalf("elect %s: %v", target, err)
+		}
+		tc.waitState(5*time.Second, target+" elected everywhere", func(s State) bool { return s.Epoch == st.Epoch+1 })
+		if took := time.Since(start); took > 400*time.Millisecond {
+			t.Fatalf("the followers learnt the election of %s %v after it was proposed, want < 400ms (CommitTimeout is %v)", target, took, o.HeartbeatTimeout)
+		}
+		// The next target must be an eligible member again.
+		tc.waitState(10*time.Second, "a full, eligible ISR", func(st State) bool {
+			n := 0
+			for _, m := range st.ISR {
+				if m.Eligible {
+					n++
+				}
+			}
+			return n == 2
+		})
+	}
+}
+
+// The raft leader spaces its heartbeats (leaderHeartbeatFactor times the
+// configured timeout) and a node that stops leading takes the configured
+// timeouts again; followers keep them throughout.
+func TestLeaderSpacesHeartbeats(t *testing.T) {
+	o := fastOptions()
+	tc := bootstrapped(t, o, "a")
+	l := tc.leader()
+	check := func(what string) {
+		t.Helper()
+		for id, n := range tc.nodes {
+			want := o.HeartbeatTimeout
+			if n == l {
+				want = leaderHeartbeatFactor * o.HeartbeatTimeout
+			}
+			if got := n.raft.ReloadableConfig().HeartbeatTimeout; got != want {
+				t.Fatalf("%s: %s (leader %s) has raft HeartbeatTimeout %v, want %v", what, id, l.o.NodeID, got, want)
+			}
+		}
+	}
+	tc.waitFor(5*time.Second, "the leader's settings", func() bool {
+		return l.raft.ReloadableConfig().HeartbeatTimeout == leaderHeartbeatFactor*o.HeartbeatTimeout
+	})
+	check("first leader")
+	old := l
+	if err := old.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	tc.waitFor(10*time.Second, "another leader", func() bool {
+		id, ok := old.Leader()
+		return ok && id != old.o.NodeID
+	})
+	l = tc.leader()
+	tc.waitFor(5*time.Second, "the settings of the new leader and of the old one", func() bool {
+		return l.raft.ReloadableConfig().HeartbeatTimeout == leaderHeartbeatFactor*o.HeartbeatTimeout &&
+			old.raft.ReloadableConfig().HeartbeatTimeout == o.HeartbeatTimeout
+	})
+	check("after a leadership transfer")
+}

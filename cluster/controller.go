@@ -123,6 +123,9 @@ func (c *controller) run(ctx context.Context) {
 		case <-time.After(c.o.ProbeInterval):
 		}
 	}
+	// The followers learn that every earlier entry is committed (a
+	// restarted cluster's nodes act only once they know it: CaughtUp).
+	go c.n.pushCommit()
 	c.since = time.Now()
 	c.publishStatus()
 	tick := time.NewTicker(c.o.ProbeInterval)
@@ -480,6 +483,9 @@ func (c *controller) propose(ctx context.Context, cmd Command) error {
 	if err := waitFuture(ctx, f); err != nil {
 		return fmt.Errorf("cluster: apply %s: %w", cmd.Op, err)
 	}
+	// Committed (and applied here): every node acts on it once its FSM
+	// applies it, which waits for the followers to learn the commit.
+	go c.n.pushCommit()
 	if err, ok := f.Response().(error); ok && err != nil {
 		return err
 	}

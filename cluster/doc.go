@@ -39,7 +39,14 @@
 //     answered a probe: the highest LastEventID, then the lowest id.
 //   - The controller acts only on the raft leader, after a barrier (its
 //     state includes every committed entry), one command in flight at a
-//     time, and never waits for a probe beyond ProbeTimeout.
+//     time, and never waits for a probe beyond ProbeTimeout. After that
+//     barrier and after each command it pushes the commit to the
+//     followers (one more barrier entry), so that their States follow
+//     within a round trip: raft's own commit-only appends go only every
+//     HeartbeatTimeout (CommitTimeout), which keeps an idle cluster cheap.
+//   - The raft leader heartbeats every HeartbeatTimeout/5..HeartbeatTimeout/2.5
+//     (raft's HeartbeatTimeout doubled while it leads), half raft's rate;
+//     a follower still starts an election after HeartbeatTimeout of silence.
 //   - Lease: LeaseValid is true only if this node heard from a raft quorum
 //     within Lease (leader: a VerifyLeader started within Lease succeeded;
 //     follower: the leader's last contact is within Lease). FailAfter >

@@ -31,6 +31,15 @@ type Node struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 
+	// follower and leading are raft's reloadable settings as configured
+	// and while this node leads (monitor switches them): raft's leader
+	// sends a heartbeat every HeartbeatTimeout/10..HeartbeatTimeout/5, five
+	// to ten in a follower's timeout; a leader takes
+	// leaderHeartbeatFactor times the timeout, which spaces its heartbeats
+	// that much more (the followers' timeout, i.e. how soon a lost
+	// leader is replaced, does not change).
+	follower, leading raft.ReloadableConfig
+
 	// verified is when the last successful VerifyLeader of this
 	// leadership started (unix ns; 0: none yet); lostAt is when this node
 	// last stopped being leader. Both feed LeaseValid.
@@ -138,7 +147,14 @@ func (n *Node) open() error {
 	conf.HeartbeatTimeout = o.HeartbeatTimeout
 	conf.ElectionTimeout = o.ElectionTimeout
 	conf.LeaderLeaseTimeout = min(o.HeartbeatTimeout, o.Lease)
-	conf.CommitTimeout = min(conf.CommitTimeout, o.HeartbeatTimeout/5)
+	// CommitTimeout is how often the leader sends each follower an
+	// AppendEntries that carries nothing but its commit index, for
+	// followers to learn a commit when no entry follows it. The heartbeats
+	// (every HeartbeatTimeout/10) do not carry it. The controller pushes
+	// every commit it makes to the followers at once (pushCommit), so this
+	// is only the fallback: at raft's default of 50 ms it doubled the
+	// messages of an idle cluster (a third of its CPU).
+	conf.CommitTimeout = o.HeartbeatTimeout
 	// The state is a few hundred bytes: snapshot often, keep a short log.
 	conf.SnapshotThreshold = 1024
 	conf.TrailingLogs = 1024
@@ -146,6 +162,16 @@ func (n *Node) open() error {
 	conf.Logger = hlog
 	if err := raft.ValidateConfig(conf); err != nil {
 		return fmt.Errorf("%w: raft: %v", ErrOptions, err)
+	}
+	n.follower = raft.ReloadableConfig{TrailingLogs: conf.TrailingLogs, SnapshotInterval: conf.SnapshotInterval,
+		SnapshotThreshold: conf.SnapshotThreshold, HeartbeatTimeout: conf.HeartbeatTimeout, ElectionTimeout: conf.ElectionTimeout}
+	n.leading = n.follower
+	n.leading.HeartbeatTimeout = leaderHeartbeatFactor * conf.HeartbeatTimeout
+	n.leading.ElectionTimeout = max(n.leading.HeartbeatTimeout, conf.ElectionTimeout)
+	lc := *conf
+	lc.HeartbeatTimeout, lc.ElectionTimeout = n.leading.HeartbeatTimeout, n.leading.ElectionTimeout
+	if err := raft.ValidateConfig(&lc); err != nil {
+		return fmt.Errorf("%w: raft (leader): %v", ErrOptions, err)
 	}
 
 	existing, err := raft.HasExistingState(logs, n.store, snaps)
@@ -208,9 +234,13 @@ func (n *Node) monitor() {
 		case leader := <-n.notify:
 			if leader && stop == nil {
 				n.verified.Store(0)
+				n.reloadRaft(n.leading)
 				stop = n.lead()
 			} else if !leader && stop != nil {
 				n.lostAt.Store(time.Now().UnixNano())
+				// The follower's timeout again first: raft resets the
+				// election timer when it shrinks.
+				n.reloadRaft(n.follower)
 				stop()
 				stop = nil
 			}
@@ -220,6 +250,26 @@ func (n *Node) monitor() {
 			}
 			return
 		}
+	}
+}
+
+// leaderHeartbeatFactor: a leader's raft HeartbeatTimeout is this many
+// times the configured one, so that it sends a heartbeat every
+// HeartbeatTimeout/5..HeartbeatTimeout/2.5 instead of every
+// HeartbeatTimeout/10..HeartbeatTimeout/5. A follower starts an election
+// only after a whole (configured) HeartbeatTimeout without any message, so
+// at least two heartbeats (and the lease check's, every Lease/4) fall in
+// that time. It also doubles the leader's ElectionTimeout when that was
+// not above it (raft requires ElectionTimeout >= HeartbeatTimeout), which
+// counts only if it stands as a candidate before monitor restores the
+// follower's settings.
+const leaderHeartbeatFactor = 2
+
+// reloadRaft switches raft's heartbeat and election timeouts (logged if
+// raft refuses: Open validated both settings).
+func (n *Node) reloadRaft(rc raft.ReloadableConfig) {
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Error("cluster: raft refused its timeouts", "heartbeat", rc.HeartbeatTimeout, "election", rc.ElectionTimeout, "err", err)
 	}
 }
 
@@ -263,6 +313,15 @@ func (n *Node) verifyLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// pushCommit makes the followers learn the leader's commit index now, so
+// that an entry the caller saw committed reaches their States at once
+// rather than after CommitTimeout: a barrier is one more entry, and raft
+// sends it to every follower with the current commit index. The caller
+// does not wait for it (its own commit travels with the next one).
+func (n *Node) pushCommit() {
+	n.raft.Barrier(n.o.FailAfter)
 }
 
 // waitFuture waits for f or ctx. raft v1.7.2 may leave a VerifyLeader

@@ -61,11 +61,14 @@ type node struct {
 }
 
 // knownEpoch is the highest epoch this node knows: its own (the masters it
-// followed) and, in a cluster, the cluster's.
+// followed) and, in a cluster, the cluster's. A slave asks it at every
+// commit frame (one per write): it reads the epoch without copying the
+// cluster state.
 func (n *node) knownEpoch() uint64 {
 	e := n.b.Epoch()
 	if n.auto != nil {
-		e = max(e, n.auto.cn.State().Epoch)
+		_, ce := n.auto.cn.MasterEpoch()
+		e = max(e, ce)
 	}
 	return e
 }
