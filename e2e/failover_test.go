@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -109,6 +110,17 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 	l := newFailoverLoad(master.addr(), topics)
 	l.start(8)
 	defer l.finish()
+	// With semi-synchronous replication (read-committed delivery), every
+	// kind of consumer follows the failovers: a stored position, the Go
+	// client's subscriber with a position of its own and with Resume, and
+	// a Redis-lock group; each must be handed every message of the final
+	// history exactly once, and no subscriber, on the master or on a
+	// slave, one that history lacks.
+	var cons *failoverConsumers
+	if extra != "" {
+		cons = startFailoverConsumers(t, nodes, func() string { return *l.addr.Load() })
+		defer cons.close()
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	var res failoverResult
 	lastEpoch := int64(0)
@@ -125,6 +137,12 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 		for _, n := range nodes {
 			if n != master {
 				slaves = append(slaves, n)
+			}
+		}
+		var live []*liveSub
+		if cons != nil {
+			for _, n := range nodes {
+				live = append(live, startLiveSub(t, n.addr(), "f0", fmt.Sprintf("live%d-%s", cycle, n.name)))
 			}
 		}
 		interrupted := make([]int, len(slaves))
@@ -168,6 +186,11 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 		}
 		lost := l.verify(t, master.data(), cycle)
 		res.lost += lost
+		if cons != nil {
+			what := fmt.Sprintf("master killed, %s promoted", master.name)
+			dirtyReads(t, master.data(), topics, live, cycle, what)
+			cons.check(t, master.data(), cycle, what)
+		}
 		t.Logf("cycle %d: promoted %s (epoch %d), %d acknowledged so far, %d lost this cycle", cycle, master.name,
 			lastEpoch, l.ackedCount.Load(), lost)
 		l.resume()
@@ -179,6 +202,10 @@ func runFailover(t *testing.T, extra string, cycles int) failoverResult {
 		}
 	}
 	res.lost += l.verify(t, master.data(), cycles)
+	if cons != nil {
+		cons.check(t, master.data(), cycles, "the end")
+		t.Logf("consumers across %d failovers: %s", cycles, cons.summary())
+	}
 	res.acked = int(l.ackedCount.Load())
 	res.refused = int(l.refused.Load())
 	res.retried = int(l.retried.Load())
@@ -467,4 +494,64 @@ func (l *failoverLoad) verify(t *testing.T, dataDir string, cycle int) int {
 		}
 	}
 	return lost
+}
+
+// failoverConsumers are the consumers of a manual failover run.
+type failoverConsumers struct {
+	fs     *followSub
+	cs, rs *clientSub
+	gs     *groupSub // nil without redis-server (outside CI)
+}
+
+func startFailoverConsumers(t *testing.T, nodes []*fnode, master func() string) *failoverConsumers {
+	t.Helper()
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.addr())
+	}
+	c := &failoverConsumers{
+		fs: startFollowSub(master, "f3", "failover-stored"),
+		cs: startClientSub(t, addrs, "f2", "failover-client", false),
+		rs: startClientSub(t, addrs, "f2", "failover-client-resume", true),
+	}
+	if _, err := exec.LookPath("redis-server"); err == nil || os.Getenv("CI") == "true" {
+		c.gs = startGroupSub(t, smsstest.StartRedis(t).Addr, addrs, "f1", "failover-group")
+	} else {
+		t.Logf("redis-server not installed (%v): the Redis group is left out", err)
+	}
+	return c
+}
+
+// check fails unless every consumer was handed every message of its topic
+// in the history of the master whose data is dataDir, exactly once.
+func (c *failoverConsumers) check(t *testing.T, dataDir string, cycle int, what string) {
+	t.Helper()
+	storedPositionOnce(t, dataDir, c.fs, cycle, what)
+	clientSubOnce(t, dataDir, c.cs, cycle, what)
+	clientSubOnce(t, dataDir, c.rs, cycle, what)
+	if c.gs != nil {
+		groupOnce(t, dataDir, c.gs, cycle, what)
+	}
+}
+
+// summary says how much each consumer was handed.
+func (c *failoverConsumers) summary() string {
+	csGot, _ := c.cs.snapshot()
+	rsGot, _ := c.rs.snapshot()
+	out := fmt.Sprintf("stored position %d (%d redelivered at or below its last ack, skipped), client subscriber %d, with Resume %d",
+		len(c.fs.snapshot()), c.fs.redelivered.Load(), len(csGot), len(rsGot))
+	if c.gs != nil {
+		got, _, _, _, _ := c.gs.snapshot()
+		out += fmt.Sprintf(", Redis group %d", len(got))
+	}
+	return out + ", each exactly once"
+}
+
+func (c *failoverConsumers) close() {
+	c.fs.close()
+	c.cs.close()
+	c.rs.close()
+	if c.gs != nil {
+		c.gs.close()
+	}
 }
