@@ -58,6 +58,7 @@ type options struct {
 	backlog   int64         // repl: messages the slave catches up on
 	timeout   time.Duration // repl catch-up and live-delivery waits
 	withSlave bool          // pub: attach a slave during the run
+	cluster   bool          // pub (smss): a three-node -role auto cluster, publishing to its master
 	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
 	syncSlaves int
 	ids        bool // smss: a message id (smss-msg-id) on every publish request
@@ -94,8 +95,9 @@ workloads:
            sync_interval 2m (its default) at --flush 0/1, always at 2;
            synchronous publishes (--records N: N async publishes, then
            all N acks); pull consumers (--js-ack none or explicit).
-           With --with-slave --sync-slaves 1 smss runs master + slave
-           and JetStream a three-node cluster with an R3 stream.
+           With --with-slave --sync-slaves 1 smss runs master + slave,
+           with --cluster a three-node -role auto cluster, and JetStream
+           a three-node cluster with an R3 stream.
   floor    serve a stand-in server with no storage and no hand-offs, for
            the other workloads' --addr: what Go and this machine cost by
            themselves (e2e latency, server CPU), smss's floor. --writer
@@ -144,6 +146,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
+	fs.BoolVar(&o.cluster, "cluster", false, "pub (smss): run a three-node -role auto cluster (syncSlaves 1) and publish to its master; compare --peer jetstream: against a three-node JetStream cluster with an R3 stream")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
 	fs.BoolVar(&o.ids, "ids", false, "smss: attach a new 32-hex-char message id (smss-msg-id) to every publish request, as the Go client does")
 	fs.BoolVar(&o.noCursors, "no-cursors", false, "smss: start the server with cursor.enabled false (no stored consumer positions)")
@@ -203,6 +206,19 @@ func (o *options) validate(set map[string]bool) error {
 	}
 	if set["js-ack"] && !(o.target == targetJetStream || o.compare && o.peer == targetJetStream) {
 		return errors.New("--js-ack applies to JetStream (--target jetstream or compare --peer jetstream)")
+	}
+	if o.cluster {
+		switch {
+		case o.workload != wPub:
+			return errors.New("--cluster applies to the pub workload")
+		case o.withSlave || o.addr != "":
+			return errors.New("--cluster starts its own three nodes: not with --with-slave or --addr")
+		case o.compare && o.peer != targetJetStream:
+			return errors.New("compare --cluster needs --peer jetstream (against an R3 stream on three nodes)")
+		case !o.compare && o.target != targetSmss:
+			return errors.New("--cluster is an smss cluster (--target smss)")
+		}
+		o.jsReplicas = 3
 	}
 	if o.compare && o.withSlave {
 		// Redis has no replicated acknowledged mode to compare with.

@@ -96,6 +96,16 @@ func TestParseOptions(t *testing.T) {
 		{name: "compare redis with slave", args: "compare --workload pub --with-slave --sync-slaves 1", err: "--peer jetstream"},
 		{name: "compare jetstream async slave", args: "compare --workload pub --peer jetstream --with-slave", err: "--sync-slaves 1"},
 		{name: "compare jetstream replicated sub", args: "compare --workload sub --peer jetstream --with-slave --sync-slaves 1", err: "--workload pub"},
+		{name: "compare jetstream cluster", args: "compare --workload pub --peer jetstream --cluster", check: func(t *testing.T, o *options) {
+			if !o.cluster || o.jsReplicas != 3 || o.withSlave {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "smss cluster", args: "pub --cluster --conns 64"},
+		{name: "cluster on sub", args: "sub --cluster", err: "pub workload"},
+		{name: "cluster with slave", args: "pub --cluster --with-slave", err: "not with --with-slave"},
+		{name: "cluster on redis compare", args: "compare --workload pub --cluster", err: "--peer jetstream"},
+		{name: "cluster on jetstream target", args: "pub --cluster --target jetstream", err: "--target smss"},
 		{name: "repl on jetstream", args: "repl --target jetstream", err: "smss only"},
 		{name: "unknown workload", args: "push", err: "unknown workload"},
 		{name: "compare without workload", args: "compare", err: "--workload"},

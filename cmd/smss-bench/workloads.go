@@ -84,14 +84,21 @@ func (r *runner) setup(target string) (*instance, error) {
 			if berr != nil {
 				return nil, berr
 			}
-			extra := ""
-			if o.syncSlaves > 0 {
-				extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
+			if o.cluster {
+				var srvs []*server
+				if srvs, err = r.env.startSmssCluster(r.ctx, bin, o.flush); err == nil {
+					inst.srv, inst.others = srvs[0], srvs[1:]
+				}
+			} else {
+				extra := ""
+				if o.syncSlaves > 0 {
+					extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
+				}
+				if o.noCursors {
+					extra += "cursor:\n  enabled: false\n"
+				}
+				inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 			}
-			if o.noCursors {
-				extra += "cursor:\n  enabled: false\n"
-			}
-			inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 		} else {
 			inst.srv, err = r.env.startRedis(r.ctx, o.redisBin, o.flush)
 		}
@@ -99,11 +106,6 @@ func (r *runner) setup(target string) (*instance, error) {
 			return nil, err
 		}
 		addr, inst.pid = inst.srv.addr, inst.srv.pid()
-		if len(inst.others) > 0 {
-			// Which node leads the stream is only known once it exists;
-			// CPU and RSS of one node out of three would mislead.
-			inst.pid = 0
-		}
 	}
 	topic := o.topic
 	if o.freshTopic {
@@ -124,11 +126,18 @@ func (r *runner) setup(target string) (*instance, error) {
 				return nil, err
 			}
 			js.urls[0] = "nats://" + leader
+			// Server CPU and RSS are the leader's, as they are the smss
+			// master's.
+			for _, s := range append([]*server{inst.srv}, inst.others...) {
+				if s.addr == leader {
+					inst.pid = s.pid()
+				}
+			}
 		}
 		return inst, nil
 	}
 	if target == targetSmss {
-		ss := &smssSys{addr: addr, topic: topic, flush: o.flush, ids: o.ids}
+		ss := &smssSys{addr: addr, topic: topic, flush: o.flush, ids: o.ids, cluster: o.cluster}
 		if o.withSlave {
 			ss.syncSlaves = o.syncSlaves
 		}
