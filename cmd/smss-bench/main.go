@@ -1,11 +1,14 @@
-// Command smss-bench measures smss and compares it with Redis Streams on
-// the same machine (issue 7). It is a separate command so the server binary
-// carries none of it.
+// Command smss-bench measures smss and compares it with Redis Streams
+// (issue 7) or NATS JetStream (issue 36, --peer jetstream) on the same
+// machine. It is a separate command so the server binary carries none of
+// it.
 //
 // Every workload talks the raw wire protocol over net.Conn (package
 // protocol for smss, hand-written RESP for Redis): one request in flight per
 // connection, no pools, so the client's own cost is as small and as equal
-// as possible on both sides. Unless --addr is given, the servers are
+// as possible on both sides. JetStream is driven through nats.go, its
+// official client (jetstream.go says why), also one request in flight per
+// connection. Unless --addr is given, the servers are
 // started by the tool on free loopback ports with their data in a temp
 // directory, and everything started is killed and removed on exit,
 // including on Ctrl-C (children also get SIGKILL if the tool itself dies).
@@ -26,7 +29,7 @@
 //     the highest VmRSS sampled every 100 ms during it, and VmHWM.
 //   - disk B/msg is what the data directory occupies on disk (allocated
 //     blocks, as du counts them; smss: binlog, topic files, meta; Redis:
-//     appendonlydir) over the messages stored.
+//     appendonlydir; JetStream: its store_dir) over the messages stored.
 package main
 
 import (
