@@ -1,11 +1,14 @@
-// Command smss-bench measures smss and compares it with Redis Streams on
-// the same machine (issue 7). It is a separate command so the server binary
-// carries none of it.
+// Command smss-bench measures smss and compares it with Redis Streams
+// (issue 7) or NATS JetStream (issue 36, --peer jetstream) on the same
+// machine. It is a separate command so the server binary carries none of
+// it.
 //
 // Every workload talks the raw wire protocol over net.Conn (package
 // protocol for smss, hand-written RESP for Redis): one request in flight per
 // connection, no pools, so the client's own cost is as small and as equal
-// as possible on both sides. Unless --addr is given, the servers are
+// as possible on both sides. JetStream is driven through nats.go, its
+// official client (jetstream.go says why), also one request in flight per
+// connection. Unless --addr is given, the servers are
 // started by the tool on free loopback ports with their data in a temp
 // directory, and everything started is killed and removed on exit,
 // including on Ctrl-C (children also get SIGKILL if the tool itself dies).
@@ -26,7 +29,7 @@
 //     the highest VmRSS sampled every 100 ms during it, and VmHWM.
 //   - disk B/msg is what the data directory occupies on disk (allocated
 //     blocks, as du counts them; smss: binlog, topic files, meta; Redis:
-//     appendonlydir) over the messages stored.
+//     appendonlydir; JetStream: its store_dir) over the messages stored.
 package main
 
 import (
@@ -62,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "smss-bench:", err)
 		return 2
 	}
-	if (o.compare || o.target == targetRedis) && o.addr == "" {
+	if (o.compare && o.peer == targetRedis || !o.compare && o.target == targetRedis) && o.addr == "" {
 		if _, err := exec.LookPath(o.redisBin); err != nil {
 			fmt.Fprintf(stderr, "smss-bench: %s not found (apt-get install redis-server, or --redis-bin): %v\n", o.redisBin, err)
 			return 2
@@ -107,31 +110,37 @@ func (r *runner) main(stdout io.Writer) error {
 		return nil
 	}
 	// Pairs back to back, so both systems of a pair see the same machine load.
-	var smss, redis []*Result
+	var smss, peer []*Result
 	for i := 0; i < o.runs; i++ {
 		s, err := r.runOne(targetSmss)
 		if err != nil {
 			return err
 		}
-		rd, err := r.runOne(targetRedis)
+		p, err := r.runOne(o.peer)
 		if err != nil {
 			return err
 		}
-		smss, redis = append(smss, s), append(redis, rd)
+		smss, peer = append(smss, s), append(peer, p)
 		if !o.quiet {
-			fmt.Fprintf(r.stderr, "pair %d: smss %s msgs/s, redis %s msgs/s\n", i+1, fmtNum(s.MsgsPerSec), fmtNum(rd.MsgsPerSec))
+			fmt.Fprintf(r.stderr, "pair %d: smss %s msgs/s, %s %s msgs/s\n", i+1, fmtNum(s.MsgsPerSec), o.peer, fmtNum(p.MsgsPerSec))
 		}
 	}
 	if o.json {
-		sm, rm := rowsMap(medianRows(smss)), rowsMap(medianRows(redis))
+		sm, pm := rowsMap(medianRows(smss)), rowsMap(medianRows(peer))
 		ratio := map[string]float64{}
 		for k, v := range sm {
-			if w, ok := rm[k]; ok && w != 0 {
+			if w, ok := pm[k]; ok && w != 0 {
 				ratio[k] = v / w
 			}
 		}
-		return writeJSON(stdout, compareJSON{Smss: smss, Redis: redis, SmssMedian: sm, RedisMed: rm, Ratio: ratio})
+		c := compareJSON{Smss: smss, SmssMedian: sm}
+		if o.peer == targetJetStream {
+			c.JetStream, c.JetStreamMed, c.RatioJetStream = peer, pm, ratio
+		} else {
+			c.Redis, c.RedisMed, c.Ratio = peer, pm, ratio
+		}
+		return writeJSON(stdout, c)
 	}
-	printCompare(stdout, smss, redis)
+	printCompare(stdout, o.peer, smss, peer)
 	return nil
 }

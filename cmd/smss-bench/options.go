@@ -20,8 +20,9 @@ const (
 
 // Targets.
 const (
-	targetSmss  = "smss"
-	targetRedis = "redis"
+	targetSmss      = "smss"
+	targetRedis     = "redis"
+	targetJetStream = "jetstream"
 )
 
 // options are the command line of one invocation.
@@ -29,12 +30,18 @@ type options struct {
 	workload string // pub, sub, e2e, repl (compare: the compared workload)
 	compare  bool
 	target   string
+	peer     string // compare: what smss is compared with, redis or jetstream
 
 	addr     string // use a running server instead of starting one
 	pid      int    // its pid, for RSS
 	smssBin  string
 	redisBin string
+	natsBin  string
 	flush    int
+	jsAck    string // JetStream pull consumer ack policy: none or explicit
+	// jsReplicas is the JetStream stream's replicas: 3 (a three-node
+	// cluster) when compare --peer jetstream runs smss with a slave.
+	jsReplicas int
 
 	conns    int
 	size     int
@@ -51,6 +58,7 @@ type options struct {
 	backlog   int64         // repl: messages the slave catches up on
 	timeout   time.Duration // repl catch-up and live-delivery waits
 	withSlave bool          // pub: attach a slave during the run
+	cluster   bool          // pub (smss): a three-node -role auto cluster, publishing to its master
 	// syncSlaves is the master's replication.syncSlaves (pub --with-slave).
 	syncSlaves int
 	ids        bool // smss: a message id (smss-msg-id) on every publish request
@@ -63,11 +71,12 @@ type options struct {
 }
 
 const usageText = `usage: smss-bench <pub|sub|e2e|repl> [flags]
-       smss-bench compare --workload <pub|sub|e2e> [flags]
+       smss-bench compare --workload <pub|sub|e2e> [--peer redis|jetstream] [flags]
        smss-bench floor [--listen host:port] [--writer|--leader|--epoll]
 
-Starts the server itself (smss built with go build, or redis-server) on a
-free loopback port with its data in a temp directory, unless --addr names a
+Starts the server itself (smss built with go build, redis-server, or
+nats-server built with go build from the version go.mod pins) on a free
+loopback port with its data in a temp directory, unless --addr names a
 running one. Everything it starts is stopped and removed on exit or Ctrl-C.
 
 workloads:
@@ -80,8 +89,15 @@ workloads:
            publish→delivery per message (timestamp inside the body).
   repl     (smss only) slave catch-up of a --backlog, then publish→delivery
            lag through the slave at --rate for --duration.
-  compare  run --workload against smss and Redis back to back (--runs
-           pairs) and print both side by side with their ratio.
+  compare  run --workload against smss and a peer (--peer redis, the
+           default, or jetstream) back to back (--runs pairs) and print
+           both side by side with their ratio. JetStream: file storage,
+           sync_interval 2m (its default) at --flush 0/1, always at 2;
+           synchronous publishes (--records N: N async publishes, then
+           all N acks); pull consumers (--js-ack none or explicit).
+           With --with-slave --sync-slaves 1 smss runs master + slave,
+           with --cluster a three-node -role auto cluster, and JetStream
+           a three-node cluster with an R3 stream.
   floor    serve a stand-in server with no storage and no hand-offs, for
            the other workloads' --addr: what Go and this machine cost by
            themselves (e2e latency, server CPU), smss's floor. --writer
@@ -110,11 +126,14 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	var workload string
 	fs.StringVar(&workload, "workload", "", "compare: the workload to compare (pub, sub, e2e)")
-	fs.StringVar(&o.target, "target", targetSmss, "server to benchmark: smss or redis")
+	fs.StringVar(&o.target, "target", targetSmss, "server to benchmark: smss, redis or jetstream")
 	fs.StringVar(&o.addr, "addr", "", "host:port of a running server to use instead of starting one")
 	fs.IntVar(&o.pid, "pid", 0, "pid of the --addr server, to report its RSS")
 	fs.StringVar(&o.smssBin, "smss-bin", "", "smss binary (default: go build it into the temp dir)")
 	fs.StringVar(&o.redisBin, "redis-bin", "redis-server", "redis-server binary")
+	fs.StringVar(&o.natsBin, "nats-bin", "", "nats-server binary (default: go build "+natsModule+" into the temp dir)")
+	fs.StringVar(&o.peer, "peer", targetRedis, "compare: the system smss is compared with, redis or jetstream")
+	fs.StringVar(&o.jsAck, "js-ack", jsAckNone, "JetStream pull consumer ack policy: none or explicit (each message acked)")
 	fs.IntVar(&o.flush, "flush", 1, "smss store.flushLevel 0/1/2; Redis appendfsync no/everysec/always")
 	fs.IntVar(&o.conns, "conns", 1, "publishing connections")
 	fs.IntVar(&o.size, "size", 200, "message body bytes (>= 8: the first 8 carry the send time)")
@@ -127,6 +146,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
+	fs.BoolVar(&o.cluster, "cluster", false, "pub (smss): run a three-node -role auto cluster (syncSlaves 1) and publish to its master; compare --peer jetstream: against a three-node JetStream cluster with an R3 stream")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
 	fs.BoolVar(&o.ids, "ids", false, "smss: attach a new 32-hex-char message id (smss-msg-id) to every publish request, as the Go client does")
 	fs.BoolVar(&o.noCursors, "no-cursors", false, "smss: start the server with cursor.enabled false (no stored consumer positions)")
@@ -172,8 +192,40 @@ func (o *options) validate(set map[string]bool) error {
 	default:
 		return fmt.Errorf("unknown workload %q (want pub, sub, e2e, repl or compare)", o.workload)
 	}
-	if o.target != targetSmss && o.target != targetRedis {
-		return fmt.Errorf("--target %q: want smss or redis", o.target)
+	if o.target != targetSmss && o.target != targetRedis && o.target != targetJetStream {
+		return fmt.Errorf("--target %q: want smss, redis or jetstream", o.target)
+	}
+	if o.peer != targetRedis && o.peer != targetJetStream {
+		return fmt.Errorf("--peer %q: want redis or jetstream", o.peer)
+	}
+	if set["peer"] && !o.compare {
+		return errors.New("--peer is for compare only (use --target for one system)")
+	}
+	if o.jsAck != jsAckNone && o.jsAck != jsAckExplicit {
+		return fmt.Errorf("--js-ack %q: want none or explicit", o.jsAck)
+	}
+	if set["js-ack"] && !(o.target == targetJetStream || o.compare && o.peer == targetJetStream) {
+		return errors.New("--js-ack applies to JetStream (--target jetstream or compare --peer jetstream)")
+	}
+	if o.cluster {
+		switch {
+		case o.workload != wPub:
+			return errors.New("--cluster applies to the pub workload")
+		case o.withSlave || o.addr != "":
+			return errors.New("--cluster starts its own three nodes: not with --with-slave or --addr")
+		case o.compare && o.peer != targetJetStream:
+			return errors.New("compare --cluster needs --peer jetstream (against an R3 stream on three nodes)")
+		case !o.compare && o.target != targetSmss:
+			return errors.New("--cluster is an smss cluster (--target smss)")
+		}
+		o.jsReplicas = 3
+	}
+	if o.compare && o.withSlave {
+		// Redis has no replicated acknowledged mode to compare with.
+		if o.peer != targetJetStream || o.syncSlaves != 1 || o.workload != wPub {
+			return errors.New("compare --with-slave needs --peer jetstream --sync-slaves 1 --workload pub (against an R3 stream on three nodes)")
+		}
+		o.jsReplicas = 3
 	}
 	if o.rate < 0 {
 		o.rate = 0
@@ -209,7 +261,7 @@ func (o *options) validate(set map[string]bool) error {
 		return fmt.Errorf("--backlog %d: want >= 1", o.backlog)
 	case o.pid != 0 && o.addr == "":
 		return errors.New("--pid goes with --addr (a started server's pid is known)")
-	case o.withSlave && (o.workload != wPub || o.target != targetSmss):
+	case o.withSlave && (o.workload != wPub || o.target != targetSmss) && !o.compare:
 		return errors.New("--with-slave applies to the smss pub workload")
 	case o.syncSlaves < 0 || o.syncSlaves > 1:
 		return fmt.Errorf("--sync-slaves %d: want 0 or 1 (one slave is attached)", o.syncSlaves)

@@ -68,6 +68,45 @@ func TestParseOptions(t *testing.T) {
 				t.Fatalf("%+v", o)
 			}
 		}},
+		{name: "compare defaults to redis", args: "compare --workload pub", check: func(t *testing.T, o *options) {
+			if o.peer != targetRedis || o.jsReplicas != 0 {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "compare jetstream", args: "compare --workload sub --peer jetstream --js-ack explicit", check: func(t *testing.T, o *options) {
+			if o.peer != targetJetStream || o.jsAck != jsAckExplicit || o.jsReplicas != 0 {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "compare jetstream replicated", args: "compare --workload pub --peer jetstream --with-slave --sync-slaves 1",
+			check: func(t *testing.T, o *options) {
+				if o.jsReplicas != 3 || !o.withSlave || o.syncSlaves != 1 {
+					t.Fatalf("%+v", o)
+				}
+			}},
+		{name: "jetstream target", args: "e2e --target jetstream", check: func(t *testing.T, o *options) {
+			if o.target != targetJetStream || o.jsAck != jsAckNone {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "bad peer", args: "compare --workload pub --peer kafka", err: "--peer"},
+		{name: "peer outside compare", args: "pub --peer jetstream", err: "compare only"},
+		{name: "bad ack policy", args: "sub --target jetstream --js-ack all", err: "--js-ack"},
+		{name: "ack policy on smss", args: "sub --js-ack explicit", err: "applies to JetStream"},
+		{name: "compare redis with slave", args: "compare --workload pub --with-slave --sync-slaves 1", err: "--peer jetstream"},
+		{name: "compare jetstream async slave", args: "compare --workload pub --peer jetstream --with-slave", err: "--sync-slaves 1"},
+		{name: "compare jetstream replicated sub", args: "compare --workload sub --peer jetstream --with-slave --sync-slaves 1", err: "--workload pub"},
+		{name: "compare jetstream cluster", args: "compare --workload pub --peer jetstream --cluster", check: func(t *testing.T, o *options) {
+			if !o.cluster || o.jsReplicas != 3 || o.withSlave {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "smss cluster", args: "pub --cluster --conns 64"},
+		{name: "cluster on sub", args: "sub --cluster", err: "pub workload"},
+		{name: "cluster with slave", args: "pub --cluster --with-slave", err: "not with --with-slave"},
+		{name: "cluster on redis compare", args: "compare --workload pub --cluster", err: "--peer jetstream"},
+		{name: "cluster on jetstream target", args: "pub --cluster --target jetstream", err: "--target smss"},
+		{name: "repl on jetstream", args: "repl --target jetstream", err: "smss only"},
 		{name: "unknown workload", args: "push", err: "unknown workload"},
 		{name: "compare without workload", args: "compare", err: "--workload"},
 		{name: "compare repl", args: "compare --workload repl", err: "smss only"},

@@ -185,6 +185,13 @@ func (e *env) startSmss(ctx context.Context, bin string, flush int, master, extr
 		}
 		args = append(args, "-role", "slave", "-host", host, "-port", port, "-event", "0")
 	}
+	return e.runSmss(ctx, bin, name, dir, args)
+}
+
+// runSmss starts smss with args in dir (its config and data there) and
+// waits until it logs its listening address.
+func (e *env) runSmss(ctx context.Context, bin, name, dir string, args []string) (*server, error) {
+	dataDir := filepath.Join(dir, "data")
 	s := &server{name: name, cmd: exec.Command(bin, args...), dir: dir, dataDir: dataDir,
 		logPath: filepath.Join(dir, "server.log")}
 	s.cmd.Dir = dir

@@ -23,6 +23,11 @@ type Params struct {
 	// SyncSlaves is the master's replication.syncSlaves (--sync-slaves).
 	SyncSlaves int  `json:"sync_slaves,omitempty"`
 	IDs        bool `json:"ids,omitempty"` // smss: a message id on every request
+	// Copies says what an acknowledgement means when it stands for more
+	// than one server's copy (replicated runs).
+	Copies string `json:"copies,omitempty"`
+	// Ack is the JetStream pull consumer's ack policy (sub, e2e).
+	Ack string `json:"ack,omitempty"`
 }
 
 // RSS is the server's memory as /proc/PID/status reports it, in KiB.
@@ -236,6 +241,9 @@ func describe(r *Result) string {
 	if p.Batch > 0 {
 		s += fmt.Sprintf(" batch=%d", p.Batch)
 	}
+	if p.Ack != "" {
+		s += " ack=" + p.Ack
+	}
 	if p.Rate > 0 {
 		s += fmt.Sprintf(" rate=%g/s", p.Rate)
 	}
@@ -248,6 +256,9 @@ func describe(r *Result) string {
 	}
 	if p.IDs {
 		s += " ids"
+	}
+	if p.Copies != "" {
+		s += "\n  " + p.Copies
 	}
 	return s
 }
@@ -295,18 +306,18 @@ func fmtParts(parts map[string]int64) string {
 	return b.String()
 }
 
-// printCompare prints smss and Redis medians side by side. ratio is
-// smss/redis; for throughput higher is better, for latency, RSS and disk
-// lower is better.
-func printCompare(w io.Writer, smss, redis []*Result) {
+// printCompare prints smss and the peer's (Redis or JetStream) medians
+// side by side. ratio is smss/peer; for throughput higher is better, for
+// latency, RSS and disk lower is better.
+func printCompare(w io.Writer, peer string, smss, redis []*Result) {
 	if len(smss) > 0 {
 		fmt.Fprintln(w, describe(smss[0]))
 	}
 	if len(redis) > 0 {
 		fmt.Fprintln(w, describe(redis[0]))
 	}
-	fmt.Fprintf(w, "runs: %d each (median shown); ratio = smss/redis\n", len(smss))
-	fmt.Fprintf(w, "%-22s %14s %14s %9s\n", "metric", "smss", "redis", "ratio")
+	fmt.Fprintf(w, "runs: %d each (median shown); ratio = smss/%s\n", len(smss), peer)
+	fmt.Fprintf(w, "%-22s %14s %14s %9s\n", "metric", "smss", peer, "ratio")
 	a, b := medianRows(smss), medianRows(redis)
 	bm := map[string]row{}
 	for _, r := range b {
@@ -339,10 +350,14 @@ func printCompare(w io.Writer, smss, redis []*Result) {
 // compareJSON is the --json output of compare.
 type compareJSON struct {
 	Smss       []*Result          `json:"smss"`
-	Redis      []*Result          `json:"redis"`
+	Redis      []*Result          `json:"redis,omitempty"`
 	SmssMedian map[string]float64 `json:"smss_median"`
-	RedisMed   map[string]float64 `json:"redis_median"`
-	Ratio      map[string]float64 `json:"ratio_smss_over_redis"`
+	RedisMed   map[string]float64 `json:"redis_median,omitempty"`
+	Ratio      map[string]float64 `json:"ratio_smss_over_redis,omitempty"`
+	// --peer jetstream
+	JetStream      []*Result          `json:"jetstream,omitempty"`
+	JetStreamMed   map[string]float64 `json:"jetstream_median,omitempty"`
+	RatioJetStream map[string]float64 `json:"ratio_smss_over_jetstream,omitempty"`
 }
 
 func rowsMap(rows []row) map[string]float64 {

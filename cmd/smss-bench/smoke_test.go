@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,8 +18,12 @@ import (
 // smssBin is built once for the package by the tool's own build step.
 var smssBin string
 
+// testEnv holds the package's binaries; it is removed when the tests end.
+var testEnv *env
+
 func TestMain(m *testing.M) {
 	e, err := newEnv(false)
+	testEnv = e
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -261,5 +266,100 @@ func TestInterrupt(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("temp dir not cleaned up: %v", left)
+	}
+}
+
+// natsBin is nats-server, built on first use into the package's temp dir
+// by the tool's own build step (from the version go.mod pins).
+var (
+	natsOnce   sync.Once
+	natsBin    string
+	natsBinErr error
+)
+
+func natsBinary(t *testing.T) string {
+	t.Helper()
+	natsOnce.Do(func() { natsBin, natsBinErr = testEnv.buildNats(context.Background()) })
+	if natsBinErr != nil {
+		t.Fatal(natsBinErr)
+	}
+	return natsBin
+}
+
+// TestSmokeJetStream runs every JetStream code path on a tiny workload:
+// compare --peer jetstream (single and batched publish, fsync before ack),
+// stored consumption with both ack policies, live delivery, and the
+// replicated row: a three-node smss cluster against an R3 stream on three
+// nats-servers. (master + semi-synchronous slave is TestSmokePubSemiSync's
+// path; what its 200 means is TestCopies'.)
+func TestSmokeJetStream(t *testing.T) {
+	nb := natsBinary(t)
+	js := func(args ...string) []string { return append(args, "--nats-bin", nb) }
+
+	var c compareJSON
+	benchJSON(t, &c, js("compare", "--workload", "pub", "--peer", "jetstream", "--conns", "2", "--records", "10", "--count", "300")...)
+	if len(c.Smss) != 1 || len(c.JetStream) != 1 || len(c.Redis) != 0 || c.RatioJetStream["msgs/s"] <= 0 {
+		t.Fatalf("%+v", c)
+	}
+	checkResult(t, c.JetStream[0], "jetstream", wPub, 300, "request")
+	if d := c.JetStream[0].Params.Durable; !strings.Contains(d, "2m default") {
+		t.Fatalf("durability %q", d)
+	}
+
+	var r Result
+	benchJSON(t, &r, js("pub", "--target", "jetstream", "--conns", "2", "--count", "100", "--flush", "2")...)
+	checkResult(t, &r, "jetstream", wPub, 100, "request")
+	if !strings.Contains(r.Params.Durable, "always") || r.Requests != 100 {
+		t.Fatalf("%+v", r)
+	}
+
+	for _, ack := range []string{jsAckNone, jsAckExplicit} {
+		var r Result
+		benchJSON(t, &r, js("sub", "--target", "jetstream", "--count", "300", "--batch", "7", "--js-ack", ack)...)
+		checkResult(t, &r, "jetstream", wSub, 300, "batch")
+		if r.Messages != 300 || r.Requests < 300/7 || r.Params.Ack != ack {
+			t.Fatalf("messages %d batches %d ack %q", r.Messages, r.Requests, r.Params.Ack)
+		}
+	}
+
+	r = Result{}
+	benchJSON(t, &r, js("e2e", "--target", "jetstream", "--rate", "1000", "--count", "200")...)
+	checkResult(t, &r, "jetstream", wE2E, 200, "message")
+	if r.Messages != 200 || r.Latency.Count != 200 {
+		t.Fatalf("%d messages, %d latencies", r.Messages, r.Latency.Count)
+	}
+
+	c = compareJSON{}
+	benchJSON(t, &c, js("compare", "--workload", "pub", "--peer", "jetstream", "--cluster", "--conns", "2", "--count", "100")...)
+	if len(c.Smss) != 1 || len(c.JetStream) != 1 || c.RatioJetStream["msgs/s"] <= 0 {
+		t.Fatalf("%+v", c)
+	}
+	checkResult(t, c.Smss[0], "smss", wPub, 100, "request")
+	checkResult(t, c.JetStream[0], "jetstream", wPub, 100, "request")
+	// Each side says what its acknowledgement stands for, beside the figures.
+	if d := describe(c.Smss[0]); !strings.Contains(d, "cluster of 3 (-role auto, syncSlaves 1): a 200 means every in-sync member") {
+		t.Errorf("smss side: %s", d)
+	}
+	if d := describe(c.JetStream[0]); !strings.Contains(d, "R3: a PubAck means a quorum of 2 of 3") {
+		t.Errorf("jetstream side: %s", d)
+	}
+}
+
+// TestCopies: what an acknowledgement stands for, per setup.
+func TestCopies(t *testing.T) {
+	for _, tc := range []struct {
+		c    copier
+		want string
+	}{
+		{&smssSys{}, ""},
+		{&smssSys{syncSlaves: 1}, "a 200 means the master and 1 slave(s) stored it (2 copies"},
+		{&smssSys{cluster: true}, "every in-sync member stored it (3 copies"},
+		{&jsSys{replicas: 1}, ""},
+		{&jsSys{replicas: 3}, "quorum of 2 of 3"},
+	} {
+		got := tc.c.copies()
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)
+		}
 	}
 }

@@ -77,10 +77,26 @@ type smssSys struct {
 	// ids: every publish request carries a new message id (record header
 	// smss-msg-id on its first record), as the Go client sends them.
 	ids bool
+	// syncSlaves: the master answers 200 once this many slaves confirmed
+	// (0: no slave attached, or asynchronous replication).
+	syncSlaves int
+	cluster    bool // a three-node -role auto cluster's master
 }
 
 func (s *smssSys) name() string       { return "smss" }
 func (s *smssSys) durability() string { return fmt.Sprintf("flushLevel %d", s.flush) }
+
+func (s *smssSys) copies() string {
+	if s.cluster {
+		return fmt.Sprintf("cluster of %d (-role auto, syncSlaves 1): a 200 means every in-sync member stored it (%d copies while all are in sync; each fsynced per its flushLevel)",
+			clusterSize, clusterSize)
+	}
+	if s.syncSlaves > 0 {
+		return fmt.Sprintf("syncSlaves %d: a 200 means the master and %d slave(s) stored it (%d copies; each fsynced per its flushLevel)",
+			s.syncSlaves, s.syncSlaves, s.syncSlaves+1)
+	}
+	return ""
+}
 
 type smssConn struct {
 	c   net.Conn

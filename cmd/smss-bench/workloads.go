@@ -20,6 +20,7 @@ type runner struct {
 	base   time.Time // the clock of body timestamps
 
 	smssBin string // built lazily
+	natsBin string // built lazily
 }
 
 // now is the benchmark clock (monotonic ns since base) written into bodies.
@@ -40,33 +41,64 @@ func (r *runner) smssBinary() (string, error) {
 	return r.smssBin, nil
 }
 
+func (r *runner) natsBinary() (string, error) {
+	if r.natsBin == "" {
+		if r.o.natsBin != "" {
+			r.natsBin = r.o.natsBin
+		} else {
+			bin, err := r.env.buildNats(r.ctx)
+			if err != nil {
+				return "", err
+			}
+			r.natsBin = bin
+		}
+	}
+	return r.natsBin, nil
+}
+
 // instance is a system under test and the processes behind it.
 type instance struct {
-	sys   system
-	srv   *server // nil with --addr
-	pid   int     // 0 when unknown
-	slave *server
+	target string
+	sys    system
+	srv    *server // nil with --addr
+	pid    int     // 0 when unknown
+	slave  *server
+	others []*server // the other nodes of a JetStream cluster
+}
+
+// copier is a system whose acknowledgement stands for more than one copy.
+type copier interface {
+	copies() string
 }
 
 func (r *runner) setup(target string) (*instance, error) {
 	o := r.o
-	inst := &instance{pid: o.pid}
+	inst := &instance{target: target, pid: o.pid}
 	addr := o.addr
 	if addr == "" {
 		var err error
-		if target == targetSmss {
+		if target == targetJetStream {
+			err = r.setupNats(inst)
+		} else if target == targetSmss {
 			bin, berr := r.smssBinary()
 			if berr != nil {
 				return nil, berr
 			}
-			extra := ""
-			if o.syncSlaves > 0 {
-				extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
+			if o.cluster {
+				var srvs []*server
+				if srvs, err = r.env.startSmssCluster(r.ctx, bin, o.flush); err == nil {
+					inst.srv, inst.others = srvs[0], srvs[1:]
+				}
+			} else {
+				extra := ""
+				if o.syncSlaves > 0 {
+					extra = fmt.Sprintf("replication:\n  syncSlaves: %d\n", o.syncSlaves)
+				}
+				if o.noCursors {
+					extra += "cursor:\n  enabled: false\n"
+				}
+				inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 			}
-			if o.noCursors {
-				extra += "cursor:\n  enabled: false\n"
-			}
-			inst.srv, err = r.env.startSmss(r.ctx, bin, o.flush, "", extra)
 		} else {
 			inst.srv, err = r.env.startRedis(r.ctx, o.redisBin, o.flush)
 		}
@@ -79,8 +111,37 @@ func (r *runner) setup(target string) (*instance, error) {
 	if o.freshTopic {
 		topic = fmt.Sprintf("%s-%d", o.topic, time.Now().UnixNano())
 	}
+	if target == targetJetStream {
+		js := &jsSys{urls: []string{"nats://" + addr}, stream: topic, subject: topic, replicas: max(o.jsReplicas, 1),
+			syncAlways: o.flush == 2, ack: o.jsAck, live: o.workload == wE2E}
+		inst.sys = js
+		if err := js.prepare(); err != nil {
+			r.teardown(inst)
+			return nil, err
+		}
+		if len(inst.others) > 0 {
+			leader, err := streamLeader(append([]*server{inst.srv}, inst.others...), topic)
+			if err != nil {
+				r.teardown(inst)
+				return nil, err
+			}
+			js.urls[0] = "nats://" + leader
+			// Server CPU and RSS are the leader's, as they are the smss
+			// master's.
+			for _, s := range append([]*server{inst.srv}, inst.others...) {
+				if s.addr == leader {
+					inst.pid = s.pid()
+				}
+			}
+		}
+		return inst, nil
+	}
 	if target == targetSmss {
-		inst.sys = &smssSys{addr: addr, topic: topic, flush: o.flush, ids: o.ids}
+		ss := &smssSys{addr: addr, topic: topic, flush: o.flush, ids: o.ids, cluster: o.cluster}
+		if o.withSlave {
+			ss.syncSlaves = o.syncSlaves
+		}
+		inst.sys = ss
 	} else {
 		inst.sys = &redisSys{addr: addr, key: topic, flush: o.flush, live: o.workload == wE2E}
 	}
@@ -94,6 +155,28 @@ func (r *runner) setup(target string) (*instance, error) {
 func (r *runner) teardown(inst *instance) {
 	r.env.stop(inst.slave)
 	r.env.stop(inst.srv)
+	for _, s := range inst.others {
+		r.env.stop(s)
+	}
+}
+
+// setupNats starts one nats-server, or three in a cluster for a
+// replicated stream.
+func (r *runner) setupNats(inst *instance) error {
+	bin, err := r.natsBinary()
+	if err != nil {
+		return err
+	}
+	size := 1
+	if r.o.jsReplicas > 1 {
+		size = r.o.jsReplicas
+	}
+	srvs, err := r.env.startNats(r.ctx, bin, size, r.o.flush == 2)
+	if err != nil {
+		return err
+	}
+	inst.srv, inst.others = srvs[0], srvs[1:]
+	return nil
 }
 
 // startSlave attaches a replicating smss slave to the instance's server.
@@ -129,10 +212,19 @@ func (r *runner) begin(inst *instance, workload string) *measure {
 		System:   inst.sys.name(),
 		Workload: workload,
 		Params: Params{Conns: o.conns, Size: o.size, Records: o.records, Rate: o.rate, Flush: o.flush, IDs: o.ids,
-			Durable: inst.sys.durability(), WithSlave: inst.slave != nil, SyncSlaves: o.syncSlaves},
+			Durable: inst.sys.durability(), WithSlave: inst.slave != nil},
 	}}
+	if inst.target == targetSmss {
+		m.res.Params.SyncSlaves = o.syncSlaves
+	}
+	if c, ok := inst.sys.(copier); ok {
+		m.res.Params.Copies = c.copies()
+	}
 	if workload != wPub {
 		m.res.Params.Batch = o.batch
+		if inst.target == targetJetStream {
+			m.res.Params.Ack = o.jsAck
+		}
 	}
 	m.res.LoadAvg[0] = loadAvg()
 	m.cpuStart = time.Now()
@@ -368,7 +460,7 @@ func (r *runner) publishAll(sys system, plan pubPlan, prog *progress) (*pubStats
 // runPub is the pub workload.
 func (r *runner) runPub(inst *instance) (*Result, error) {
 	o := r.o
-	if o.withSlave {
+	if o.withSlave && inst.target == targetSmss {
 		if err := r.startSlave(inst); err != nil {
 			return nil, err
 		}
