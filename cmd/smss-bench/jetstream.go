@@ -90,13 +90,30 @@ func (s *jsSys) prepare() error {
 	if err := js.DeleteStream(ctx, s.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("delete stream %s: %w", s.stream, err)
 	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: s.stream, Subjects: []string{s.subject},
-		Storage: jetstream.FileStorage, Replicas: max(s.replicas, 1)})
+	// A cluster's meta leader answers (waitJetStream) before it has seen
+	// every peer online; until it has, an R3 stream is refused with "no
+	// suitable peers for placement" (10005): ask again until startTimeout.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		cctx, ccancel := context.WithTimeout(context.Background(), jsAPITimeout)
+		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: s.stream, Subjects: []string{s.subject},
+			Storage: jetstream.FileStorage, Replicas: max(s.replicas, 1)})
+		ccancel()
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrCodeNoPeers || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // nothing to wait on in other processes but their answer
+	}
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", s.stream, err)
 	}
 	return nil
 }
+
+// jsErrCodeNoPeers is JetStream's "no suitable peers for placement"
+// (nats.go names no constant for it).
+const jsErrCodeNoPeers jetstream.ErrorCode = 10005
 
 type jsPub struct {
 	nc      *nats.Conn
