@@ -529,23 +529,7 @@ func TestDedupeWindowOnSlave(t *testing.T) {
 	}
 
 	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
-	stream, err := m.ReplicaStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		n, err := stream.Next(ctx, 10, 10*time.Millisecond, func(block []byte) error {
-			_, err := s.ApplyReplicated(ctx, append([]byte(nil), block...))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	stream.Close()
+	replicateAll(t, m, s, 0)
 	if n := s.DedupeIDs(); n != 11 {
 		t.Fatalf("slave window holds %d ids, want 11", n)
 	}

@@ -170,23 +170,7 @@ func TestReplicatedLegacyTopicNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
-	stream, err := m.ReplicaStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		n, err := stream.Next(ctx, 10, 10*time.Millisecond, func(block []byte) error {
-			_, err := s.ApplyReplicated(ctx, append([]byte(nil), block...))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	stream.Close()
+	replicateAll(t, m, s, 0)
 	// A create of "..": refused, logged, the binlog still kept whole.
 	dotdot := binlog.AppendBlock(nil, &binlog.Block{WriteTime: 1, Cmd: binlog.CmdCreate, EventID: m.LastEventID() + 1,
 		Timestamp: 1, Topic: []byte(".."), Payload: make([]byte, 8)})

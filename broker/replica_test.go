@@ -37,23 +37,7 @@ func TestReplicatedBinlogIsByteIdentical(t *testing.T) {
 	m.DeleteTopic(ctx, []byte("gone"))
 
 	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
-	stream, err := m.ReplicaStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		n, err := stream.Next(ctx, 10, 10*time.Millisecond, func(block []byte) error {
-			_, err := s.ApplyReplicated(ctx, append([]byte(nil), block...))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	stream.Close()
+	replicateAll(t, m, s, 0)
 	if s.LastEventID() != m.LastEventID() {
 		t.Fatalf("slave last %d, master %d", s.LastEventID(), m.LastEventID())
 	}

@@ -451,22 +451,8 @@ func dirtyReads(t *testing.T, dataDir string, topics []string, subs []*liveSub, 
 // history does not hold, or one again at another eventId.
 func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, fault string) {
 	t.Helper()
-	held := map[string]bool{}
-	for _, blk := range readStore(t, dataDir, []string{fs.topic}).topics[fs.topic] {
-		held[bodyOf(t, blk.Record)] = true
-	}
-	var missing []string
-	if !smsstest.Poll(30*time.Second, func() bool {
-		got := fs.snapshot()
-		missing = missing[:0]
-		for b := range held {
-			if got[b] == 0 {
-				missing = append(missing, b)
-			}
-		}
-		return len(missing) == 0
-	}) {
-		sort.Strings(missing)
+	held := heldBodies(t, dataDir, fs.topic)
+	if missing := awaitHanded(held, fs.snapshot); len(missing) > 0 {
 		t.Fatalf("cycle %d (%s): the stored-position consumer was never handed %d of the %d messages of %s (first %q); it subscribed %d times",
 			cycle, fault, len(missing), len(held), fs.topic, missing[0], fs.resubscribed.Load())
 	}
@@ -494,22 +480,8 @@ func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, 
 // saw, so it never resumes before its position either.
 func clientSubOnce(t *testing.T, dataDir string, cs *clientSub, cycle int, fault string) {
 	t.Helper()
-	held := map[string]bool{}
-	for _, blk := range readStore(t, dataDir, []string{cs.topic}).topics[cs.topic] {
-		held[bodyOf(t, blk.Record)] = true
-	}
-	var missing []string
-	if !smsstest.Poll(30*time.Second, func() bool {
-		got, _ := cs.snapshot()
-		missing = missing[:0]
-		for b := range held {
-			if got[b] == 0 {
-				missing = append(missing, b)
-			}
-		}
-		return len(missing) == 0
-	}) {
-		sort.Strings(missing)
+	held := heldBodies(t, dataDir, cs.topic)
+	if missing := awaitHanded(held, func() map[string]int { got, _ := cs.snapshot(); return got }); len(missing) > 0 {
 		t.Fatalf("cycle %d (%s): %s was never handed %d of the %d messages of %s (first %q)",
 			cycle, fault, cs.name, len(missing), len(held), cs.topic, missing[0])
 	}

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	smss "github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -211,4 +213,36 @@ func (cs *clientSub) snapshot() (map[string]int, int) {
 		out[b] = n
 	}
 	return out, cs.changes
+}
+
+// heldBodies is the set of message bodies of topic in the history of the
+// master whose data is dataDir.
+func heldBodies(t *testing.T, dataDir, topic string) map[string]bool {
+	t.Helper()
+	held := map[string]bool{}
+	for _, blk := range readStore(t, dataDir, []string{topic}).topics[topic] {
+		held[bodyOf(t, blk.Record)] = true
+	}
+	return held
+}
+
+// awaitHanded waits up to 30 s until a consumer was handed every body of
+// held (got reports how often it was handed each); it returns, sorted, the
+// ones still missing then (none when all came).
+func awaitHanded(held map[string]bool, got func() map[string]int) []string {
+	var missing []string
+	if smsstest.Poll(30*time.Second, func() bool {
+		g := got()
+		missing = missing[:0]
+		for b := range held {
+			if g[b] == 0 {
+				missing = append(missing, b)
+			}
+		}
+		return len(missing) == 0
+	}) {
+		return nil
+	}
+	sort.Strings(missing)
+	return missing
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -202,22 +201,8 @@ func (gs *groupSub) snapshot() (map[string]int, []string, int, []error, int) {
 // member's Run failed.
 func groupOnce(t *testing.T, dataDir string, gs *groupSub, cycle int, fault string) {
 	t.Helper()
-	held := map[string]bool{}
-	for _, blk := range readStore(t, dataDir, []string{gs.topic}).topics[gs.topic] {
-		held[bodyOf(t, blk.Record)] = true
-	}
-	var missing []string
-	if !smsstest.Poll(30*time.Second, func() bool {
-		got, _, _, _, _ := gs.snapshot()
-		missing = missing[:0]
-		for b := range held {
-			if got[b] == 0 {
-				missing = append(missing, b)
-			}
-		}
-		return len(missing) == 0
-	}) {
-		sort.Strings(missing)
+	held := heldBodies(t, dataDir, gs.topic)
+	if missing := awaitHanded(held, func() map[string]int { got, _, _, _, _ := gs.snapshot(); return got }); len(missing) > 0 {
 		_, _, _, errs, members := gs.snapshot()
 		t.Fatalf("cycle %d (%s): the Redis group was never handed %d of the %d messages of %s (first %q); %d members ran, failures %v\n%s",
 			cycle, fault, len(missing), len(held), gs.topic, missing[0], members, errs, tail(gs.log.String(), 3000))
