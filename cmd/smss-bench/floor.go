@@ -7,7 +7,8 @@ package main
 // nothing, and has no hand-offs: the publisher's connection goroutine
 // writes the subscription frame to the live subscriber's socket itself,
 // then replies. Not a message queue: nothing is stored, acks are read and
-// ignored, and a message published while no subscriber is live is lost.
+// ignored, and a message published while no subscriber is live is lost
+// (but for a topic's first subscriber: subscriberOf).
 //
 // With --writer, a publish first takes smss's shape, without its logic: the
 // connection's goroutine hands the payload to one writer goroutine, which
@@ -107,8 +108,54 @@ type floorServer struct {
 
 	mu    sync.Mutex
 	subs  map[string]*floorSub // topic → its live subscriber
+	held  map[string][]heldPub // topic → publishes while it had none (subscriberOf)
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+}
+
+// heldPub is a publish kept for a topic's first subscriber.
+type heldPub struct {
+	at      time.Time
+	payload []byte
+}
+
+// A workload opens its subscription before it publishes, but the server
+// may read a publish before the subscription (another connection, another
+// goroutine): such publishes are held for the first subscriber, at most
+// maxHeld of them and for heldFor, so that they are not lost (the run
+// would wait for them) and a later run on the topic is not handed them.
+const (
+	maxHeld = 1 << 16
+	heldFor = 5 * time.Second
+)
+
+// subscriberOf is topic's live subscriber; with none, it holds a copy of
+// payload for the first one.
+func (f *floorServer) subscriberOf(topic string, payload []byte) *floorSub {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.subs[topic]; s != nil {
+		return s
+	}
+	if h := f.held[topic]; len(h) < maxHeld {
+		f.held[topic] = append(h, heldPub{at: time.Now(), payload: append([]byte(nil), payload...)})
+	}
+	return nil
+}
+
+// register makes s topic's live subscriber and hands it what was held
+// for it (publishes younger than heldFor).
+func (f *floorServer) register(topic string, s *floorSub) {
+	f.mu.Lock()
+	f.subs[topic] = s
+	held := f.held[topic]
+	delete(f.held, topic)
+	f.mu.Unlock()
+	for _, h := range held {
+		if time.Since(h.at) < heldFor {
+			f.deliverTo(s, h.payload)
+		}
+	}
 }
 
 // floorSub is a live subscriber; mu serialises the frames written to it.
@@ -125,7 +172,7 @@ func btoi(b bool) int {
 }
 
 func newFloor(ln net.Listener) *floorServer {
-	return &floorServer{ln: ln, subs: map[string]*floorSub{}, conns: map[net.Conn]struct{}{}}
+	return &floorServer{ln: ln, subs: map[string]*floorSub{}, held: map[string][]heldPub{}, conns: map[net.Conn]struct{}{}}
 }
 
 // serve accepts until the listener closes, then waits for its connections.
@@ -273,9 +320,7 @@ func (f *floorServer) conn(c net.Conn) {
 // acks until it goes away.
 func (f *floorServer) subscribe(c net.Conn, topic string) {
 	s := &floorSub{c: c}
-	f.mu.Lock()
-	f.subs[topic] = s
-	f.mu.Unlock()
+	f.register(topic, s)
 	io.Copy(io.Discard, c)
 	f.mu.Lock()
 	if f.subs[topic] == s {
@@ -287,10 +332,7 @@ func (f *floorServer) subscribe(c net.Conn, topic string) {
 // deliver writes the records of one publish to the topic's subscriber as
 // frames of at most 255 messages.
 func (f *floorServer) deliver(topic string, payload []byte) {
-	f.mu.Lock()
-	s := f.subs[topic]
-	f.mu.Unlock()
-	f.deliverTo(s, payload)
+	f.deliverTo(f.subscriberOf(topic, payload), payload)
 }
 
 // deliverTo writes the records of one publish to subscriber s (none if nil).

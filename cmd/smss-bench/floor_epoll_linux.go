@@ -285,14 +285,10 @@ func (e *floorEpoll) parse(c *epConn, req *protocol.Request, group []byte, pubs 
 		switch req.Header.Cmd {
 		case protocol.CmdSub:
 			s := &floorSub{c: fdConn(c.fd)}
-			e.f.mu.Lock()
-			e.f.subs[string(req.Topic)] = s
-			e.f.mu.Unlock()
+			e.f.register(string(req.Topic), s)
 			c.sub = s
 		case protocol.CmdPub:
-			e.f.mu.Lock()
-			s := e.f.subs[string(req.Topic)]
-			e.f.mu.Unlock()
+			s := e.f.subscriberOf(string(req.Topic), req.Payload)
 			off := len(group)
 			group = append(group, req.Payload...)
 			pubs = append(pubs, epPub{c: c, sub: s, off: off, end: len(group)})

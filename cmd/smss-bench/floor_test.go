@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -295,5 +296,58 @@ func TestFloorFlagsExclusive(t *testing.T) {
 		if code := runFloor(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, args...), &stdout, &stderr); code != 2 {
 			t.Fatalf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// TestFloorHoldsForFirstSubscriber: publishes the server reads before the
+// topic's first subscription (a run opens its subscription first, but
+// another connection may be read before it) are handed to that
+// subscriber, not lost, in every mode.
+func TestFloorHoldsForFirstSubscriber(t *testing.T) {
+	for _, mode := range floorModes() {
+		t.Run(mode, func(t *testing.T) {
+			var file bytes.Buffer
+			addr, _ := startFloor(t, mode, &file)
+			pc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			pc.SetDeadline(time.Now().Add(10 * time.Second))
+			var recs []byte
+			for _, b := range []string{"one", "two"} {
+				if recs, err = protocol.AppendRecord(recs, protocol.Record{Body: []byte(b)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			req, err := protocol.AppendPub(nil, []byte("early"), nil, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pc.Write(req); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := protocol.ReadReply(bufio.NewReader(pc), protocol.ReplyPlain, 0); err != nil {
+				t.Fatalf("publish before any subscriber: %v", err)
+			}
+			sc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close()
+			sc.SetDeadline(time.Now().Add(10 * time.Second))
+			sub, err := protocol.AppendSub(nil, []byte("early"), nil, 0, 10, time.Second, []byte("w"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sc.Write(sub); err != nil {
+				t.Fatal(err)
+			}
+			var h protocol.RespHeader
+			br := bufio.NewReader(sc)
+			if _, err := io.ReadFull(br, h[:]); err != nil || h.Code() != protocol.StatusOK || h.FrameCount() != 2 {
+				t.Fatalf("first unit to the first subscriber: % x %v, want a frame of the 2 held messages", h, err)
+			}
+		})
 	}
 }
