@@ -31,6 +31,9 @@ type probeResult struct {
 	epoch uint64
 	// view is the node's cluster view (smss -role auto); nil otherwise.
 	view *protocol.ClusterView
+	// instance is the node's data-directory instance id ("" from a build
+	// without it): two addresses of one node are not two masters.
+	instance string
 	err  error // why unreachable or unknown
 }
 
@@ -295,6 +298,9 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 			return -1, ctx.Err()
 		}
 		if best := chooseMaster(res, answered, order, pending == 0); best >= 0 {
+			if err := c.twoMasters(res, answered, best); err != nil {
+				return -1, err
+			}
 			c.setMaster(best)
 			return best, nil
 		}
@@ -303,6 +309,9 @@ func (c *Client) discover(ctx context.Context, needMaster bool) (int, error) {
 		return -1, err
 	}
 	if best := chooseMaster(res, answered, order, true); best >= 0 {
+		if err := c.twoMasters(res, answered, best); err != nil {
+			return -1, err
+		}
 		c.setMaster(best)
 		return best, nil
 	}
@@ -367,6 +376,39 @@ func chooseMaster(res []probeResult, answered []bool, order []int, final bool) i
 	return -1
 }
 
+// twoMasters refuses best when another answered node is a master of its
+// epoch too (ErrTwoMasters): of two at one epoch neither is known to be
+// the current one. A proven cluster master is never refused: its
+// consensus gives each epoch one master.
+func (c *Client) twoMasters(res []probeResult, answered []bool, best int) error {
+	if res[best].proven() {
+		return nil
+	}
+	other := rivalMaster(res, answered, best)
+	if other < 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s and %s are both masters of epoch %d; writing to either could lose what the other takes "+
+		"when one rejoins: make one follow the other (smssctl follow), or use a cluster (-role auto)",
+		ErrTwoMasters, c.addrs[best], c.addrs[other], res[best].epoch)
+}
+
+// rivalMaster is another answered master of best's epoch on another node
+// (-1: none).
+func rivalMaster(res []probeResult, answered []bool, best int) int {
+	b := res[best]
+	for i, r := range res {
+		if i == best || !answered[i] || r.role != roleMaster || r.epoch != b.epoch || r.newest() > r.epoch {
+			continue
+		}
+		if b.instance != "" && r.instance == b.instance {
+			continue // the same node at two addresses
+		}
+		return i
+	}
+	return -1
+}
+
 // probe asks server i for its status on a pooled connection.
 func (c *Client) probe(ctx context.Context, i int) probeResult {
 	p := c.pools[i]
@@ -402,7 +444,7 @@ func (c *Client) probe(ctx context.Context, i int) probeResult {
 	if err != nil {
 		return probeResult{role: roleUnknown, err: err}
 	}
-	r := probeResult{role: roleSlave, epoch: st.Epoch, view: st.Cluster}
+	r := probeResult{role: roleSlave, epoch: st.Epoch, view: st.Cluster, instance: st.Instance}
 	if st.IsMaster() {
 		r.role = roleMaster
 	}

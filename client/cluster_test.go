@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -312,5 +313,39 @@ func TestSubscriberPrefersCurrentEpoch(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %v with a frozen node first", d)
+	}
+}
+
+// TestTwoMastersOfOneEpochRefused: two masters at the same epoch (here two
+// servers never promoted; by hand, two slaves of a dead master promoted
+// both) are a split brain the client cannot resolve: whatever it wrote to
+// one would be lost when that one rejoins the other. It writes to
+// neither and says why; once one of them is a newer epoch's master, it
+// writes there.
+func TestTwoMastersOfOneEpochRefused(t *testing.T) {
+	a := testserver.Start(t, fastAlive)
+	b := testserver.Start(t, fastAlive)
+	c := dialT(t, "", Options{Addrs: []string{a.Addr, b.Addr}, HealthCheckInterval: -1, MaxRetries: 1,
+		RetryBackoff: 10 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	err := c.CreateTopic(ctx, "order")
+	if !errors.Is(err, ErrTwoMasters) || !errors.Is(err, ErrNoMaster) || !strings.Contains(err.Error(), "both masters of epoch 0") {
+		t.Fatalf("create with two masters of epoch 0: %v, want ErrTwoMasters", err)
+	}
+	for _, srv := range []*testserver.Server{a, b} {
+		sc := dialT(t, srv.Addr, Options{HealthCheckInterval: -1})
+		if st, err := sc.Status(ctx); err != nil || st.LastEventID != 0 {
+			t.Fatalf("%s after the refused create: %+v %v, want nothing written", srv.Addr, st, err)
+		}
+	}
+	// b becomes a slave of a, then is promoted: epoch 1 is b's alone.
+	bs := testserver.StartSlave(t, a, fastAlive+quickQuiet)
+	c2 := dialT(t, "", Options{Addrs: []string{a.Addr, bs.Addr}, HealthCheckInterval: -1})
+	promoteCaughtUp(t, dialT(t, bs.Addr, Options{HealthCheckInterval: -1}))
+	if err := c2.CreateTopic(ctx, "order"); err != nil {
+		t.Fatalf("create once one master is of a newer epoch: %v", err)
+	}
+	if got := c2.Master(); got != bs.Addr {
+		t.Fatalf("master %q, want the newer epoch's %s", got, bs.Addr)
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/smssmq/smss/protocol"
@@ -121,6 +122,13 @@ var (
 	// reachable one reported or proved to be a slave). The error names
 	// what each address answered.
 	ErrNoMaster = errors.New("smss client: no reachable master")
+	// ErrTwoMasters: two reachable masters claim the newest epoch (two
+	// slaves promoted by hand, or a slave restarted as a master): writing
+	// to either could lose what is written to the other when one rejoins,
+	// so the client writes to neither until one follows the other. It
+	// wraps ErrNoMaster. A cluster (-role auto) numbers its epochs through
+	// its consensus and never has two.
+	ErrTwoMasters = fmt.Errorf("%w: two masters claim the newest epoch", ErrNoMaster)
 	// ErrRetriesExhausted: a call failed on every attempt its retry budget
 	// (Options.MaxRetries) allowed. The error also wraps the last
 	// attempt's cause.

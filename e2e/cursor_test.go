@@ -320,6 +320,7 @@ func TestCursorResumeOnPromotedSlave(t *testing.T) {
 		t.Fatalf("position %d not on the slave: %v\n%s", pos, cursorsOn(t, slave.addr, "t"), tail(slave.out.String(), 3000))
 	}
 	master.kill()
+	waitMasterGone(t, slave.addr)
 	if out, errOut, code := smssctl(t, slave.addr, "promote"); code != 0 {
 		t.Fatalf("promote: exit %d %s%s", code, out, errOut)
 	}

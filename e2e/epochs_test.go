@@ -117,6 +117,7 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	pos := protocol.Position{EventID: last, Epoch: es.Epoch, Start: es.Start}
 
 	a.kill()
+	waitMasterGone(t, baddr)
 	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
 		t.Fatalf("promote: rc %d %s", code, stderr)
 	}
@@ -229,6 +230,7 @@ func TestSubscriberAcrossChangedHistory(t *testing.T) {
 		t.Fatalf("position %+v %v after 80 acknowledged (last acked %d)", pos, ok, sub.LastAcked())
 	}
 	a.kill()
+	waitMasterGone(t, baddr)
 	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
 		t.Fatalf("promote: rc %d %s", code, stderr)
 	}

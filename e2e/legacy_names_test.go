@@ -133,7 +133,7 @@ func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
 	last := rawStatus(t, dial(t, master.addr)).LastEventID
 
 	fromStart, later := t.TempDir(), t.TempDir()
-	replConfig(t, fromStart, freePort(t), "")
+	replConfig(t, fromStart, freePort(t), "replication:\n  promoteQuietMs: 200\n")
 	replConfig(t, later, freePort(t), "")
 	s1 := startReplSlave(t, fromStart, mport, 0)
 	s2 := startReplSlave(t, later, mport, last)
@@ -159,6 +159,11 @@ func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
 	var got map[string]protocol.TopicInfo
 	if !smsstest.Poll(30*time.Second, func() bool { got = listed(s2); return len(got) == len(legacy) }) {
 		t.Fatalf("the slave that started at eventId %d lists %v, want %q\n%s", last, got, legacy, tail(s2.out.String(), 3000))
+	}
+	// The README's steps: the stream is quiet (no write is missing here)
+	// before the master goes and the slave is promoted.
+	if !smsstest.Poll(30*time.Second, func() bool { st := slaveStreamOf(t, s1.addr); return st != nil && st.CaughtUp }) {
+		t.Fatalf("the slave never caught up: %+v", slaveStreamOf(t, s1.addr))
 	}
 	master.kill()
 	sc := dial(t, s1.addr)

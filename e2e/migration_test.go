@@ -25,6 +25,22 @@ func slaveStreamOf(t *testing.T, addr string) *protocol.SlaveStream {
 	return st.Stream
 }
 
+// waitMasterGone waits until the slave at addr has read the end of its
+// stream from a master just killed, so that a promote is not refused as
+// "still streaming" (env: the credentials, with auth on).
+func waitMasterGone(t *testing.T, addr string, env ...string) {
+	t.Helper()
+	var st struct {
+		Stream *protocol.SlaveStream `json:"stream"`
+	}
+	if !smsstest.Poll(30*time.Second, func() bool {
+		out, _, code := smssctlEnv(t, env, addr, "status", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Stream != nil && st.Stream.State != "streaming"
+	}) {
+		t.Fatalf("the slave at %s still streams from its killed master: %+v", addr, st.Stream)
+	}
+}
+
 // migrationSub consumes topic as an original client does: from the last
 // eventId it acknowledged, at the address it is given, recording every
 // message handed to it.

@@ -64,6 +64,7 @@ func TestSecurityPromoteAndFollow(t *testing.T) {
 
 	ops := []string{"SMSS_USER=ops", "SMSS_PASSWORD=ops"}
 	admin := []string{"SMSS_USER=admin", "SMSS_PASSWORD=adm"}
+	waitMasterGone(t, s1.addr, admin...)
 	const denied = `permission denied: user "ops" may not promote or re-point this node (needs the admin role)`
 	if _, errOut, code := smssctlEnv(t, ops, s1.addr, "promote"); code != 1 || !strings.Contains(errOut, denied) {
 		t.Fatalf("promote as ops: exit %d %s", code, errOut)

@@ -134,6 +134,7 @@ func TestPromoteAndFollow(t *testing.T) {
 	lastReplicated := st.LastEventID
 
 	master.kill()
+	waitMasterGone(t, s1.addr)
 	if time.Now().After(delayDue) {
 		t.Logf("the delay came due before the promotion (slow machine): it must fire right after it")
 	}

@@ -16,7 +16,7 @@ from .errors import (AuthFailed, AuthUnsupported, DelayTooShort, EventIdUnavaila
                      InvalidInput, InvalidRequest, InvalidTopicName, LimitExceeded, NetworkError, NoMaster,
                      NotMaster, NotSupported, PermissionDenied, ProtocolError, RetriesExhausted, ServerError,
                      SmssError, SubscriberExists, Timeout, TopicDeleted, TopicExist, TopicNotExist,
-                     WriteNotConfirmed)
+                     TwoMasters, WriteNotConfirmed)
 from ._epochs import Position
 from .subscriber import RESUME_FROM_END, RESUME_FROM_START, Delivery, Subscription
 
@@ -28,5 +28,5 @@ __all__ = [
     "RetriesExhausted", "AuthUnsupported", "TopicDeleted", "ServerError", "TopicNotExist", "TopicExist",
     "SubscriberExists", "NotSupported", "NotMaster", "InvalidTopicName", "ExpireTooSoon", "DelayTooShort",
     "InvalidRequest", "LimitExceeded", "EventIdUnavailable", "AuthFailed", "PermissionDenied",
-    "WriteNotConfirmed", "Fenced",
+    "WriteNotConfirmed", "Fenced", "TwoMasters",
 ]

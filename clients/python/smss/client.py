@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import _wire as w
 from ._conn import Conn, split_addr
-from .errors import (Fenced, InvalidInput, NetworkError, NoMaster, NotMaster, NotSupported, ProtocolError,
+from .errors import (Fenced, InvalidInput, NetworkError, NoMaster, NotMaster, NotSupported, ProtocolError, TwoMasters,
                      ServerError, SmssError, Timeout, WriteNotConfirmed, retries_exhausted)
 
 
@@ -243,6 +243,14 @@ class Client:
         masters = sorted((a for a, v in status.items() if v.get("role") == "master"
                           and not (v.get("cluster") or {}).get("fenced") and int(v.get("epoch", 0) or 0) >= top),
                          key=lambda a: -int(status[a].get("epoch", 0) or 0))
+        if not for_subscribe and len(masters) > 1:
+            a, b = masters[0], masters[1]
+            ea, eb = int(status[a].get("epoch", 0) or 0), int(status[b].get("epoch", 0) or 0)
+            ia, ib = status[a].get("instance"), status[b].get("instance")
+            if ea == eb and not (ia and ia == ib):
+                raise TwoMasters(f"{a} and {b} are both masters of epoch {ea}; writing to either could lose what the "
+                                 "other takes when one rejoins: make one follow the other (smssctl follow), or use a "
+                                 "cluster (-role auto)")
         order = masters
         if for_subscribe:
             order = order + [a for a in self.addrs if a in status and a not in masters

@@ -44,6 +44,13 @@ class NoMaster(SmssError):
     """None of several addresses is a reachable master."""
 
 
+class TwoMasters(NoMaster):
+    """Two reachable masters claim the newest epoch (two slaves promoted by
+    hand, or a slave restarted as a master): writing to either could lose
+    what is written to the other when one rejoins, so the client writes to
+    neither until one follows the other. A cluster (-role auto) never has two."""
+
+
 class RetriesExhausted(SmssError):
     """A call failed on every attempt its retry budget allowed.
 

@@ -240,3 +240,16 @@ def test_write_not_confirmed_is_retried_with_its_id_and_stored_once(start_server
     with pytest.raises(smss.WriteNotConfirmed) as ei:
         c2.publish(topic, b"no id")
     assert not isinstance(ei.value, smss.RetriesExhausted)
+
+
+def test_two_masters_of_one_epoch_refused(start_server, topic):
+    """Two masters at the same epoch are a split brain: the client writes to
+    neither (whatever it wrote to one would be lost when that one rejoins the
+    other) and says why."""
+    a, b = start_server(), start_server()
+    c = smss.connect([a.addr, b.addr], timeout=3)
+    with pytest.raises(smss.TwoMasters) as e:
+        c.create_topic(topic)
+    assert "both masters of epoch 0" in str(e.value)
+    for s in (a, b):
+        assert smss.connect(s.addr).status()["lastEventId"] == 0
