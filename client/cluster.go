@@ -34,7 +34,7 @@ type probeResult struct {
 	// instance is the node's data-directory instance id ("" from a build
 	// without it): two addresses of one node are not two masters.
 	instance string
-	err  error // why unreachable or unknown
+	err      error // why unreachable or unknown
 }
 
 // newest is the highest epoch the node knows of: its own, or the one its
