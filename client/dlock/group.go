@@ -265,45 +265,34 @@ func (g *GroupSubscriber) startFrom(ctx context.Context, lease Lease) (int64, er
 // save stores the progress, retrying store errors until it succeeds, the
 // lease is lost or ctx ends.
 func (g *GroupSubscriber) save(ctx context.Context, lease Lease, eventID int64) error {
-	for {
-		select {
-		case <-lease.Lost():
-			return ErrLeaseLost
-		default:
-		}
-		err := g.cfg.Store.SaveProgress(ctx, lease, eventID)
-		if err == nil {
-			g.mu.Lock()
-			if eventID > g.saved {
-				g.saved = eventID
-			}
-			g.mu.Unlock()
-			return nil
-		}
-		if errors.Is(err, ErrLeaseLost) {
-			return err
-		}
-		g.cfg.Logger.Warn("dlock: saving group progress failed, retrying", "topic", g.cfg.Sub.Topic, "err", err)
-		if err := sleep(ctx, g.cfg.RetryInterval); err != nil {
-			return err
-		}
-	}
+	return g.retrySave(ctx, lease, func() error { return g.cfg.Store.SaveProgress(ctx, lease, eventID) }, func() {
+		g.saved = max(g.saved, eventID)
+	})
 }
 
 // savePosition is save with the epoch, for a PositionStore.
 func (g *GroupSubscriber) savePosition(ctx context.Context, lease Lease, ps PositionStore, p client.Position) error {
+	return g.retrySave(ctx, lease, func() error { return ps.SavePosition(ctx, lease, p) }, func() {
+		// The floor follows the store: a position resumed before it
+		// after a history change is the group's progress now.
+		g.saved = p.EventID
+	})
+}
+
+// retrySave runs store until it succeeds (then saved, under g.mu), the
+// lease is lost or ctx ends, logging each failure and pausing
+// RetryInterval between tries.
+func (g *GroupSubscriber) retrySave(ctx context.Context, lease Lease, store func() error, saved func()) error {
 	for {
 		select {
 		case <-lease.Lost():
 			return ErrLeaseLost
 		default:
 		}
-		err := ps.SavePosition(ctx, lease, p)
+		err := store()
 		if err == nil {
 			g.mu.Lock()
-			// The floor follows the store: a position resumed before it
-			// after a history change is the group's progress now.
-			g.saved = p.EventID
+			saved()
 			g.mu.Unlock()
 			return nil
 		}
