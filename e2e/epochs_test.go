@@ -116,17 +116,7 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	es := protocol.EpochStartOf(hA, last)
 	pos := protocol.Position{EventID: last, Epoch: es.Epoch, Start: es.Start}
 
-	a.kill()
-	waitMasterGone(t, baddr)
-	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
-		t.Fatalf("promote: rc %d %s", code, stderr)
-	}
-	cb := dial(t, baddr)
-	for i := 1; i <= 40; i++ {
-		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	failOverToLeftBehind(t, a, baddr)
 	stB := statusEpochs(t, baddr)
 	if len(stB.Epochs) == 0 || stB.Epochs[len(stB.Epochs)-1].Epoch != stB.Epoch || stB.Epochs[len(stB.Epochs)-1].Start != aLast+1 {
 		t.Fatalf("the promoted slave's history %v (epoch %d): want its epoch to begin at %d", stB.Epochs, stB.Epoch, aLast+1)
@@ -229,17 +219,7 @@ func TestSubscriberAcrossChangedHistory(t *testing.T) {
 	if pos, ok := sub.Position(); !ok || pos.EventID != sub.LastAcked() {
 		t.Fatalf("position %+v %v after 80 acknowledged (last acked %d)", pos, ok, sub.LastAcked())
 	}
-	a.kill()
-	waitMasterGone(t, baddr)
-	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
-		t.Fatalf("promote: rc %d %s", code, stderr)
-	}
-	cb := dial(t, baddr)
-	for i := 1; i <= 40; i++ {
-		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	failOverToLeftBehind(t, a, baddr)
 	if !smsstest.Poll(30*time.Second, func() bool { return count() >= 120 }) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -261,5 +241,23 @@ func TestSubscriberAcrossChangedHistory(t *testing.T) {
 	}
 	if len(changes) != 1 || changes[0].Addr != baddr || changes[0].ResumeAfter != aLast {
 		t.Fatalf("history changes %+v, want one at %s resuming after %d", changes, baddr, aLast)
+	}
+}
+
+// failOverToLeftBehind kills the master a, promotes the slave left behind
+// at baddr once it has seen a go, and publishes new-01..new-40 to topic ep
+// there: the new history's messages at eventIds the old one had used.
+func failOverToLeftBehind(t *testing.T, a *proc, baddr string) {
+	t.Helper()
+	a.kill()
+	waitMasterGone(t, baddr)
+	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
+		t.Fatalf("promote: rc %d %s", code, stderr)
+	}
+	cb := dial(t, baddr)
+	for i := 1; i <= 40; i++ {
+		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
