@@ -34,15 +34,25 @@ func replicateAll(t *testing.T, m, s *Broker, after int64) {
 	}
 }
 
-func TestPromote(t *testing.T) {
+// slaveOfMaster is a slave (its data in sdir) that replicated a master
+// holding topic order with messages a and b; the master stays open for
+// the test.
+func slaveOfMaster(t *testing.T) (s *Broker, sdir string) {
+	t.Helper()
 	ctx := context.Background()
 	m := openTest(t, t.TempDir(), nil)
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
 	m.CreateTopic(ctx, []byte("order"), 0)
 	m.Publish(ctx, []byte("order"), append(rec("a"), rec("b")...), 2)
-	sdir := t.TempDir()
-	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
+	sdir = t.TempDir()
+	s = openTest(t, sdir, func(o *Options) { o.Slave = true })
 	replicateAll(t, m, s, 0)
+	return s, sdir
+}
+
+func TestPromote(t *testing.T) {
+	ctx := context.Background()
+	s, sdir := slaveOfMaster(t)
 	last := s.LastEventID()
 
 	steps := []struct {
@@ -144,13 +154,7 @@ func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 // a bad history is refused, and meta keeps it across a restart.
 func TestEpochStarts(t *testing.T) {
 	ctx := context.Background()
-	m := openTest(t, t.TempDir(), nil)
-	defer m.Close()
-	m.CreateTopic(ctx, []byte("order"), 0)
-	m.Publish(ctx, []byte("order"), append(rec("a"), rec("b")...), 2)
-	sdir := t.TempDir()
-	s := openTest(t, sdir, func(o *Options) { o.Slave = true })
-	replicateAll(t, m, s, 0)
+	s, sdir := slaveOfMaster(t)
 	if h := s.EpochStarts(); len(h) != 0 {
 		t.Fatalf("a new slave's history %v", h)
 	}
