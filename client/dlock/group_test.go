@@ -98,24 +98,7 @@ func (s *memStore) get() (progress int64, acquired int) {
 }
 
 func TestGroupSubscriberSavesBeforeAckAndSurvivesLoss(t *testing.T) {
-	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, srv.Addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.CreateTopic(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	_, ctx, c, publish := groupServer(t)
 	store := &memStore{failSave: 2}
 	var mu sync.Mutex
 	var seen, acked []int64
@@ -194,24 +177,7 @@ func (c ackFailConn) Write(p []byte) (int, error) {
 // group saved it, so its handler must not see it again: each message is
 // handled once and the progress goes on from it.
 func TestGroupSubscriberSkipsSavedBatchAfterFailedAck(t *testing.T) {
-	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, srv.Addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.CreateTopic(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	_, ctx, c, publish := groupServer(t)
 	var fail atomic.Bool
 	dialer := &net.Dialer{}
 	store := &memStore{}
@@ -291,24 +257,7 @@ func TestGroupConfigValidation(t *testing.T) {
 // resumes from the server's stored position, nothing is skipped, and the
 // store's progress is never written.
 func TestGroupSubscriberServerProgress(t *testing.T) {
-	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, srv.Addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.CreateTopic(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	srv, ctx, c, publish := groupServer(t)
 	store := &memStore{}
 	var mu sync.Mutex
 	var seen []string // bodies: the cursor topic's own writes take eventIds too
@@ -360,4 +309,29 @@ func TestGroupSubscriberServerProgress(t *testing.T) {
 	if p, _ := store.get(); p != 0 || store.has {
 		t.Errorf("the lock store got progress %d", p)
 	}
+}
+
+// groupServer is a server with topic t, a client of it and publish, which
+// publishes the messages "from".."to-1"; everything is closed at the end.
+func groupServer(t *testing.T) (*testserver.Server, context.Context, *client.Client, func(from, to int)) {
+	t.Helper()
+	srv := testserver.Start(t, "timeout:\n  server:\n    alive: 200\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.Dial(ctx, srv.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.CreateTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := c.Publish(ctx, "t", client.NewMessage([]byte(strconv.Itoa(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return srv, ctx, c, publish
 }
