@@ -35,9 +35,16 @@ const clusterNodes = "abc"
 // it). It returns the master first. Ports are picked free beforehand; if
 // one was taken meanwhile, the whole cluster is started again.
 func (e *env) startSmssCluster(ctx context.Context, bin string, flush int) ([]*server, error) {
+	return startAgain(ctx, func() ([]*server, error) { return e.tryStartSmssCluster(ctx, bin, flush) })
+}
+
+// startAgain runs try, a start of several servers on ports picked free
+// beforehand, up to three times: another process may take a port between
+// the pick and the bind.
+func startAgain(ctx context.Context, try func() ([]*server, error)) ([]*server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		srvs, err := e.tryStartSmssCluster(ctx, bin, flush)
+		srvs, err := try()
 		if err == nil {
 			return srvs, nil
 		}

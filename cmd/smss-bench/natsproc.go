@@ -62,18 +62,7 @@ func natsConfig(n natsNode, nodes []natsNode, dir string, syncAlways bool) strin
 // 1) and waits until JetStream answers on each. Free ports are picked
 // first; if one was taken meanwhile, the whole set is started again.
 func (e *env) startNats(ctx context.Context, bin string, size int, syncAlways bool) ([]*server, error) {
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		srvs, err := e.tryStartNats(ctx, bin, size, syncAlways)
-		if err == nil {
-			return srvs, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return startAgain(ctx, func() ([]*server, error) { return e.tryStartNats(ctx, bin, size, syncAlways) })
 }
 
 func (e *env) tryStartNats(ctx context.Context, bin string, size int, syncAlways bool) ([]*server, error) {
