@@ -168,9 +168,18 @@ func (s *liveSub) count() int {
 // TestReadCommittedRefusedInvisible: writes the slaves hold but did not
 // confirm to the master are refused, and no subscriber on the master or
 // on either slave is handed them, although both slaves' binlogs hold
-// them; once a slave confirms again they are delivered to every
-// subscriber, once each.
+// them; once a slave confirms again (its link back, or the slave
+// restarted) they are delivered to every subscriber, once each.
 func TestReadCommittedRefusedInvisible(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart bool
+	}{{"link back", false}, {"slave restarted", true}} {
+		t.Run(tc.name, func(t *testing.T) { readCommittedRefused(t, tc.restart) })
+	}
+}
+
+func readCommittedRefused(t *testing.T, restart bool) {
 	mdir := t.TempDir()
 	replConfig(t, mdir, 0, semiSyncConfig("fail"))
 	master := startArgs(t, mdir)
@@ -248,7 +257,16 @@ func TestReadCommittedRefusedInvisible(t *testing.T) {
 
 	// One slave confirms again: the next write is confirmed, and with it
 	// everything before; every subscriber gets the refused writes once.
-	proxies[0].muted.Store(false)
+	if restart {
+		// The slave comes back from its own data directory; its
+		// subscriber went with it, a new one reads it from the start.
+		slaves[0].kill()
+		proxies[0].muted.Store(false)
+		slaves[0] = startReplSlave(t, slaves[0].dir, proxies[0].port(), 0)
+		subs[1] = startLiveSub(t, slaves[0].addr, "rc", "slave0-restarted")
+	} else {
+		proxies[0].muted.Store(false)
+	}
 	if !smsstest.Poll(20*time.Second, func() bool { return pub.pub("rc", record(nil, "after")) == nil }) {
 		t.Fatal("writes never confirmed again after the slave was unmuted")
 	}
