@@ -97,3 +97,40 @@ func TestReadCommittedGate(t *testing.T) {
 		})
 	}
 }
+
+// A delayed message that fires is a write like a publish: with
+// ReadCommitted its subscribers get it only once the commit point passes
+// the eventId it fired at.
+func TestReadCommittedGateDelayFiring(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(o *Options) { o.ReadCommitted = true })
+	defer b.Close()
+	if _, err := b.CreateTopic(ctx, []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PublishDelay(ctx, []byte("t"), rec("later"), 1, 1000); err != nil {
+		t.Fatal(err)
+	}
+	due, err := b.meta.DueDelays(time.Now().UnixMilli()+5000, 10)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due delays %v %v", due, err)
+	}
+	b.SetCommitPoint(b.LastEventID()) // the create and the delay itself
+	fired, err := b.ApplyDelay(ctx, due[0].Topic, due[0].Value)
+	if err != nil || fired == 0 {
+		t.Fatalf("fire: %d %v", fired, err)
+	}
+	s, err := b.Subscribe([]byte("t"), []byte("w"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, n, err := s.Next(ctx, nil, 10, 200*time.Millisecond); err != nil || n != 0 {
+		t.Fatalf("before the commit point passed the fired delay: %d messages (%v), want none", n, err)
+	}
+	b.SetCommitPoint(fired)
+	area, n, err := s.Next(ctx, nil, 10, 5*time.Second)
+	if err != nil || n != 1 || !equalIDs(subIDs(t, area, n), []int64{fired}) {
+		t.Fatalf("after the commit point passed it: %d messages (%v), want the fired delay %d", n, err, fired)
+	}
+}
