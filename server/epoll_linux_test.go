@@ -486,13 +486,24 @@ func TestEpollGroupWait(t *testing.T) {
 		// The staggered start costs a few extra batches (more on a busy
 		// machine, where a publisher may miss a wait), then one per round;
 		// alternating halves need two per round (24).
-		batches, gathers := run(t, 4)
+		// The property is about timing, so a machine busy with other
+		// tests can break one run's lockstep (a publisher's goroutine not
+		// scheduled within the wait). The best of three runs is judged:
+		// without the wait every run alternates, so this still fails.
+		most := rounds + rounds/2
+		var batches int
+		var gathers int64
+		for attempt := 1; attempt <= 3; attempt++ {
+			batches, gathers = run(t, 4)
+			if gathers > 0 && batches <= most {
+				return
+			}
+			t.Logf("run %d: %d batches, %d group waits; want at most %d batches", attempt, batches, gathers, most)
+		}
 		if gathers == 0 {
 			t.Fatal("the loop never waited for the publishers it answered")
 		}
-		if most := rounds + rounds/2; batches > most {
-			t.Fatalf("%d batches for %d rounds of 4 publishers; want at most %d", batches, rounds, most)
-		}
+		t.Fatalf("%d batches for %d rounds of 4 publishers in each of 3 runs (the last shown); want at most %d", batches, rounds, most)
 	})
 	t.Run("lone", func(t *testing.T) {
 		if _, gathers := run(t, 1); gathers != 0 {
