@@ -508,6 +508,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func TestClusterChaos(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	cycles := len(chaosFaults)
 	if s := os.Getenv("SMSS_CHAOS_CYCLES"); s != "" {
 		n, err := strconv.Atoi(s)

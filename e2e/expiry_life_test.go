@@ -14,6 +14,7 @@ import (
 // expiry both get 255 within 1 s, publishing to it fails, and a topic
 // re-created under the same name starts empty.
 func TestTopicLifetime(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	if testing.Short() {
 		t.Skip("waits 10 s for a topic to expire")
 	}

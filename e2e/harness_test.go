@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"flag"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,7 +21,21 @@ import (
 	"github.com/smssmq/smss/topicblock"
 )
 
+// e2eParallel is how many of the suite's parallel tests run at once when
+// -parallel is not given. Those tests spend most of their time waiting on
+// the faults they inject (a restart, an expiry, a failover), so more of them
+// than the machine has cores share it well; -parallel N still overrides.
+const e2eParallel = 3
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit && runtime.GOMAXPROCS(0) < e2eParallel {
+		if err := flag.Set("test.parallel", strconv.Itoa(e2eParallel)); err != nil {
+			panic(err) // the testing package always defines the flag
+		}
+	}
 	code := m.Run()
 	smsstest.RemoveBinaries()
 	os.Exit(code)

@@ -69,6 +69,7 @@ func binlogHas(t *testing.T, dataDir string, cmd uint8, topic string) bool {
 // subscribing on it yields the same messages with the same eventIds. The
 // slave refuses writes and replica requests.
 func TestReplFullCopy(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	mdir, sdir := t.TempDir(), t.TempDir()
 	mport := freePort(t)
 	replConfig(t, mdir, mport, "")
@@ -149,6 +150,7 @@ func TestReplFullCopy(t *testing.T) {
 // continuous publishing from 4 connections (-short: 3 and 1); at the end the slave is identical to the master
 // and holds every acknowledged message exactly once.
 func TestReplFaults(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	mdir, sdir := t.TempDir(), t.TempDir()
 	mport := freePort(t)
 	replConfig(t, mdir, mport, "")
@@ -255,6 +257,7 @@ func TestReplSlaveBeforeMaster(t *testing.T) {
 // fires the delayed messages the old master had pending, accepts writes,
 // and a new slave can follow it.
 func TestReplPromoteSlave(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	mdir, sdir, s2dir := t.TempDir(), t.TempDir(), t.TempDir()
 	mport, sport := freePort(t), freePort(t)
 	replConfig(t, mdir, mport, "")

@@ -53,6 +53,7 @@ func runTorture(t *testing.T, timeout time.Duration, args ...string) {
 // each restart (see cmd/smss-torture). The opt-in long run is
 // TestTortureLong.
 func TestTortureShort(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its faults; owns its ports and directories
 	runTorture(t, 2*time.Minute, "-cycles", "5", "-maxload", "800ms")
 }
 
