@@ -1,6 +1,6 @@
 package broker
 
-// Inline delivery (issue 24, worker.inlineDeliveries; BENCHMARKS.md "Issue
+// Inline delivery (issue 24, worker.inlineDeliveries; docs/benchmarks-history.md "Issue
 // 24: the low-rate path").
 //
 // At low rates every message used to cost two thread wake-ups on the

@@ -21,7 +21,7 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// The epoll front-end (server.epoll, issue 24; BENCHMARKS.md "Issue 24:
+// The epoll front-end (server.epoll, issue 24; docs/benchmarks-history.md "Issue 24:
 // the epoll front-end"). Redis's shape for the publishing connections: one
 // goroutine runs an epoll loop over their sockets.
 // Each turn it reads every ready socket once, parses every whole request,

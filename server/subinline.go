@@ -2,7 +2,7 @@ package server
 
 // Inline delivery: the goroutine that commits a group writes the frame to
 // an idle, caught-up subscriber itself (issue 24; worker.inlineDeliveries;
-// BENCHMARKS.md "Issue 24: the low-rate path").
+// docs/benchmarks-history.md "Issue 24: the low-rate path").
 //
 // At a low rate every message used to start from idle threads twice: the
 // netpoll wake of the publisher's goroutine (which runs the writer group,
