@@ -72,6 +72,14 @@ func (c Command) String() string {
 		return "cursorReset"
 	case CmdSwitchover:
 		return "switchover"
+	case CmdQueueCreate:
+		return "queueCreate"
+	case CmdQueueDelete:
+		return "queueDelete"
+	case CmdQueueInfo:
+		return "queueInfo"
+	case CmdQueueConsume:
+		return "queueConsume"
 	}
 	return "cmd(" + strconv.Itoa(int(c)) + ")"
 }
@@ -82,7 +90,8 @@ func (c Command) Acceptable() bool {
 	switch c {
 	case CmdSub, CmdPub, CmdCreate, CmdDelete, CmdDelay, CmdAlive,
 		CmdReplica, CmdTopicInfo, CmdValidList, CmdList, CmdAuthStart, CmdAuthContinue,
-		CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdCursorSet, CmdCursorReset, CmdSwitchover:
+		CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdCursorSet, CmdCursorReset, CmdSwitchover,
+		CmdQueueCreate, CmdQueueDelete, CmdQueueInfo, CmdQueueConsume:
 		return true
 	}
 	return false

@@ -95,7 +95,7 @@ type Request struct {
 	Who         []byte // sub
 	ExpireAt    int64  // create: absolute ms, 0 = permanent
 	DelayMs     int64  // delay: relative ms
-	Payload     []byte // pub, delay: the message records; auth start/continue: the SCRAM message
+	Payload     []byte // pub, delay: the message records; auth start/continue: the SCRAM message; queue commands: the JSON body
 	RecordCount int    // pub, delay: number of records in Payload
 }
 
@@ -249,6 +249,9 @@ func (rr *RequestReader) Read(req *Request) error {
 
 	case CmdCursorSet, CmdCursorReset:
 		return rr.readCursor(req, tt, h.Cmd == CmdCursorSet)
+
+	case CmdQueueCreate, CmdQueueDelete, CmdQueueInfo, CmdQueueConsume:
+		return rr.readQueue(req, tt)
 
 	case CmdDelete, CmdAlive, CmdTopicInfo, CmdList, CmdStatus, CmdPromote, CmdFollow, CmdCursorList, CmdSwitchover:
 		if tt == 0 {

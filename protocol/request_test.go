@@ -324,7 +324,8 @@ func TestCommandString(t *testing.T) {
 			c == 32 || c == 33 || // the authentication handshake (auth.go)
 			c == 34 || c == 35 || c == 36 || // status, promote, follow (failover.go)
 			c == 37 || c == 38 || c == 39 || // cursor list, set, reset (cursor.go)
-			c == 40 // switchover (cluster.go)
+			c == 40 || // switchover (cluster.go)
+			c == 41 || c == 42 || c == 43 || c == 44 // queue create, delete, info, consume (queue.go)
 		if Command(c).Acceptable() != known {
 			t.Errorf("Acceptable(%d) = %v", c, !known)
 		}
