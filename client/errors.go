@@ -171,6 +171,10 @@ func classify(msg, topic string) errKind {
 		return kindSubscriberExists
 	case strings.HasPrefix(msg, "invalid topic name"):
 		return kindInvalidTopicName
+	case strings.HasPrefix(msg, "just master can "):
+		// A slave's refusal of a write of any kind (pub, topic, queue
+		// groups): "just master can pub message", "... manage topic", ...
+		return kindNotMaster
 	case strings.HasPrefix(msg, "write not confirmed"):
 		return kindNotConfirmed
 	case strings.HasPrefix(msg, protocol.FencedPrefix):
