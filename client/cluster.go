@@ -91,11 +91,15 @@ const (
 type policy struct {
 	kind  callKind
 	hasID bool
+	// idempotent: applying the request twice has the effect of once (a
+	// queue group created again with the same settings), so a retry after
+	// a lost reply is harmless.
+	idempotent bool
 }
 
 func (p policy) needMaster() bool { return p.kind != readCall }
 
-func (p policy) repeatable() bool { return p.kind == readCall || p.hasID }
+func (p policy) repeatable() bool { return p.kind == readCall || p.hasID || p.idempotent }
 
 // notSentError marks a failure before the request was written (no
 // connection could be had), so repeating it cannot store anything twice.
@@ -183,7 +187,9 @@ func (c *Client) attempt(ctx context.Context, i int, topic string, req []byte, k
 		return nil, notSentError{err}
 	}
 	body, err := cn.roundTrip(ctx, req, kind, c.opts.MaxReplyBytes, c.opts.RequestTimeout, topic)
-	p.put(cn, err != nil && !IsServerError(err))
+	// An original server closes the connection after "don't support
+	// action" (docs/protocol.md §11): pooling it would fail the next call.
+	p.put(cn, err != nil && (!IsServerError(err) || errors.Is(err, ErrNotSupported)))
 	return body, err
 }
 

@@ -171,6 +171,13 @@ func classify(msg, topic string) errKind {
 		return kindSubscriberExists
 	case strings.HasPrefix(msg, "invalid topic name"):
 		return kindInvalidTopicName
+	case strings.HasPrefix(msg, "just master can "),
+		strings.HasPrefix(msg, "queue groups are served by the master only"):
+		// A slave's refusal of a write of any kind (pub, topic, queue
+		// groups): "just master can pub message", "... manage topic", ...;
+		// and a node not serving queue groups (a slave, a master
+		// stopping or changing role).
+		return kindNotMaster
 	case strings.HasPrefix(msg, "write not confirmed"):
 		return kindNotConfirmed
 	case strings.HasPrefix(msg, protocol.FencedPrefix):

@@ -20,6 +20,8 @@ func TestClassify(t *testing.T) {
 		{"don't support action", "", ErrNotSupported},
 		{"just master can pub message", "", ErrNotMaster},
 		{"just master can manage topic", "", ErrNotMaster},
+		{"just master can manage queue groups", "", ErrNotMaster},
+		{"queue groups are served by the master only; this node is not serving them (a slave, or changing role)", "", ErrNotMaster},
 		{"topic name MUST be less than 128 char and NOT contains space/enter/tab", "", ErrInvalidTopicName},
 		{"invalid topic name: must not be empty", "", ErrInvalidTopicName},
 		{"topic name is required", "", ErrInvalidTopicName},

@@ -102,3 +102,42 @@ func ExampleOptions_addrs() {
 	}
 	fmt.Println("master:", c.Master())
 }
+
+// A work queue: the group "billing" shares the messages of "order" among
+// every process running this; a handler error has the message delivered
+// again (after the group's backoff), Term sends it to the dead-letter
+// topic. Needs a server on 127.0.0.1:12301.
+func ExampleClient_Work() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // stops the worker cleanly: outcomes sent, stop confirmed
+	c, err := client.Dial(ctx, "127.0.0.1:12301", client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	// Creating the group again with the same settings succeeds, so every
+	// instance may do it at start.
+	_, err = c.CreateQueue(ctx, "order", client.QueueConfig{Group: "billing", AckWaitMs: 30000,
+		MaxDeliver: 5, BackoffMs: []int64{1000, 5000, 30000}, DeadLetter: "order.dead", From: "oldest"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Work(ctx, "order", "billing", client.WorkerConfig{Concurrency: 4},
+		func(ctx context.Context, m *client.QueueMessage) error {
+			if len(m.Body) == 0 {
+				return client.Term(errors.New("empty order")) // never retried
+			}
+			if m.Attempt > 1 {
+				log.Printf("order %d: attempt %d", m.EventID, m.Attempt)
+			}
+			// A long step ahead: restart the ack deadline first.
+			m.InProgress()
+			return charge(ctx, m.Body) // nil acks; an error redelivers
+		})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+}
+
+// charge stands for the work a message asks for.
+func charge(ctx context.Context, order []byte) error { return ctx.Err() }

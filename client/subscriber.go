@@ -376,12 +376,26 @@ var ErrNoEligibleServer = errors.New("smss subscriber: no server of the current 
 // rank asks every address its status and returns those to subscribe to,
 // best first (see SubscriberConfig.Addrs), and what each answered.
 func (s *Subscriber) rank(ctx context.Context) ([]int, string) {
-	res := make([]probeResult, len(s.addrs))
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+	_, tiers, why := rankAddrs(ctx, s.cfg.DialContext, s.addrs, s.cfg.ProbeTimeout)
+	return byTier(tiers, func(int) bool { return true }), why
+}
+
+// tierExcluded is the tier of an address not to use: unreachable, or of
+// an older epoch than another reports.
+const tierExcluded = -1
+
+// rankAddrs asks every address its status, in parallel within timeout, and
+// returns what each answered, its tier (0 the master of the newest epoch;
+// 1 a slave of it, in its in-sync set when one is known; 2 a master not
+// (yet) proven of that epoch, or a slave outside the in-sync set; 3 a
+// server without status; tierExcluded) and a description for logs.
+func rankAddrs(ctx context.Context, dc DialFunc, addrs []string, timeout time.Duration) ([]probeResult, []int, string) {
+	res := make([]probeResult, len(addrs))
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, a := range s.addrs {
-		wg.Go(func() { res[i] = probeStatus(pctx, s.cfg.DialContext, a) })
+	for i, a := range addrs {
+		wg.Go(func() { res[i] = probeStatus(pctx, dc, a) })
 	}
 	wg.Wait()
 	all := make([]bool, len(res))
@@ -403,16 +417,15 @@ func (s *Subscriber) rank(ctx context.Context) ([]int, string) {
 			}
 		}
 	}
-	const excluded = -1
 	tier := func(r probeResult) int {
 		switch r.role {
 		case roleUnreachable:
-			return excluded
+			return tierExcluded
 		case roleUnknown:
 			return 3
 		}
 		if r.newest() < newest {
-			return excluded // of an older epoch
+			return tierExcluded // of an older epoch
 		}
 		if r.role == roleMaster {
 			if r.newest() > r.epoch || r.view != nil && r.view.Fenced != "" {
@@ -425,25 +438,33 @@ func (s *Subscriber) rank(ctx context.Context) ([]int, string) {
 		}
 		return 1
 	}
+	tiers := make([]int, len(res))
+	var b strings.Builder
+	for i, r := range res {
+		tiers[i] = tier(r)
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v", addrs[i], r)
+		if tiers[i] == tierExcluded && r.role >= roleSlave {
+			b.WriteString(" [older epoch]")
+		}
+	}
+	return res, tiers, b.String()
+}
+
+// byTier returns the indexes of the addresses not excluded for which keep
+// holds, best tier first, in address order within a tier.
+func byTier(tiers []int, keep func(i int) bool) []int {
 	var order []int
 	for want := 0; want <= 3; want++ {
-		for i, r := range res {
-			if tier(r) == want {
+		for i, t := range tiers {
+			if t == want && keep(i) {
 				order = append(order, i)
 			}
 		}
 	}
-	var b strings.Builder
-	for i, r := range res {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "%s: %v", s.addrs[i], r)
-		if tier(r) == excluded && r.role >= roleSlave {
-			b.WriteString(" [older epoch]")
-		}
-	}
-	return order, b.String()
+	return order
 }
 
 // probeStatus asks the server at addr its status on a connection of its

@@ -1,6 +1,7 @@
 // Command smssctl is the operator's tool for an smss server: topic
 // management, publishing, tailing a subscription or the replication stream,
-// a ping, the node's status, promote and follow (failover.go), a
+// a ping, the node's status, work queue groups and a queue consumer
+// (queue.go, work.go), promote and follow (failover.go), a
 // cluster's status and switchover (cluster.go), and
 // (through the admin HTTP endpoint) stats and a live top.
 //
@@ -17,7 +18,8 @@
 // command edits the server's users file (user.go).
 //
 // Exit codes: 0 success; 1 the server refused or could not be reached;
-// 2 usage error; 3 a subscription ended because the topic was deleted.
+// 2 usage error; 3 a subscription ended because the topic was deleted, or
+// a work because its queue group or topic was.
 package main
 
 import (
@@ -57,6 +59,13 @@ commands:
   switchover [NODE] [--wait 30s]                    move a cluster's master role to NODE (admin role)
   cursor list [TOPIC] | set TOPIC WHO EVENTID | reset TOPIC WHO
                                                     stored consumer positions and their lag (admin role)
+  queue create TOPIC GROUP [--ack-wait 30s] [--max-deliver N] [--backoff 1s,5s,30s] [--dead-letter TOPIC]
+               [--from oldest|newest|EVENTID] [--max-in-flight N]
+                                                    create a work queue group on a topic
+  queue info TOPIC GROUP | list [TOPIC] | delete TOPIC GROUP
+                                                    a group's counters and consumers, every group, delete one
+  work TOPIC GROUP [--exec CMD] [--count N] [--consumer NAME]
+                                                    consume a queue group: print (or run CMD on) each message and ack it
   stats [--admin HOST:PORT] [--token-file F]        one report from the admin endpoint (admin.listen)
   top [--admin HOST:PORT] [--interval 2s]           live view of rates, topics, lag (admin endpoint)
   user add|passwd|set|disable|enable|delete NAME    manage the users file (--users-file; see user --help)
@@ -65,9 +74,9 @@ commands:
 
 Durations take Go units plus days: 500ms, 5s, 90m, 2h, 7d.
 The address defaults to $SMSS_ADDR, else 127.0.0.1:12301. With several
-comma-separated addresses, topic, pub, ping and replica go to the master
-found among them (topic info/list and ping to any reachable server when no
-master is), sub to the master or a slave of the newest epoch among them
+comma-separated addresses, topic, pub, ping, replica, queue and work go to
+the master found among them (topic info/list and ping to any reachable
+server when no master is), sub to the master or a slave of the newest epoch among them
 (never a node that does not answer or is of an older epoch). stats and top
 read the admin endpoint instead: --admin defaults to $SMSS_ADMIN_ADDR, else
 127.0.0.1:12380, and the token is read from --token-file or
@@ -78,7 +87,7 @@ $SMSS_PASSWORD or a prompt. TLS: --tls, --ca FILE, --server-name NAME,
 --cert FILE --key FILE (client certificate).
 Run "smssctl <command> --help" for the flags of a command.
 
-exit codes: 0 ok, 1 error from or reaching the server, 2 usage, 3 subscription ended: topic deleted
+exit codes: 0 ok, 1 error from or reaching the server, 2 usage, 3 subscription or work ended: topic (or queue group) deleted
 `
 
 // env is what a command runs with; tests substitute the streams.
@@ -131,6 +140,10 @@ func run(ctx context.Context, args []string, e env) int {
 		return runUser(g, rest)
 	case "cursor":
 		return runCursor(ctx, g, rest)
+	case "queue":
+		return runQueue(ctx, g, rest)
+	case "work":
+		return runWork(ctx, g, rest)
 	case "stats":
 		return runStats(ctx, g, rest)
 	case "top":
