@@ -331,9 +331,7 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err
 	// up to there are not held: a session that ended with blocks held
 	// (source.maxHeldBytes) must not spend its next window on them.
 	h := holder{on: held, point: r.maxLane, max: b.cfg.Source.MaxHeldBytes}
-	if !held {
-		b.m.setCommit(0)
-	}
+	b.m.setCommit(0) // until this session's master sends one
 	for f := range frames {
 		if procKind, procErr = b.frame(sctx, f, &h, &r, &prev, q); procErr != nil {
 			break
@@ -342,6 +340,12 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err
 	close(q)
 	if procErr != nil {
 		cancel(procErr)
+	}
+	if len(h.blocks) > 0 {
+		// Nothing of them reached the target or the safe position: the
+		// next session (or process) streams them again.
+		b.log.Info("the session ends with blocks held above the master's commit point; they are read again",
+			"heldBlocks", len(h.blocks), "heldBytes", h.bytes, "commitPoint", b.m.vCommit.Load(), "from", h.blocks[0].blk.EventID)
 	}
 	// The acks of what was sent are awaited (bounded by the ack timeout)
 	// so that the next session starts from as far as possible.
@@ -663,7 +667,7 @@ func (b *Bridge) frame(ctx context.Context, f frame, h *holder, r *resume, prev 
 	case h.overflow || h.bytes+len(d.raw) > h.max:
 		if !h.overflow {
 			b.log.Warn("the blocks held above the master's commit point reached source.maxHeldBytes; keeping no more until the point passes them",
-				"heldBlocks", len(h.blocks), "heldBytes", h.bytes, "commitPoint", h.point, "droppedFrom", d.blk.EventID)
+				"heldBlocks", len(h.blocks), "heldBytes", h.bytes, "commitPoint", b.m.vCommit.Load(), "droppedFrom", d.blk.EventID)
 		}
 		h.overflow = true
 	default:
