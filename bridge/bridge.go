@@ -557,10 +557,11 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 }
 
 // frame is one unit of the replica stream for the session: a binlog block,
-// or (commit) the commit point of a commit frame.
+// or (isCommit) the commit point of a commit frame.
 type frame struct {
-	raw    []byte
-	commit int64
+	raw      []byte
+	isCommit bool
+	commit   int64
 }
 
 // readFrames reads the stream into out. With held (a version 3 master)
@@ -603,7 +604,7 @@ func (b *Bridge) readFrames(ctx context.Context, conn net.Conn, br *bufio.Reader
 			if err := b.checkEpoch(epoch); err != nil {
 				return err
 			}
-			fr = frame{commit: cp}
+			fr = frame{isCommit: true, commit: cp}
 		default:
 			fr = frame{raw: f.Body}
 		}
@@ -639,7 +640,7 @@ var errHeldOverflow = errors.New("the blocks held above the master's commit poin
 
 // frame handles one unit of the stream.
 func (b *Bridge) frame(ctx context.Context, f frame, h *holder, r *resume, prev *int64, q chan<- entry) (string, error) {
-	if f.raw == nil {
+	if f.isCommit {
 		h.point = max(h.point, f.commit)
 		b.m.setCommit(f.commit)
 		for len(h.blocks) > 0 && h.blocks[0].last <= h.point {
