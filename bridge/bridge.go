@@ -48,6 +48,11 @@ type Bridge struct {
 	m      *metrics
 
 	next int // index in cfg.Master to try first
+	// epoch is the highest promotion epoch a version 3 master reported
+	// (status, commit frames): a master below it is an old one that a
+	// failover replaced, and its commit point says nothing of the history
+	// that is kept.
+	epoch atomic.Uint64
 
 	metricsAddr atomic.Value // string
 }
@@ -162,6 +167,7 @@ func (b *Bridge) logProgress(ctx context.Context, every time.Duration) {
 			last, lastAt = s.Mirrored, now
 			b.log.Info("bridge progress", "mirrored", s.Mirrored, "msgsPerSec", int64(rate), "safe", s.Safe,
 				"received", s.Received, "masterLast", s.MasterLast, "lagEvents", s.LagEvents, "lagSeconds", s.LagSeconds,
+				"commitPoint", s.CommitPoint, "heldBlocks", s.HeldBlocks, "heldBytes", s.HeldBytes,
 				"skipped", s.Skipped, "masterErrors", s.MasterErrs, "targetErrors", s.TargetErrs)
 		}
 	}
@@ -287,23 +293,24 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err
 	b.m.setSafe(r.after)
 	b.log.Info("resuming", "after", r.after, "lanes", len(r.lanes), "lastMirrored", r.maxLane, "alreadyHeld", len(r.present))
 
-	conn, br, addr, err := b.openReplica(sctx, r.after)
+	conn, br, addr, held, err := b.openReplica(sctx, r.after)
 	if err != nil {
 		return false, ErrKindMaster, err
 	}
 	defer conn.Close()
 	context.AfterFunc(sctx, func() { conn.Close() })
+	defer b.m.setHeld(0, 0)
 
 	// Frames are read on their own goroutine so the network overlaps the
 	// publishing.
-	frames := make(chan []byte, 256)
+	frames := make(chan frame, 256)
 	readErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(frames)
-		readErr <- b.readFrames(sctx, br, frames)
+		readErr <- b.readFrames(sctx, conn, br, held, frames)
 	}()
 
 	q := make(chan entry, b.maxInFlight())
@@ -319,14 +326,26 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, kind string, err
 	procKind := ErrKindMaster
 	safeInit := r.after
 	prev := r.after
-	for raw := range frames {
-		if procKind, procErr = b.block(sctx, raw, &r, &prev, q); procErr != nil {
+	// Everything up to the last message the target holds was at or below
+	// a commit point when it was mirrored, so the blocks a resume replays
+	// up to there are not held: a session that ended with blocks held
+	// (source.maxHeldBytes) must not spend its next window on them.
+	h := holder{on: held, point: r.maxLane, max: b.cfg.Source.MaxHeldBytes}
+	b.m.setCommit(0) // until this session's master sends one
+	for f := range frames {
+		if procKind, procErr = b.frame(sctx, f, &h, &r, &prev, q); procErr != nil {
 			break
 		}
 	}
 	close(q)
 	if procErr != nil {
 		cancel(procErr)
+	}
+	if len(h.blocks) > 0 {
+		// Nothing of them reached the target or the safe position: the
+		// next session (or process) streams them again.
+		b.log.Info("the session ends with blocks held above the master's commit point; they are read again",
+			"heldBlocks", len(h.blocks), "heldBytes", h.bytes, "commitPoint", b.m.vCommit.Load(), "from", h.blocks[0].blk.EventID)
 	}
 	// The acks of what was sent are awaited (bounded by the ack timeout)
 	// so that the next session starts from as far as possible.
@@ -433,12 +452,21 @@ func (b *Bridge) acks(ctx context.Context, stop context.CancelCauseFunc, q <-cha
 }
 
 // openReplica connects to the first master address that answers and sends
-// the replica request. Nothing else is ever sent on the connection: the
-// bridge is a reader, never a confirming slave.
-func (b *Bridge) openReplica(ctx context.Context, after int64) (net.Conn, *bufio.Reader, string, error) {
+// the replica request. held reports a version 3 master (status "replica"
+// 3, read-committed delivery): the session then says a reader's hello
+// after the first frame, gets commit frames and holds every block above
+// the commit point. Against any other master nothing is ever sent after
+// the request. Either way the bridge is a reader, never a confirming
+// slave.
+func (b *Bridge) openReplica(ctx context.Context, after int64) (conn net.Conn, br *bufio.Reader, addr string, held bool, err error) {
 	var errs []error
 	for i := range b.cfg.Master {
 		addr := b.cfg.Master[(b.next+i)%len(b.cfg.Master)]
+		held, err := b.probe(ctx, addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
 		dctx, cancel := context.WithTimeout(ctx, ms(b.cfg.Source.ConnectTimeoutMs))
 		conn, err := b.dial(dctx, "tcp", addr)
 		cancel()
@@ -449,7 +477,7 @@ func (b *Bridge) openReplica(ctx context.Context, after int64) (net.Conn, *bufio
 		req, err := protocol.AppendReplica(nil, after)
 		if err != nil {
 			conn.Close()
-			return nil, nil, "", err
+			return nil, nil, "", false, err
 		}
 		conn.SetWriteDeadline(time.Now().Add(ms(b.cfg.Source.ConnectTimeoutMs)))
 		if _, err := conn.Write(req); err != nil {
@@ -459,11 +487,61 @@ func (b *Bridge) openReplica(ctx context.Context, after int64) (net.Conn, *bufio
 		}
 		conn.SetWriteDeadline(time.Time{})
 		b.next = (b.next + i) % len(b.cfg.Master)
-		b.log.Info("following", "master", addr, "after", after)
-		return conn, bufio.NewReaderSize(&deadlineReader{c: conn, d: ms(b.cfg.Source.SilenceMs)}, 256<<10), addr, nil
+		b.log.Info("following", "master", addr, "after", after, "heldAtCommitPoint", held)
+		return conn, bufio.NewReaderSize(&deadlineReader{c: conn, d: ms(b.cfg.Source.SilenceMs)}, 256<<10), addr, held, nil
 	}
 	b.next = (b.next + 1) % len(b.cfg.Master)
-	return nil, nil, "", fmt.Errorf("no master reachable: %w", errors.Join(errs...))
+	return nil, nil, "", false, fmt.Errorf("no master reachable: %w", errors.Join(errs...))
+}
+
+// probe asks addr's status (command 34) on a short connection of its own
+// before a session, as a slave does (docs/protocol.md §4.6): held is true
+// for a version 3 master. An original smss, which has no status command,
+// is version 0 and no error. A version 3 master whose epoch is below one
+// the bridge saw is refused: a failover replaced it.
+func (b *Bridge) probe(ctx context.Context, addr string) (held bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, 2*ms(b.cfg.Source.ConnectTimeoutMs))
+	defer cancel()
+	cl, err := client.Dial(pctx, "", client.Options{Addrs: []string{addr}, DialContext: b.dial,
+		Logger: b.log.With("component", "probe"), MaxConns: 1, MaxRetries: -1, HealthCheckInterval: -1})
+	if err != nil {
+		return false, fmt.Errorf("ask its status: %w", err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(pctx)
+	switch {
+	case errors.Is(err, client.ErrNoStatus):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("ask its status: %w", err)
+	}
+	switch {
+	case st.Replica >= protocol.ReplicaStreamV3:
+	case st.Replica >= protocol.ReplicaStreamV2:
+		b.log.Warn("the master sends commit frames to slaves only (an earlier smss): what it refused as not confirmed may be mirrored",
+			"master", addr, "replica", st.Replica)
+		return false, nil
+	default:
+		return false, nil
+	}
+	if err := b.checkEpoch(st.Epoch); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// checkEpoch learns epoch from a version 3 master, or refuses it when it
+// is below the highest the bridge saw.
+func (b *Bridge) checkEpoch(epoch uint64) error {
+	for {
+		known := b.epoch.Load()
+		if epoch < known {
+			return fmt.Errorf("the master's epoch %d is below epoch %d that another master reported: it is an old master, not following it", epoch, known)
+		}
+		if epoch == known || b.epoch.CompareAndSwap(known, epoch) {
+			return nil
+		}
+	}
 }
 
 // deadlineReader re-arms the read deadline before each read: a timeout
@@ -478,42 +556,158 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 	return r.c.Read(p)
 }
 
-func (b *Bridge) readFrames(ctx context.Context, br *bufio.Reader, out chan<- []byte) error {
+// frame is one unit of the replica stream for the session: a binlog block,
+// or (isCommit) the commit point of a commit frame.
+type frame struct {
+	raw      []byte
+	isCommit bool
+	commit   int64
+}
+
+// readFrames reads the stream into out. With held (a version 3 master)
+// it reads commit frames too, and once the first frame arrived, i.e. the
+// master accepted the request (one that refused it with a 400 reads the
+// next request from the connection), it sends the reader's hello and the
+// epoch it knows: 40 bytes, all the bridge ever sends after the request.
+func (b *Bridge) readFrames(ctx context.Context, conn net.Conn, br *bufio.Reader, held bool, out chan<- frame) error {
+	read := protocol.ReadReplicaFrame
+	if held {
+		read = protocol.ReadReplicaFrameV2
+	}
+	hello := held
 	for {
-		f, err := protocol.ReadReplicaFrame(br, b.cfg.Source.MaxBlock)
+		f, err := read(br, b.cfg.Source.MaxBlock)
 		if err != nil {
 			if errors.Is(err, protocol.ErrUnexpectedStatus) || errors.Is(err, protocol.ErrReplyTooLarge) {
 				return fatalf("the master's replication stream is not valid: %v", err)
 			}
 			return err
 		}
-		if f.Code == protocol.StatusAlive {
+		if hello {
+			hello = false
+			rec := protocol.AppendConfirm(nil, protocol.Confirm{Kind: protocol.ConfirmHello, Reader: true})
+			rec = protocol.AppendConfirm(rec, protocol.Confirm{Kind: protocol.ConfirmEpoch, EventID: int64(min(b.epoch.Load(), 1<<62))})
+			conn.SetWriteDeadline(time.Now().Add(ms(b.cfg.Source.ConnectTimeoutMs)))
+			if _, err := conn.Write(rec); err != nil {
+				return fmt.Errorf("send the reader's hello: %w", err)
+			}
+		}
+		var fr frame
+		switch f.Code {
+		case protocol.StatusAlive:
 			continue
+		case protocol.StatusCommit:
+			cp, epoch, err := protocol.DecodeCommitFrame(f.Body)
+			if err != nil {
+				return fatalf("the master's replication stream is not valid: %v", err)
+			}
+			if err := b.checkEpoch(epoch); err != nil {
+				return err
+			}
+			fr = frame{isCommit: true, commit: cp}
+		default:
+			fr = frame{raw: f.Body}
 		}
 		select {
-		case out <- f.Body:
+		case out <- fr:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
 }
 
-// block handles one binlog block: it checks it against what the target
-// holds and queues its mirrored messages.
-func (b *Bridge) block(ctx context.Context, raw []byte, r *resume, prev *int64, q chan<- entry) (string, error) {
+// holder keeps the blocks of a session above the master's commit point
+// (read-committed delivery): a block is mirrored only once a commit frame
+// says a failover keeps it, and in binlog order, so one held block holds
+// every block after it. Held blocks are in memory only; the target's
+// safe position never passes them, so a session that ends (or a bridge
+// that is killed) reads them again from the master.
+type holder struct {
+	on     bool  // a version 3 master: hold
+	point  int64 // blocks up to here are mirrored: the last commit point received, at first the target's last message
+	blocks []decoded
+	bytes  int
+	max    int // source.maxHeldBytes
+	// overflow: a block was dropped because the held bytes would pass
+	// max; the session ends once what it holds is mirrored.
+	overflow bool
+}
+
+// errHeldOverflow ends a session whose held blocks reached
+// source.maxHeldBytes once they are mirrored; the next one reads the
+// blocks it dropped again.
+var errHeldOverflow = errors.New("the blocks held above the master's commit point reached source.maxHeldBytes; resuming to read the rest again")
+
+// frame handles one unit of the stream.
+func (b *Bridge) frame(ctx context.Context, f frame, h *holder, r *resume, prev *int64, q chan<- entry) (string, error) {
+	if f.isCommit {
+		h.point = max(h.point, f.commit)
+		b.m.setCommit(f.commit)
+		for len(h.blocks) > 0 && h.blocks[0].last <= h.point {
+			d := h.blocks[0]
+			h.blocks[0] = decoded{}
+			h.blocks = h.blocks[1:]
+			h.bytes -= len(d.raw)
+			if kind, err := b.mirror(ctx, d, r, q); err != nil {
+				return kind, err
+			}
+		}
+		b.m.setHeld(len(h.blocks), h.bytes)
+		if h.overflow && len(h.blocks) == 0 {
+			return ErrKindMaster, errHeldOverflow
+		}
+		return "", nil
+	}
+	d, err := b.decode(f.raw, prev)
+	if err != nil {
+		return ErrKindMaster, err
+	}
+	switch {
+	case !h.on || len(h.blocks) == 0 && d.last <= h.point:
+		return b.mirror(ctx, d, r, q)
+	case h.overflow || h.bytes+len(d.raw) > h.max:
+		if !h.overflow {
+			b.log.Warn("the blocks held above the master's commit point reached source.maxHeldBytes; keeping no more until the point passes them",
+				"heldBlocks", len(h.blocks), "heldBytes", h.bytes, "commitPoint", b.m.vCommit.Load(), "droppedFrom", d.blk.EventID)
+		}
+		h.overflow = true
+	default:
+		h.blocks = append(h.blocks, d)
+		h.bytes += len(d.raw)
+		b.m.setHeld(len(h.blocks), h.bytes)
+	}
+	return "", nil
+}
+
+// decoded is a binlog block of the stream, decoded and checked to follow
+// the previous one.
+type decoded struct {
+	raw  []byte
+	blk  binlog.Block
+	last int64
+}
+
+func (b *Bridge) decode(raw []byte, prev *int64) (decoded, error) {
 	blk, last, n, err := binlog.DecodeSpan(raw)
 	if err == nil && n != len(raw) {
 		err = fmt.Errorf("%d bytes after the block", len(raw)-n)
 	}
 	if err != nil {
-		return ErrKindMaster, fatalf("undecodable binlog block after eventId %d: %v", *prev, err)
+		return decoded{}, fatalf("undecodable binlog block after eventId %d: %v", *prev, err)
 	}
 	if *prev != 0 && blk.EventID != *prev+1 {
-		return ErrKindMaster, fatalf("the master sent the block of eventId %d after eventId %d: a gap or a repeat in its binlog", blk.EventID, *prev)
+		return decoded{}, fatalf("the master sent the block of eventId %d after eventId %d: a gap or a repeat in its binlog", blk.EventID, *prev)
 	}
 	*prev = last
 	b.m.setReceived(last)
 	b.m.blocks.WithLabelValues(metricCmd(blk.Cmd)).Inc()
+	return decoded{raw: raw, blk: blk, last: last}, nil
+}
+
+// mirror handles one binlog block: it checks it against what the target
+// holds and queues its mirrored messages.
+func (b *Bridge) mirror(ctx context.Context, d decoded, r *resume, q chan<- entry) (string, error) {
+	blk, last, raw := d.blk, d.last, d.raw
 	crc := crc32.Checksum(raw, castagnoli)
 	if len(r.expected) > 0 {
 		for f, want := range r.expected {

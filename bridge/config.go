@@ -61,6 +61,12 @@ type SourceConfig struct {
 	// (status, command 34) for the lag metrics; 0 = never (the lag is then
 	// measured against the last block received).
 	StatusIntervalMs int `yaml:"statusIntervalMs"`
+	// MaxHeldBytes bounds the binlog blocks a session holds above the
+	// master's commit point (read-committed delivery, a version 3
+	// master): past it the session reads on for commit frames but keeps no
+	// more blocks, and once the point passes what it kept it ends and
+	// resumes, reading the rest again.
+	MaxHeldBytes int `yaml:"maxHeldBytes"`
 }
 
 // NATSConfig is the JetStream target.
@@ -129,6 +135,7 @@ func DefaultConfig() Config {
 			MinBackoffMs:     500,
 			MaxBackoffMs:     30000,
 			StatusIntervalMs: 2000,
+			MaxHeldBytes:     64 << 20,
 		},
 		NATS: NATSConfig{
 			Stream:           "SMSS",
@@ -203,6 +210,9 @@ func (c *Config) Validate() error {
 	}
 	if s.MinBackoffMs < 1 || s.MaxBackoffMs < s.MinBackoffMs {
 		add("source.minBackoffMs/maxBackoffMs: want 1 <= min <= max, got %d and %d", s.MinBackoffMs, s.MaxBackoffMs)
+	}
+	if s.MaxHeldBytes < s.MaxBlock {
+		add("source.maxHeldBytes: %d, want at least source.maxBlock (%d): a block above the commit point must fit", s.MaxHeldBytes, s.MaxBlock)
 	}
 	if s.StatusIntervalMs != 0 && s.StatusIntervalMs < 100 {
 		add("source.statusIntervalMs: %d, want 0 (off) or at least 100", s.StatusIntervalMs)

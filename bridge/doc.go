@@ -3,8 +3,13 @@ Package bridge mirrors smss topics into NATS JetStream or Kafka
 (docs/bridge.md); cmd/smss-bridge is its command.
 
 A Bridge reads an smss master's binlog as a replica reader: it sends the
-28-byte replica request (docs/protocol.md §4.2) and nothing else, so the master never
-takes it for a confirming slave. Every binlog block is decoded (a block
+28-byte replica request (docs/protocol.md §4.2), and only to a master whose
+status says "replica":3 a reader's hello and its epoch after the first
+frame (docs/protocol.md §4.6), so the master never takes it for a
+confirming slave. From such a master it reads commit frames and holds
+every block above the commit point until the point passes it
+(read-committed delivery: the target, where nothing can be taken back,
+gets only what a failover keeps). Every binlog block is decoded (a block
 that does not decode stops the bridge for good), and the messages of
 publish (1) and delay-apply (101) blocks of the selected topics are
 published to a Target in binlog order, with a bounded number in flight.

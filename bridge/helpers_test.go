@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +104,29 @@ type fakeMaster struct {
 	extra   int // bytes received after replica requests
 	reqs    []int64
 	refuse  string // answer every replica request with this 400
+
+	// v3: the status says "replica":3 with epoch; once a stream's reader
+	// sent its 40 bytes (hello and epoch record, kept in recv) it gets a
+	// commit frame whenever commit changes, as a version 3 master sends.
+	v3     bool
+	epoch  uint64
+	commit int64
+	recv   []byte // what readers sent after their replica requests, in order
+}
+
+// setCommit moves the commit point the streams are sent.
+func (m *fakeMaster) setCommit(cp int64) {
+	m.mu.Lock()
+	m.commit = cp
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+func (m *fakeMaster) received() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]byte(nil), m.recv...)
 }
 
 func startFakeMaster(t testing.TB, blocks [][]byte) *fakeMaster {
@@ -187,8 +211,12 @@ func (m *fakeMaster) serve(c net.Conn) {
 		if n := len(m.blocks); n > 0 {
 			_, last, _, _ = binlog.DecodeSpan(m.blocks[n-1])
 		}
+		st := fmt.Appendf(nil, `{"role":"master","epoch":1,"lastEventId":%d}`, last)
+		if m.v3 {
+			st = fmt.Appendf(nil, `{"role":"master","epoch":%d,"lastEventId":%d,"replica":3,"commitPoint":%d}`, m.epoch, last, m.commit)
+		}
 		m.mu.Unlock()
-		r, _ := protocol.AppendReplyJSON(nil, fmt.Appendf(nil, `{"role":"master","epoch":1,"lastEventId":%d}`, last))
+		r, _ := protocol.AppendReplyJSON(nil, st)
 		if _, err := c.Write(r); err != nil {
 			return
 		}
@@ -203,13 +231,30 @@ func (m *fakeMaster) serve(c net.Conn) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, after)
 	m.mu.Unlock()
-	// Count whatever the reader sends afterwards: a bridge sends nothing.
+	// Count whatever the reader sends afterwards: a bridge sends nothing
+	// to a master of version 0, its hello and epoch to one of version 3.
+	var helloSeen atomic.Bool
 	go func() {
-		n, _ := io.Copy(io.Discard, br)
-		m.mu.Lock()
-		m.extra += int(n)
-		m.mu.Unlock()
+		buf := make([]byte, 4096)
+		got := 0
+		for {
+			n, err := br.Read(buf)
+			m.mu.Lock()
+			m.extra += n
+			m.recv = append(m.recv, buf[:n]...)
+			got += n
+			if got >= 2*protocol.ConfirmLen && !helloSeen.Load() {
+				helloSeen.Store(true)
+				close(m.changed)
+				m.changed = make(chan struct{})
+			}
+			m.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
 	}()
+	commitSent := int64(-1)
 	pos := -1
 	m.mu.Lock()
 	if m.refuse != "" {
@@ -236,7 +281,7 @@ func (m *fakeMaster) serve(c net.Conn) {
 	}
 	for {
 		m.mu.Lock()
-		blocks, changed := m.blocks, m.changed
+		blocks, changed, v3, cp, epoch := m.blocks, m.changed, m.v3, m.commit, m.epoch
 		m.mu.Unlock()
 		for ; pos < len(blocks); pos++ {
 			f, _ := protocol.AppendReplicaFrame(nil, blocks[pos])
@@ -244,6 +289,13 @@ func (m *fakeMaster) serve(c net.Conn) {
 			if _, err := c.Write(f); err != nil {
 				return
 			}
+		}
+		if v3 && helloSeen.Load() && cp != commitSent {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(protocol.AppendCommitFrame(nil, cp, epoch)); err != nil {
+				return
+			}
+			commitSent = cp
 		}
 		select {
 		case <-changed:

@@ -29,6 +29,9 @@ type Stats struct {
 	Safe        int64 // every mirrored message up to this eventId is in the target
 	LagEvents   int64 // max(Received, MasterLast) - Safe
 	LagSeconds  float64
+	CommitPoint int64 // the last commit point a version 3 master sent this session, 0 if none
+	HeldBlocks  int64 // blocks received above the commit point, not yet mirrored
+	HeldBytes   int64
 	Sessions    int64
 	MasterErrs  int64
 	TargetErrs  int64
@@ -43,12 +46,14 @@ type metrics struct {
 	errs                     *prometheus.CounterVec
 	sessions                 prometheus.Counter
 	received, safe, head     prometheus.Gauge
+	commit, held, heldBytes  prometheus.Gauge
 
 	// Mirrors for Stats and the log line (prometheus counters are not
 	// cheap to read).
 	nMirrored, nSkipped, nBytes, nSessions atomic.Int64
 	nMasterErr, nTargetErr                 atomic.Int64
 	vReceived, vSafe, vHead                atomic.Int64
+	vCommit, vHeld, vHeldBytes             atomic.Int64
 	oldestUnacked                          atomic.Int64 // writeTime ms of the oldest block in flight, 0 = none
 }
 
@@ -73,7 +78,13 @@ func newMetrics() *metrics {
 		Help: "Every mirrored message up to this eventId is stored in the target."})
 	m.head = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_master_event_id",
 		Help: "The master's last eventId, from its status (command 34); 0 when it does not answer it."})
-	m.reg.MustRegister(m.blocks, m.errs, m.received, m.safe, m.head)
+	m.commit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_commit_point",
+		Help: "The master's commit point, from the last commit frame (a version 3 master, read-committed delivery); 0 when it sends none."})
+	m.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_held_blocks",
+		Help: "Binlog blocks received above the master's commit point and held, not mirrored, until it passes them."})
+	m.heldBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smss_bridge_held_bytes",
+		Help: "Bytes of the held blocks (bounded by source.maxHeldBytes)."})
+	m.reg.MustRegister(m.blocks, m.errs, m.received, m.safe, m.head, m.commit, m.held, m.heldBytes)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "smss_bridge_lag_events",
 		Help: "eventIds the master has (its status, or else what was received) that are not yet stored in the target."},
 		func() float64 { return float64(m.lagEvents()) }))
@@ -101,6 +112,14 @@ func (m *metrics) lagSeconds() float64 {
 func (m *metrics) setReceived(id int64) { m.vReceived.Store(id); m.received.Set(float64(id)) }
 func (m *metrics) setSafe(id int64)     { m.vSafe.Store(id); m.safe.Set(float64(id)) }
 func (m *metrics) setHead(id int64)     { m.vHead.Store(id); m.head.Set(float64(id)) }
+func (m *metrics) setCommit(id int64)   { m.vCommit.Store(id); m.commit.Set(float64(id)) }
+
+func (m *metrics) setHeld(blocks, bytes int) {
+	m.vHeld.Store(int64(blocks))
+	m.held.Set(float64(blocks))
+	m.vHeldBytes.Store(int64(bytes))
+	m.heldBytes.Set(float64(bytes))
+}
 
 func (m *metrics) acked(n int, body int) {
 	m.nMirrored.Add(int64(n))
@@ -124,6 +143,7 @@ func (m *metrics) stats() Stats {
 	return Stats{
 		Mirrored: m.nMirrored.Load(), Skipped: m.nSkipped.Load(), Bytes: m.nBytes.Load(),
 		Received: m.vReceived.Load(), MasterLast: m.vHead.Load(), Safe: m.vSafe.Load(), LagEvents: m.lagEvents(), LagSeconds: m.lagSeconds(),
+		CommitPoint: m.vCommit.Load(), HeldBlocks: m.vHeld.Load(), HeldBytes: m.vHeldBytes.Load(),
 		Sessions: m.nSessions.Load(), MasterErrs: m.nMasterErr.Load(), TargetErrs: m.nTargetErr.Load(),
 	}
 }

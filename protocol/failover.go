@@ -68,8 +68,9 @@ type NodeStatus struct {
 	// before to a client that does not know them.
 
 	// Replica is the replica stream version the node serves as a master
-	// (ReplicaStreamV2: commit frames and epoch records, docs/protocol.md
-	// §4.6); 0 is the stream of §4.3.
+	// (ReplicaStreamV2: commit frames and epoch records; ReplicaStreamV3:
+	// also to a replica reader, docs/protocol.md §4.6); 0 is the stream of
+	// §4.3.
 	Replica int `json:"replica,omitempty"`
 	// CommitPoint is the highest eventId a failover keeps and subscribers
 	// are served up to (read-committed delivery); 0 when not tracked.
@@ -173,6 +174,12 @@ type SlaveConfirm struct {
 // ReplicaStreamV2 is NodeStatus.Replica of a master that serves commit
 // frames and reads epoch records (docs/protocol.md §4.6).
 const ReplicaStreamV2 = 2
+
+// ReplicaStreamV3 is NodeStatus.Replica of a master that also takes a
+// replica reader's hello (ConfirmReader): version 2's commit frames to a
+// reader such as smss-bridge that never confirms and never counts as a
+// slave (docs/protocol.md §4.6). Every version 3 master serves version 2.
+const ReplicaStreamV3 = 3
 
 // FencedPrefix starts the text of the 400 a fenced master answers a write
 // with (a cluster master that lost its lease or learned a newer epoch):

@@ -200,11 +200,33 @@ func ReadSubFrame(r io.Reader, maxLen int) (Frame, error) {
 // ReadReplicaFrame reads one replication unit (§4.3). A 400 is returned as
 // *BizError; a block longer than maxLen as a wrapped ErrReplyTooLarge.
 func ReadReplicaFrame(r io.Reader, maxLen int) (Frame, error) {
+	return readReplicaFrame(r, maxLen, false)
+}
+
+// ReadReplicaFrameV2 reads one unit of a version 2 replica stream (§4.6):
+// what ReadReplicaFrame reads, and a commit frame (Code StatusCommit, Body
+// its CommitFrameLen bytes, for DecodeCommitFrame). Only a reader that
+// announced version 2 in its hello may meet one; the others keep
+// ReadReplicaFrame, for which code 202 is not a replication stream.
+func ReadReplicaFrameV2(r io.Reader, maxLen int) (Frame, error) {
+	return readReplicaFrame(r, maxLen, true)
+}
+
+func readReplicaFrame(r io.Reader, maxLen int, v2 bool) (Frame, error) {
 	var h RespHeader
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return Frame{}, fmt.Errorf("read frame header: %w", err)
 	}
 	switch code := h.Code(); code {
+	case StatusCommit:
+		if !v2 {
+			break
+		}
+		body := make([]byte, CommitFrameLen)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return Frame{}, fmt.Errorf("read commit frame: %w", unexpected(err))
+		}
+		return Frame{Code: code, Body: body}, nil
 	case StatusOK:
 		var lb [4]byte
 		if _, err := io.ReadFull(r, lb[:]); err != nil {
@@ -219,9 +241,8 @@ func ReadReplicaFrame(r io.Reader, maxLen int) (Frame, error) {
 		return Frame{Code: code}, nil
 	case StatusError:
 		return Frame{}, readErrText(r, &h)
-	default:
-		return Frame{}, fmt.Errorf("%w %d in replica stream", ErrUnexpectedStatus, code)
 	}
+	return Frame{}, fmt.Errorf("%w %d in replica stream", ErrUnexpectedStatus, h.Code())
 }
 
 func readErrText(r io.Reader, h *RespHeader) error {

@@ -146,6 +146,31 @@ func TestReadReplicaFrame(t *testing.T) {
 	}
 }
 
+// TestReadReplicaFrameV2: a commit frame is a unit of its own for a
+// version 2 reader and not a replication stream for ReadReplicaFrame.
+func TestReadReplicaFrameV2(t *testing.T) {
+	stream := AppendCommitFrame(nil, 12, 3)
+	stream = AppendReplyAlive(stream)
+	stream = AppendCommitFrame(stream, 1, 1)
+	r := bytes.NewReader(stream)
+	f, err := ReadReplicaFrameV2(r, 1<<20)
+	if err != nil || f.Code != StatusCommit {
+		t.Fatalf("commit frame: %+v %v", f, err)
+	}
+	if cp, epoch, err := DecodeCommitFrame(f.Body); cp != 12 || epoch != 3 || err != nil {
+		t.Fatalf("commit frame decoded %d %d %v", cp, epoch, err)
+	}
+	if f, err := ReadReplicaFrameV2(r, 1<<20); err != nil || f.Code != StatusAlive {
+		t.Fatalf("alive: %+v %v", f, err)
+	}
+	if _, err := ReadReplicaFrame(r, 1<<20); !errors.Is(err, ErrUnexpectedStatus) {
+		t.Fatalf("a commit frame for a version 0 reader: %v", err)
+	}
+	if _, err := ReadReplicaFrameV2(bytes.NewReader(AppendCommitFrame(nil, 1, 1)[:20]), 1<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a torn commit frame: %v", err)
+	}
+}
+
 func TestParseSubMessagesInconsistent(t *testing.T) {
 	one := AppendSubMessage(nil, 1, 2, 3, 4, rec(5))
 	two := AppendSubMessage(append([]byte{}, one...), 1, 3, 3, 4, rec(1))

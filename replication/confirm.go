@@ -1,138 +1,44 @@
 package replication
 
-import (
-	"encoding/binary"
-	"errors"
-	"fmt"
-)
+import "github.com/smssmq/smss/protocol"
 
-// Confirmation records: what our slave sends back on the replica
-// connection (semi-synchronous replication). The replica stream is
-// one-way in the original protocol: an original master reads and discards
-// whatever a slave sends (docs/protocol.md §4.3 item 6), an original slave sends
-// nothing, and the Go ReplicaClient debug tool sends 2-byte acks. After
-// its 28-byte replica request, once the first frame arrived (so a master
-// that refused the request never reads one as its next request), our slave
-// sends one hello record and then one confirm record per apply step, each
-// ConfirmLen bytes:
-//
-//	0..3   "SMC1" (ConfirmMagic)
-//	4      kind: 1 hello, 2 confirm, 3 epoch (version 2 streams only)
-//	5      flags: bit 0 (ConfirmFsynced) = the eventIds confirmed are
-//	       fsynced on the slave (it runs store.flushLevel 2); bit 1
-//	       (ConfirmV2, hello only) = this slave reads commit frames and
-//	       sends epoch records (docs/protocol.md §4.6); other bits 0
-//	6..11  hello: the slave's instance id (6 random bytes kept in its
-//	       data directory, SlaveOptions.InstanceID, so a master never
-//	       counts one slave twice over an old and a new connection, even
-//	       across a restart of the slave); confirm, epoch: zero
-//	12..19 hello, confirm: int64 LE eventId: the last eventId of the last
-//	       block the slave has in its binlog, written by its writer (and
-//	       fsynced when flag bit 0 is set); epoch: the highest promotion
-//	       epoch the slave knows (int64 LE, non-negative)
-//
-// A slave sets bit 1 and sends epoch records only to a master whose
-// status says it serves version 2 (protocol.NodeStatus.Replica), so a
-// master of an earlier version, which would take them as malformed, never
-// sees one.
+// Confirmation records (protocol.Confirm, docs/protocol.md §12.3, §4.6):
+// what a slave sends back on the replica connection. The codec lives in
+// protocol so that a replica reader which is no server (smss-bridge)
+// shares it; these names keep replication's callers and tests as they
+// were.
 //
 // Our master counts a connection as confirming only when its first bytes
-// are the magic; anything else (an original slave's silence, 2-byte acks)
-// leaves it non-confirming for good and its bytes are discarded as before.
+// are the magic and the hello is a slave's; anything else (an original
+// slave's silence, 2-byte acks) leaves it non-confirming for good and its
+// bytes are discarded as before. A reader's hello (protocol.ConfirmReader)
+// gets commit frames and is never counted.
 const (
-	ConfirmLen = 20
-	// ConfirmMagic opens every confirmation record.
-	ConfirmMagic = "SMC1"
-)
+	ConfirmLen   = protocol.ConfirmLen
+	ConfirmMagic = protocol.ConfirmMagic
 
-// Kinds of a confirmation record (byte 4).
-const (
-	ConfirmHello   byte = 1
-	ConfirmConfirm byte = 2
-	ConfirmEpoch   byte = 3
-)
+	ConfirmHello   = protocol.ConfirmHello
+	ConfirmConfirm = protocol.ConfirmConfirm
+	ConfirmEpoch   = protocol.ConfirmEpoch
 
-// Flags of byte 5: ConfirmFsynced (bit 0) on hello and confirm records,
-// ConfirmV2 (bit 1) on a hello only.
-const (
-	ConfirmFsynced byte = 1
-	ConfirmV2      byte = 2
-)
+	ConfirmFsynced = protocol.ConfirmFsynced
+	ConfirmV2      = protocol.ConfirmV2
+	ConfirmReader  = protocol.ConfirmReader
 
-// InstanceIDLen is the length of the hello's instance id.
-const InstanceIDLen = 6
+	InstanceIDLen = protocol.InstanceIDLen
+)
 
 // ErrBadConfirm is wrapped by every decoding failure of a record.
-var ErrBadConfirm = errors.New("malformed confirmation record")
+var ErrBadConfirm = protocol.ErrBadConfirm
 
 // Confirm is one decoded confirmation record.
-type Confirm struct {
-	Kind     byte
-	Fsynced  bool
-	V2       bool                // hello only: a version 2 slave
-	Instance [InstanceIDLen]byte // hello only
-	EventID  int64               // the epoch in an epoch record
-}
+type Confirm = protocol.Confirm
 
 // AppendConfirm appends the ConfirmLen bytes of c to dst.
-func AppendConfirm(dst []byte, c Confirm) []byte {
-	var r [ConfirmLen]byte
-	copy(r[:4], ConfirmMagic)
-	r[4] = c.Kind
-	if c.Fsynced && c.Kind != ConfirmEpoch {
-		r[5] = ConfirmFsynced
-	}
-	if c.Kind == ConfirmHello {
-		copy(r[6:12], c.Instance[:])
-		if c.V2 {
-			r[5] |= ConfirmV2
-		}
-	}
-	binary.LittleEndian.PutUint64(r[12:], uint64(c.EventID))
-	return append(dst, r[:]...)
-}
+func AppendConfirm(dst []byte, c Confirm) []byte { return protocol.AppendConfirm(dst, c) }
 
-// IsConfirmPrefix reports whether b (up to 4 bytes looked at) can start a
-// confirmation record: the bytes seen so far match the magic.
-func IsConfirmPrefix(b []byte) bool {
-	n := min(len(b), len(ConfirmMagic))
-	return string(b[:n]) == ConfirmMagic[:n]
-}
+// IsConfirmPrefix reports whether b can start a confirmation record.
+func IsConfirmPrefix(b []byte) bool { return protocol.IsConfirmPrefix(b) }
 
-// DecodeConfirm decodes one record of exactly ConfirmLen bytes. Every
-// reserved bit and byte must be zero and the eventId non-negative.
-func DecodeConfirm(b []byte) (Confirm, error) {
-	if len(b) != ConfirmLen {
-		return Confirm{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadConfirm, len(b), ConfirmLen)
-	}
-	if string(b[:4]) != ConfirmMagic {
-		return Confirm{}, fmt.Errorf("%w: magic % x", ErrBadConfirm, b[:4])
-	}
-	c := Confirm{Kind: b[4], Fsynced: b[5]&ConfirmFsynced != 0}
-	allowed := ConfirmFsynced
-	switch c.Kind {
-	case ConfirmHello:
-		copy(c.Instance[:], b[6:12])
-		c.V2 = b[5]&ConfirmV2 != 0
-		allowed |= ConfirmV2
-	case ConfirmConfirm, ConfirmEpoch:
-		for _, x := range b[6:12] {
-			if x != 0 {
-				return Confirm{}, fmt.Errorf("%w: reserved bytes 6..11 of kind %d are % x, want zeros", ErrBadConfirm, c.Kind, b[6:12])
-			}
-		}
-		if c.Kind == ConfirmEpoch {
-			allowed = 0
-		}
-	default:
-		return Confirm{}, fmt.Errorf("%w: kind %d", ErrBadConfirm, c.Kind)
-	}
-	if b[5]&^allowed != 0 {
-		return Confirm{}, fmt.Errorf("%w: unknown flags %#02x for kind %d", ErrBadConfirm, b[5], c.Kind)
-	}
-	c.EventID = int64(binary.LittleEndian.Uint64(b[12:]))
-	if c.EventID < 0 {
-		return Confirm{}, fmt.Errorf("%w: negative eventId %d", ErrBadConfirm, c.EventID)
-	}
-	return c, nil
-}
+// DecodeConfirm decodes one record of exactly ConfirmLen bytes.
+func DecodeConfirm(b []byte) (Confirm, error) { return protocol.DecodeConfirm(b) }

@@ -23,6 +23,8 @@ func TestConfirmRecordBytes(t *testing.T) {
 			"534d4331" + "02" + "01" + "000000000000" + "0000000000010000"},
 		{"hello version 2 fsynced", Confirm{Kind: ConfirmHello, Fsynced: true, V2: true, Instance: [6]byte{0xaa}, EventID: 3},
 			"534d4331" + "01" + "03" + "aa0000000000" + "0300000000000000"},
+		{"a replica reader's hello", Confirm{Kind: ConfirmHello, V2: true, Reader: true},
+			"534d4331" + "01" + "06" + "000000000000" + "0000000000000000"},
 		{"epoch 5", Confirm{Kind: ConfirmEpoch, EventID: 5},
 			"534d4331" + "03" + "00" + "000000000000" + "0500000000000000"},
 	}
@@ -68,6 +70,11 @@ func TestDecodeConfirmRejects(t *testing.T) {
 		{"reserved", mod(func(b []byte) []byte { b[11] = 1; return b }), "reserved"},
 		{"negative", mod(func(b []byte) []byte { b[19] = 0x80; return b }), "negative"},
 		{"2-byte acks", bytes.Repeat([]byte{1, 0}, 10), "magic"},
+		{"reader flag without version 2", mod(func(b []byte) []byte { b[4], b[5], b[12] = ConfirmHello, ConfirmReader, 0; return b }), "a reader's hello"},
+		{"a reader's hello fsynced", mod(func(b []byte) []byte { b[4], b[5], b[12] = ConfirmHello, 7, 0; return b }), "a reader's hello"},
+		{"a reader's hello with a position", mod(func(b []byte) []byte { b[4], b[5] = ConfirmHello, 6; return b }), "a reader's hello"},
+		{"a reader's hello with an instance", mod(func(b []byte) []byte { b[4], b[5], b[6], b[12] = ConfirmHello, 6, 1, 0; return b }), "a reader's hello"},
+		{"reader flag on a confirm", mod(func(b []byte) []byte { b[5] = ConfirmReader | ConfirmV2; return b }), "unknown flags"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,6 +105,7 @@ func TestIsConfirmPrefix(t *testing.T) {
 func FuzzDecodeConfirm(f *testing.F) {
 	f.Add(AppendConfirm(nil, Confirm{Kind: ConfirmHello, Instance: [6]byte{1, 2, 3, 4, 5, 6}, EventID: 9}))
 	f.Add(AppendConfirm(nil, Confirm{Kind: ConfirmConfirm, Fsynced: true, EventID: 1 << 50}))
+	f.Add(AppendConfirm(nil, Confirm{Kind: ConfirmHello, V2: true, Reader: true}))
 	f.Add([]byte{1, 0, 1, 0})
 	f.Add([]byte("SMC1"))
 	f.Fuzz(func(t *testing.T, b []byte) {

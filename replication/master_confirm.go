@@ -12,6 +12,7 @@ const (
 	confirmUndecided  int32 = iota // nothing received yet
 	confirmActive                  // said hello: counted by the tracker
 	confirmDiscarding              // not a confirming slave (or broke the format): input discarded
+	confirmReader                  // a replica reader's hello (smss-bridge): commit frames, never counted
 )
 
 // maxSentMarks bounds the commit times a stream remembers for the latency
@@ -102,6 +103,18 @@ func (c *confirmState) handle(rec Confirm) {
 		switch {
 		case rec.Kind != ConfirmHello:
 			c.malformed("the first record is not a hello")
+		case rec.Reader:
+			// A reader (smss-bridge) holds what it mirrors at the commit
+			// point and never confirms: it gets commit frames but must
+			// never count toward syncSlaves or be seen as a slave by a
+			// cluster's controller, so it is not registered.
+			c.mu.Lock()
+			c.marks = nil // no confirmation will ever pop them
+			c.mu.Unlock()
+			c.v2.Store(true)
+			c.mode.Store(confirmReader)
+			c.decide()
+			c.log.Info("a replica reader (smss-bridge) reads commit frames; it never counts toward replication.syncSlaves")
 		case beyond:
 			c.malformed("the hello's position is beyond what this stream started from")
 		default:
@@ -117,6 +130,10 @@ func (c *confirmState) handle(rec Confirm) {
 			c.log.Info("the slave confirms what it applies (semi-synchronous replication)",
 				"position", rec.EventID, "fsynced", rec.Fsynced, "streamVersion2", rec.V2)
 		}
+		return
+	}
+	if c.mode.Load() == confirmReader && rec.Kind != ConfirmEpoch {
+		c.malformed("a replica reader sent a record other than its epoch")
 		return
 	}
 	switch {
@@ -152,7 +169,7 @@ func (c *confirmState) malformed(why string) {
 // noteSent remembers when the commit of the blocks just written up to
 // the stream's sent position was seen (stream goroutine).
 func (c *confirmState) noteSent(at time.Time) {
-	if c.sent == nil || c.mode.Load() == confirmDiscarding {
+	if m := c.mode.Load(); c.sent == nil || m == confirmDiscarding || m == confirmReader {
 		return
 	}
 	id := c.sent()

@@ -141,8 +141,9 @@ func (n *node) stop() {
 func (n *node) Status() server.NodeStatus {
 	st := server.NodeStatus{Role: server.RoleMaster, Epoch: n.b.Epoch(), LastEventID: n.b.LastEventID(), Epochs: n.b.EpochStarts()}
 	if n.sync.Enabled() {
-		// It tracks confirmations, so it can send commit frames.
-		st.Replica = protocol.ReplicaStreamV2
+		// It tracks confirmations, so it can send commit frames, to
+		// slaves and to replica readers (smss-bridge).
+		st.Replica = protocol.ReplicaStreamV3
 		st.CommitPoint = n.sync.CommitPoint()
 	}
 	if n.b.ReadCommitted() {
