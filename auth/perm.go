@@ -61,11 +61,11 @@ func CommandPermission(cmd protocol.Command) (perm Permission, perTopic bool) {
 	switch cmd {
 	case protocol.CmdPub, protocol.CmdDelay:
 		return PermPublish, true
-	case protocol.CmdSub:
+	case protocol.CmdSub, protocol.CmdQueueConsume:
 		return PermSubscribe, true
-	case protocol.CmdCreate, protocol.CmdDelete:
+	case protocol.CmdCreate, protocol.CmdDelete, protocol.CmdQueueCreate, protocol.CmdQueueDelete:
 		return PermManage, true
-	case protocol.CmdTopicInfo:
+	case protocol.CmdTopicInfo, protocol.CmdQueueInfo:
 		return PermDescribe, true
 	case protocol.CmdReplica, protocol.CmdValidList:
 		return PermReplication, false

@@ -93,8 +93,8 @@ func (b *Broker) checkPub(topicName, records []byte) error {
 	if b.IsSlave() {
 		return protocol.ErrSlavePub
 	}
-	if string(topicName) == CursorTopic {
-		return ErrReservedTopic
+	if err := reservedErr(topicName); err != nil {
+		return err
 	}
 	return b.diskRefusal(len(records))
 }

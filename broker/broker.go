@@ -414,8 +414,8 @@ func (b *Broker) CreateTopic(ctx context.Context, topicName []byte, expireAt int
 	if expireAt < 0 || (expireAt > 0 && expireAt-b.opts.Now() < b.opts.MinLifetime.Milliseconds()) {
 		return 0, protocol.ErrExpireTooSoon
 	}
-	if string(topicName) == CursorTopic {
-		return 0, ErrReservedTopic
+	if err := reservedErr(topicName); err != nil {
+		return 0, err
 	}
 	if err := b.diskRefusal(0); err != nil {
 		return 0, err
@@ -438,8 +438,8 @@ func (b *Broker) DeleteTopic(ctx context.Context, topicName []byte) (int64, erro
 	if err := b.checkExistingName(topicName); err != nil {
 		return 0, err
 	}
-	if string(topicName) == CursorTopic {
-		return 0, ErrReservedTopic
+	if err := reservedErr(topicName); err != nil {
+		return 0, err
 	}
 	c := getCommand()
 	defer putCommand(c)
@@ -554,7 +554,7 @@ func (b *Broker) topicLog(t *topic) (*segment.Log, error) {
 		return t.log, nil
 	}
 	size := b.opts.MaxLogSize
-	if t.meta.Name == CursorTopic && b.opts.CursorSegmentBytes < size {
+	if IsSystemTopic(t.meta.Name) && b.opts.CursorSegmentBytes < size {
 		size = b.opts.CursorSegmentBytes // compaction works per file (cursor.go)
 	}
 	l, err := segment.Open(segment.Options{Dir: t.dir, MaxFileSize: size, Decode: decodeTopic,

@@ -50,8 +50,8 @@ func (b *Broker) PublishDelay(ctx context.Context, topicName, records []byte, co
 	if err := protocol.ValidateTopicName(topicName); err != nil {
 		return 0, err
 	}
-	if string(topicName) == CursorTopic {
-		return 0, ErrReservedTopic
+	if err := reservedErr(topicName); err != nil {
+		return 0, err
 	}
 	if delayMs < protocol.MinDelayMs {
 		return 0, protocol.ErrDelayTooShort

@@ -66,7 +66,7 @@ func (b *Broker) OldTopicFiles(ctx context.Context, cutoff int64, fn func(TopicO
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if t.meta.Name == CursorTopic {
+		if IsSystemTopic(t.meta.Name) { // compacted by snapshots instead
 			continue
 		}
 		l, err := b.readLog(t)

@@ -102,6 +102,9 @@ func (w *writer) stagePub(c *command, now int64, binStart segment.Position) erro
 		recs := c.records
 		w.grp.post = append(w.grp.post, func() { w.b.applyCursorRecords(recs, tb) })
 	}
+	if c.topic == QueueTopic && startsQueueSnapshot(c.records) {
+		w.grp.post = append(w.grp.post, func() { w.b.compactBefore(tb) })
+	}
 	if w.b.sample() {
 		w.b.log.Info("pub", "topic", c.topic, "eventId", c.eventID, "records", c.count, "bytes", len(c.records))
 	}
@@ -264,6 +267,12 @@ func (w *writer) stageReplicated(c *command, now int64, binStart segment.Positio
 				}
 				recs := blk.Payload
 				w.grp.post = append(w.grp.post, func() { w.b.applyCursorRecords(recs, w.grp.batchOf[t]) })
+			}
+			if name == QueueTopic && startsQueueSnapshot(blk.Payload) {
+				// As on the master: a snapshot is durable before the files
+				// it replaces go.
+				w.grp.syncMeta = w.b.opts.FlushLevel > 0
+				w.grp.post = append(w.grp.post, func() { w.b.compactBefore(w.grp.batchOf[t]) })
 			}
 			if err := w.replicaTopicBlocks(t, blk.EventID, now, src, blk.Payload); err != nil {
 				return err

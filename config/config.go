@@ -26,6 +26,8 @@ type Config struct {
 	Dedupe Dedupe `yaml:"dedupe"`
 	// Cursor: stored consumer positions (cursor.go).
 	Cursor Cursor `yaml:"cursor"`
+	// Queue: work-queue groups (queue.go).
+	Queue Queue `yaml:"queue"`
 	// Security (security.go): authentication, the TLS listener, and how a
 	// slave connects to its master.
 	Auth        Auth              `yaml:"auth"`
@@ -239,6 +241,7 @@ func Default() *Config {
 		Delay:       Delay{MaxDelay: 2592000000},
 		Dedupe:      Dedupe{Window: 120000, MaxIDs: 1000000},
 		Cursor:      defaultCursor(),
+		Queue:       defaultQueue(),
 		Auth:        defaultAuth(),
 		Replication: ReplicationClient{LingerMs: 5, SyncTimeoutMs: 2000, OnSyncTimeout: SyncFail, ReadCommitted: true, RejoinMaxProbes: 64, PromoteQuietMs: 2000},
 		Server:      ServerSection{Epoll: true, EpollMinConns: 8},

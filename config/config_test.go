@@ -83,6 +83,8 @@ func TestSummaryListsEveryKey(t *testing.T) {
 		"limit.maxFrameBytes":       int64(16777216),
 		"cursor.enabled":            true,
 		"cursor.flushMs":            int64(1000),
+		"queue.enabled":             true,
+		"queue.maxGroups":           int64(1000),
 		"server.epoll":              true,
 		"server.epollMinConns":      int64(8),
 		"server.maxProcs":           int64(0),
@@ -100,9 +102,10 @@ func TestSummaryListsEveryKey(t *testing.T) {
 	// 18 + 5 cursor keys of issue 22 + server.epoll and
 	// worker.inlineDeliveries and server.maxProcs and server.epollMinConns
 	// of issue 24 + 10 cluster keys of issue 31 + replication.readCommitted
-	// of issue 32 + replication.promoteQuietMs of issue 35 + source
-	if len(s) != 99 {
-		t.Errorf("summary has %d entries, want 99", len(s))
+	// of issue 32 + replication.promoteQuietMs of issue 35 + 4 queue keys
+	// of issue 33 + source
+	if len(s) != 103 {
+		t.Errorf("summary has %d entries, want 103", len(s))
 	}
 }
 

@@ -103,6 +103,7 @@ func (c *Config) Validate() error {
 
 	c.validateAdmin(&v)
 	c.validateCursor(&v)
+	c.validateQueue(&v)
 	c.validateServer(&v)
 	c.validateSecurity(&v)
 	c.validateCluster(&v)

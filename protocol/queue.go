@@ -538,3 +538,9 @@ func ReadQueueFrame(r io.Reader, maxLen int) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w %d in a queue stream", ErrUnexpectedStatus, code)
 	}
 }
+
+// QueueSnapshotBody is the body of the first record of a __queues message
+// that holds every group's state: a node removes the files of __queues
+// before the one holding such a message (the records are docs/protocol.md
+// §12.6's; only this marker is shared with the broker).
+const QueueSnapshotBody = "\x01\x04"

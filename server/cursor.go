@@ -62,7 +62,7 @@ func (c *conn) cursorCommand() error {
 	return nil
 }
 
-// hideSystemTopics leaves the cursor topic out of a list (100) reply; valid
+// hideSystemTopics leaves the system topics (positions, queue groups) out of a list (100) reply; valid
 // list (99) keeps it, since slaves need it.
 func hideSystemTopics(topics []protocol.TopicInfo, err error) ([]protocol.TopicInfo, error) {
 	if err != nil {
@@ -70,7 +70,7 @@ func hideSystemTopics(topics []protocol.TopicInfo, err error) ([]protocol.TopicI
 	}
 	out := topics[:0]
 	for _, t := range topics {
-		if t.Name != protocol.CursorTopic {
+		if t.Name != protocol.CursorTopic && t.Name != protocol.QueueTopic {
 			out = append(out, t)
 		}
 	}

@@ -49,6 +49,12 @@ func (c *conn) dispatch(start time.Time) bool {
 		err = c.switchover()
 	case protocol.CmdCursorList, protocol.CmdCursorSet, protocol.CmdCursorReset:
 		err = c.cursorCommand()
+	case protocol.CmdQueueCreate, protocol.CmdQueueDelete, protocol.CmdQueueInfo:
+		err = c.queueCommand()
+	case protocol.CmdQueueConsume:
+		keep := c.consume(start)
+		c.dr.armed.forget()
+		return keep
 	case protocol.CmdSub:
 		// A stream writes its own frames and logs, and sets read
 		// deadlines directly.

@@ -136,6 +136,9 @@ type Options struct {
 	// commands 37..39 (cursor.go); nil passes -1 to Backend.Subscribe and
 	// refuses 37..39 with a 400.
 	Cursors Cursors
+	// Queues serves the work-queue groups (commands 41..44); nil refuses
+	// them (the request is read exactly; the connection stays usable).
+	Queues Queues
 	// Security turns on authentication, permissions and the TLS listener
 	// (auth.go, tls.go); the zero value leaves them off.
 	Security Security

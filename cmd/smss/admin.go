@@ -283,7 +283,7 @@ func (s *adminSource) Topics() ([]protocol.TopicInfo, error) {
 	// (100); /api/cursors and the cursor gauges show what it holds.
 	out := ts[:0]
 	for _, t := range ts {
-		if t.Name != broker.CursorTopic {
+		if !broker.IsSystemTopic(t.Name) {
 			out = append(out, t)
 		}
 	}

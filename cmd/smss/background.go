@@ -11,6 +11,7 @@ import (
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/delay"
 	"github.com/smssmq/smss/lifecycle"
+	"github.com/smssmq/smss/queue"
 )
 
 // backgroundStopTimeout bounds how long shutdown waits for a background
@@ -26,6 +27,7 @@ type background struct {
 	mu      sync.Mutex        // guards delay, reaper and stopped (startMaster runs on promotion)
 	delay   *delay.Scheduler  // nil on a slave
 	reaper  *lifecycle.Reaper // nil on a slave
+	queues  *queue.Manager    // nil with queue.enabled false; serving while delay runs
 	stopped bool
 
 	retention *lifecycle.Retention
@@ -108,7 +110,31 @@ func (bg *background) startMaster() error {
 	s.Start()
 	r.Start()
 	bg.delay, bg.reaper = s, r
+	bg.startQueuesLocked()
 	return nil
+}
+
+// setQueues hands over the run's queue manager; it serves at once on a
+// master, else from the promotion on.
+func (bg *background) setQueues(m *queue.Manager) {
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	bg.queues = m
+	if bg.delay != nil && !bg.stopped {
+		bg.startQueuesLocked()
+	}
+}
+
+// startQueuesLocked starts the queue manager, if any. A failure (the
+// state in __queues cannot be read) is logged and leaves the queue
+// commands refused; publishing and the rest serve on.
+func (bg *background) startQueuesLocked() {
+	if bg.queues == nil {
+		return
+	}
+	if err := bg.queues.Start(); err != nil {
+		bg.log.Error("queue groups not served: their state could not be rebuilt", "err", err)
+	}
 }
 
 // stop ends every job, each after its current step.
@@ -125,6 +151,9 @@ func (bg *background) stop() {
 	jobs := []job{{"retention", bg.retention.Stop}}
 	bg.mu.Lock()
 	bg.stopped = true
+	if bg.queues != nil {
+		bg.queues.Stop() // its loops write through the broker
+	}
 	if bg.delay != nil {
 		jobs = append(jobs, job{"delay", bg.delay.Stop}, job{"expiry", bg.reaper.Stop})
 	}

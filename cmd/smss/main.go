@@ -277,6 +277,11 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	}
 	adm.setSync(syncTracker)
 	n.sync = syncTracker
+	var queues server.Queues
+	if qm := newQueues(cfg, b, syncTracker, logger); qm != nil {
+		n.bg.setQueues(qm)
+		queues = queueService{qm}
+	}
 	srv, err := server.New(server.Options{
 		Host:      cfg.Host,
 		Port:      cfg.Port,
@@ -309,6 +314,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		Control:           n,
 		Failover:          n,
 		Cursors:           backend{b},
+		Queues:            queues,
 		Epoll:             cfg.Server.Epoll,
 		EpollGroupWait:    epollGroupWait(cfg),
 		EpollMinConns:     cfg.Server.EpollMinConns,

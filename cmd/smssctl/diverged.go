@@ -323,9 +323,9 @@ func readMoved(dir string, now time.Time) (*movedManifest, []movedBlock, error) 
 			if mb.Messages, err = blockMessages(blk); err != nil {
 				return nil, nil, fmt.Errorf("%s: block %d: %w", path, blk.EventID, err)
 			}
-			if mb.Topic == protocol.CursorTopic {
-				// Stored consumer positions of the old history: the
-				// master keeps its own.
+			if mb.Topic == protocol.CursorTopic || mb.Topic == protocol.QueueTopic {
+				// Stored consumer positions and queue-group state of the old
+				// history: the master keeps its own.
 				mb.Republish = "skip"
 			}
 			if len(mb.Messages) > 0 {
