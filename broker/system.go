@@ -180,3 +180,58 @@ func (b *Broker) MessagesAfter(topic, key string, eventID int64) int64 {
 	}
 	return b.cursorLag(cursorKey{topic, "\x00" + key}, t, eventID)
 }
+
+// ReadMessages calls fn with each stored message of topic whose eventId is
+// above after and at most upTo, oldest first, whether or not the commit
+// point passed it: for a component reading back messages it handed out
+// before (a queue group's pending messages after a restart), which were
+// committed then. A position retention removed is not an error: the
+// messages still stored are read.
+func (b *Broker) ReadMessages(topic string, after, upTo int64, fn func(eventID, ts int64, record []byte) error) error {
+	b.mu.RLock()
+	t := b.topics[topic]
+	b.mu.RUnlock()
+	if t == nil {
+		return protocol.ErrTopicNotExist
+	}
+	l, err := b.readLog(t)
+	if err != nil {
+		return err
+	}
+	files := l.Files()
+	if len(files) == 0 {
+		return nil
+	}
+	pos := segment.Position{FileID: files[0]}
+	if after > 0 {
+		loc, err := l.Locate(after)
+		if err != nil {
+			return fmt.Errorf("locate eventId %d in %s: %w", after, topic, err)
+		}
+		pos = loc.Pos
+	}
+	r := l.NewReader(pos)
+	defer r.Close()
+	errPast := errors.New("past upTo")
+	for {
+		got, _, err := r.Next(1024, func(eventID, _ int64, raw []byte, _ segment.Position) error {
+			if eventID > upTo {
+				return errPast
+			}
+			if eventID <= after {
+				return nil
+			}
+			ts, rec, ok := topicblock.Delivery(raw)
+			if !ok {
+				return fmt.Errorf("block without a record in %s at eventId %d", topic, eventID)
+			}
+			return fn(eventID, ts, rec)
+		})
+		if errors.Is(err, errPast) || (err == nil && got == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+	}
+}

@@ -149,35 +149,14 @@ func (g *group) readBack() error {
 		return nil
 	}
 	first, last := g.recover[0], g.recover[len(g.recover)-1]
-	sub, err := g.m.b.Subscribe([]byte(g.key.topic), []byte("__queue-readback."+g.key.group), first-1)
+	err := g.m.b.ReadMessages(g.key.topic, first-1, last, func(id, ts int64, rec []byte) error {
+		if e := g.entries[id]; e != nil && e.rec == nil {
+			e.ts, e.rec = ts, append([]byte(nil), rec...)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("read back %d pending message(s) of %s: %w", len(g.recover), g.key.topic, err)
-	}
-	defer sub.Close()
-	var buf []byte
-	for {
-		var n int
-		buf, n, err = sub.Next(g.ctx, buf[:0], 256, 0)
-		if err != nil {
-			return fmt.Errorf("read back pending messages of %s: %w", g.key.topic, err)
-		}
-		if n == 0 {
-			break
-		}
-		done := false
-		if err := walkUnits(buf, n, func(id, ts int64, rec []byte) {
-			if id > last {
-				done = true
-			}
-			if e := g.entries[id]; e != nil && e.rec == nil {
-				e.ts, e.rec = ts, append([]byte(nil), rec...)
-			}
-		}); err != nil {
-			return err
-		}
-		if done {
-			break
-		}
 	}
 	var lost []event
 	for _, id := range g.recover {
@@ -189,7 +168,9 @@ func (g *group) readBack() error {
 	if len(lost) > 0 {
 		g.m.log.Warn("pending messages of a queue group are no longer in their topic (retention removed them); dropped",
 			"topic", g.key.topic, "group", g.key.group, "messages", len(lost))
-		if err := g.m.write(g.ctx, g, lost); err != nil {
+		// Recorded without waiting for slaves: a failover before they
+		// have it finds the same messages gone and drops them again.
+		if err := g.m.write(g.ctx, g, lost, false); err != nil {
 			return err
 		}
 		for _, e := range lost {
@@ -520,7 +501,7 @@ func (g *group) step() {
 
 	// 6. Record, then apply and tell.
 	if len(evs) > 0 {
-		if err := g.m.write(g.ctx, g, evs); err != nil {
+		if err := g.m.write(g.ctx, g, evs, true); err != nil {
 			for _, p := range plans {
 				p.c.inFlight--
 			}

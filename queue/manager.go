@@ -156,8 +156,9 @@ func (m *Manager) Start() error {
 		}
 		g := newGroup(m, st)
 		if err := g.start(); err != nil {
-			m.log.Error("queue group not served: could not start it", "topic", k.topic, "group", k.group, "err", err)
-			continue
+			// Kept: the next consumer to join restarts it (group).
+			m.log.Error("queue group not started; retried when a consumer joins", "topic", k.topic, "group", k.group, "err", err)
+			close(g.quit)
 		}
 		pending += len(st.pending)
 		m.groups[k] = g
@@ -212,6 +213,8 @@ func (m *Manager) group(k groupKey) (*group, error) {
 	g.smu.Unlock()
 	ng := newGroup(m, st)
 	if err := ng.start(); err != nil {
+		close(ng.quit)
+		m.groups[k] = ng
 		return nil, fmt.Errorf("restart queue group %s of %s: %w", k.group, k.topic, err)
 	}
 	m.groups[k] = ng
@@ -288,6 +291,9 @@ func (m *Manager) Create(ctx context.Context, topic string, cfg protocol.QueueCo
 	}
 	g := newGroup(m, newGroupState(rec))
 	if err := g.start(); err != nil {
+		// Recorded, so kept: the next consumer to join restarts it.
+		close(g.quit)
+		m.groups[k] = g
 		m.mu.Unlock()
 		return protocol.QueueInfo{}, err
 	}
@@ -418,8 +424,8 @@ func (m *Manager) Join(topic, groupName, name, addr string, maxInFlight int) (*C
 }
 
 // write records evs of g and applies them to g's durable state, then
-// waits for the record to count (slaves, fence).
-func (m *Manager) write(ctx context.Context, g *group, evs []event) error {
+// (with wait) waits for the record to count (slaves, fence).
+func (m *Manager) write(ctx context.Context, g *group, evs []event, wait bool) error {
 	m.wmu.Lock()
 	id, err := m.b.PublishSystem(ctx, broker.QueueTopic, wrap(nil, encodeEvents(g.key, evs)), 1)
 	if err == nil {
@@ -430,7 +436,7 @@ func (m *Manager) write(ctx context.Context, g *group, evs []event) error {
 		}
 	}
 	m.wmu.Unlock()
-	if err != nil {
+	if err != nil || !wait {
 		return err
 	}
 	return m.wait(ctx, id)
