@@ -149,6 +149,35 @@ func (s *Server) apiCursors(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// apiQueues lists the work-queue groups (issue 33), most pending first;
+// ?topic= keeps one topic. A source without groups lists none.
+func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
+	src := s.source(w)
+	if src == nil {
+		return
+	}
+	out := []protocol.QueueInfo{}
+	if qs, ok := src.(metrics.QueueSource); ok {
+		topic := r.URL.Query().Get("topic")
+		for _, q := range qs.Queues() {
+			if topic == "" || q.Topic == topic {
+				out = append(out, q)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Pending != b.Pending {
+			return a.Pending > b.Pending
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Config.Group < b.Config.Group
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
 // sortedSubscribers orders by lag (largest first), then topic and who, so
 // the consumers that need attention come first.
 func sortedSubscribers(subs []metrics.SubscriberInfo) []metrics.SubscriberInfo {

@@ -20,6 +20,9 @@
 //	GET  /api/cursors        []metrics.CursorInfo: stored consumer positions
 //	                         and their lag in messages (?topic=NAME: one
 //	                         topic), largest lag first
+//	GET  /api/queues         []protocol.QueueInfo: the work-queue groups this
+//	                         master serves (?topic=NAME: one topic), most
+//	                         pending first; none on a slave
 //	GET  /api/delays         metrics.DelayStats
 //	GET  /api/snapshot       the latest Snapshot (what /api/events pushes)
 //	GET  /api/events         server-sent events: "history" once, then a

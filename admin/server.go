@@ -197,6 +197,7 @@ func (s *Server) routes(web fs.FS) http.Handler {
 	protected.HandleFunc("GET /api/replication", s.apiReplication)
 	protected.HandleFunc("GET /api/cluster", s.apiCluster)
 	protected.HandleFunc("GET /api/cursors", s.apiCursors)
+	protected.HandleFunc("GET /api/queues", s.apiQueues)
 	protected.HandleFunc("GET /api/delays", s.apiDelays)
 	protected.HandleFunc("GET /api/snapshot", s.apiSnapshot)
 	protected.HandleFunc("GET /api/events", s.apiEvents)

@@ -101,7 +101,7 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 		first   = 1000
 		later   = 200
 	)
-	extra := "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n"
+	extra := "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n" + adminConfig("")
 	a := &fnode{name: "A", dir: t.TempDir(), port: freePort(t)}
 	b := &fnode{name: "B", dir: t.TempDir(), port: freePort(t)}
 	replConfig(t, a.dir, a.port, extra)
@@ -200,6 +200,31 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 	}
 	if qi.Acked != total-1 || qi.DeadLettered != 1 || qi.Dropped != 0 {
 		t.Fatalf("final group: %d acked, %d dead-lettered, %d dropped; want %d, 1, 0", qi.Acked, qi.DeadLettered, qi.Dropped, total-1)
+	}
+
+	// The group in status, the admin API and the metrics of the master,
+	// and on no slave.
+	if out, _, _ := smssctl(t, b.addr(), "status"); !strings.Contains(out, "1 queue group(s)") {
+		t.Errorf("status of the master: %q", out)
+	}
+	var api []protocol.QueueInfo
+	adminJSON(t, adminAddr(t, b.p), "/api/queues", &api)
+	if len(api) != 1 || api[0].Acked != total-1 || api[0].Topic != "jobs" || api[0].Config.Group != "g" {
+		t.Errorf("/api/queues on the master: %+v", api)
+	}
+	adminJSON(t, adminAddr(t, a.p), "/api/queues", &api)
+	if len(api) != 0 {
+		t.Errorf("/api/queues on a slave: %+v", api)
+	}
+	_, prom := adminGet(t, adminAddr(t, b.p), "", "/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`smss_queue_acked_total{group="g",topic="jobs"} %d`, total-1),
+		`smss_queue_dead_lettered_total{group="g",topic="jobs"} 1`,
+		`smss_queue_pending_messages{group="g",topic="jobs"} 0`,
+	} {
+		if !strings.Contains(prom, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 
 	var all []qevent

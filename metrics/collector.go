@@ -81,6 +81,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allSourceMetrics {
 		ch <- d
 	}
+	for _, d := range queueDescs {
+		ch <- d
+	}
 	for _, d := range cursorDescs {
 		ch <- d
 	}
@@ -142,6 +145,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 
 	if cs, ok := src.(CursorSource); ok {
 		collectCursors(&e, cs.Cursors())
+	}
+	if qs, ok := src.(QueueSource); ok {
+		collectQueues(&e, qs.Queues())
 	}
 
 	c.collectReplication(&e, src.Replication())

@@ -51,6 +51,10 @@
 //	  cursor_lag_messages{topic,who}, cursor_position{topic,who}
 //	                                           stored positions (CursorSource), also of
 //	                                           subscribers that are away
+//	  queue_pending_messages, queue_backlog_messages, queue_in_flight_messages,
+//	  queue_waiting_messages, queue_oldest_pending_age_seconds, queue_consumers,
+//	  queue_{delivered,redelivered,acked,dead_lettered,dropped}_total  {topic,group}
+//	                                           work-queue groups (QueueSource; a master)
 //	  replication_slaves, replication_slave_lag_events{slave}         (master)
 //	  replication_connected, replication_lag_events,
 //	  replication_lag_seconds                                          (slave)

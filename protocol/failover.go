@@ -87,6 +87,9 @@ type NodeStatus struct {
 	// Stream is a slave's replication stream from its master; left out
 	// on a master.
 	Stream *SlaveStream `json:"stream,omitempty"`
+	// QueueGroups is how many work-queue groups the node serves (a master;
+	// docs/protocol.md §12.6).
+	QueueGroups int `json:"queueGroups,omitempty"`
 }
 
 // SlaveStream is what a slave reports of its stream from its master

@@ -184,6 +184,16 @@ func (m *Manager) Stop() {
 	m.wg.Wait()
 }
 
+// Count is how many groups the manager serves (0 while not serving).
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.active {
+		return 0
+	}
+	return len(m.groups)
+}
+
 // Active reports whether the manager serves groups.
 func (m *Manager) Active() bool {
 	m.mu.Lock()

@@ -347,6 +347,20 @@ function renderReplication(r) {
     el("thead", null, el("tr", null, el("th", null, "slave"), el("th", null, "since"), el("th", { class: "num" }, "sent eventId"), el("th", { class: "num" }, "lag"))), tb));
 }
 
+function renderQueues(qs) {
+  const rows = qs.map((q) => el("tr", null,
+    el("td", { class: "name", title: q.topic + " / " + q.config.group + "\n" + q.consumers.length + " consumer(s)\nack wait " +
+      q.config.ackWaitMs + " ms" + (q.config.deadLetter ? "\ndead letters to " + q.config.deadLetter : "") },
+      q.topic + " / " + q.config.group),
+    el("td", { class: "num" }, fmtInt(q.pending)),
+    el("td", { class: "num" }, fmtInt(q.inFlight)),
+    el("td", { class: "num" }, fmtInt(q.redelivered)),
+    el("td", { class: "num" }, fmtInt(q.deadLettered)),
+    el("td", { class: "num" }, q.oldestPendingAgeMs ? (q.oldestPendingAgeMs / 1000).toFixed(1) + " s" : "–")));
+  replaceRows($("queues").tBodies[0], rows, 6, "no queue groups");
+  $("queues-note").textContent = qs.length ? "most pending first" : "";
+}
+
 function renderDelays(d) {
   setText("k-delay", fmtInt(d.pending));
   $("k-delay-next").textContent = d.nextDue ? "next " + fmtRelative(d.nextDue) : "none pending";
@@ -416,6 +430,7 @@ function handle(err) {
 async function loadInfo() { renderInfo(await api("/api/info")); }
 async function loadTopics() { state.topics = await api("/api/topics"); renderTopics(); }
 async function loadDelays() { renderDelays(await api("/api/delays")); }
+async function loadQueues() { renderQueues(await api("/api/queues")); }
 
 function openEvents() {
   if (state.es) state.es.close();
@@ -466,9 +481,11 @@ async function start() {
   $("login").hidden = true;
   loadTopics().catch(handle);
   loadDelays().catch(handle);
+  loadQueues().catch(handle);
   openEvents();
   every(5000, loadTopics);
   every(10000, loadDelays);
+  every(5000, loadQueues);
   every(30000, loadInfo);
   state.timers.push(setInterval(tickUptime, 1000));
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/smssmq/smss/config"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/queue"
 	"github.com/smssmq/smss/replication"
 )
 
@@ -141,6 +142,12 @@ func (a *adminEndpoint) setSync(t *replication.SyncTracker) {
 	}
 }
 
+func (a *adminEndpoint) setQueues(m *queue.Manager) {
+	if a != nil {
+		a.src.queues.Store(m)
+	}
+}
+
 func (a *adminEndpoint) setReplication(r *replicaRunner) {
 	if a == nil {
 		return
@@ -193,6 +200,7 @@ type adminSource struct {
 	listen atomic.Pointer[string]
 	repl   atomic.Pointer[replicaRunner]
 	sync   atomic.Pointer[replication.SyncTracker]
+	queues atomic.Pointer[queue.Manager]
 	// cluster is the cluster node (-role auto), nil otherwise.
 	cluster atomic.Pointer[autoNode]
 	// listenerTLS is the TLS listener's material, read at every scrape so
@@ -288,6 +296,20 @@ func (s *adminSource) Topics() ([]protocol.TopicInfo, error) {
 		}
 	}
 	return out, nil
+}
+
+// Queues implements metrics.QueueSource: the queue groups this master
+// serves (none on a slave or with queue.enabled false).
+func (s *adminSource) Queues() []protocol.QueueInfo {
+	m := s.queues.Load()
+	if m == nil {
+		return nil
+	}
+	qs, err := m.Info("", "")
+	if err != nil {
+		return nil
+	}
+	return qs
 }
 
 // Cursors implements metrics.CursorSource: the stored consumer positions.

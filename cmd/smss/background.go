@@ -125,6 +125,17 @@ func (bg *background) setQueues(m *queue.Manager) {
 	}
 }
 
+// queueGroups is how many queue groups this node serves.
+func (bg *background) queueGroups() int {
+	bg.mu.Lock()
+	m := bg.queues
+	bg.mu.Unlock()
+	if m == nil {
+		return 0
+	}
+	return m.Count()
+}
+
 // startQueuesLocked starts the queue manager, if any. A failure (the
 // state in __queues cannot be read) is logged and leaves the queue
 // commands refused; publishing and the rest serve on.

@@ -161,6 +161,9 @@ func (n *node) Status() server.NodeStatus {
 		}
 		st.Cluster = n.auto.view(n)
 	}
+	if n.bg != nil {
+		st.QueueGroups = n.bg.queueGroups()
+	}
 	return st
 }
 

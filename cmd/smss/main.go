@@ -280,6 +280,7 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 	var queues server.Queues
 	if qm := newQueues(cfg, b, syncTracker, logger); qm != nil {
 		n.bg.setQueues(qm)
+		adm.setQueues(qm)
 		queues = queueService{qm}
 	}
 	srv, err := server.New(server.Options{

@@ -82,12 +82,18 @@ func runStatus(ctx context.Context, g *globals, args []string) int {
 		if st.Stream != nil {
 			out["stream"] = st.Stream
 		}
+		if st.QueueGroups > 0 {
+			out["queueGroups"] = st.QueueGroups
+		}
 		writeJSON(g.e.stdout, out)
 		return exitOK
 	}
 	fmt.Fprintf(g.e.stdout, "%s: %s, epoch %d, last eventId %d", g.addr, st.Role, st.Epoch, st.LastEventID)
 	if st.Master != "" {
 		fmt.Fprintf(g.e.stdout, ", following %s", st.Master)
+	}
+	if st.QueueGroups > 0 {
+		fmt.Fprintf(g.e.stdout, ", %d queue group(s)", st.QueueGroups)
 	}
 	if s := st.Stream; s != nil {
 		switch {
