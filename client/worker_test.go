@@ -277,3 +277,48 @@ func TestWorkQueueRealServer(t *testing.T) {
 		t.Errorf("Queues after delete: %+v %v", qs, err)
 	}
 }
+
+// TestWorkQueueMasterAmongAddresses: given a slave and its master, the
+// queue calls and a worker go to the master; the slave refuses them
+// itself as "not the master".
+func TestWorkQueueMasterAmongAddresses(t *testing.T) {
+	master := testserver.Start(t, fastAlive)
+	slave := testserver.StartSlave(t, master, fastAlive)
+	ctx := ctxT(t, 60*time.Second)
+	direct := dialT(t, slave.Addr, Options{})
+	if _, err := direct.Queues(ctx, "", ""); !errors.Is(err, ErrNotMaster) {
+		t.Fatalf("queue info on the slave: %v, want ErrNotMaster", err)
+	}
+	c := dialT(t, "", Options{Addrs: []string{slave.Addr, master.Addr}})
+	if err := c.CreateTopic(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateQueue(ctx, "jobs", QueueConfig{Group: "g", From: "oldest"}); err != nil {
+		t.Fatalf("CreateQueue among the addresses: %v", err)
+	}
+	if err := c.Publish(ctx, "jobs", NewMessage([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	log := newQueueLog()
+	w, err := c.NewWorker(WorkerConfig{Topic: "jobs", Group: "g", OnConfirm: log.confirm,
+		Handler: func(_ context.Context, m *QueueMessage) error {
+			log.delivered("w", m)
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := runWorker(wctx, w)
+	if !smsstest.Poll(30*time.Second, func() bool { return log.settled(QueueOpAck) == 1 }) {
+		t.Fatal("the message was not acked")
+	}
+	if w.Addr() != master.Addr {
+		t.Errorf("worker at %s, want the master %s", w.Addr(), master.Addr)
+	}
+	stop()
+	if err := waitDone(t, done, 20*time.Second); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+}
