@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	}
 	bin = dir
 	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../cmd/smss",
-		"./quickstart/publisher", "./quickstart/subscriber", "./delayed", "./redisgroup", "./tlsauth")
+		"./quickstart/publisher", "./quickstart/subscriber", "./delayed", "./redisgroup", "./tlsauth", "./workqueue")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build:", err)
@@ -174,5 +174,45 @@ func TestTLSAuth(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "login refused") {
 		t.Fatalf("wrong password: %v\n%s", err, out)
+	}
+}
+
+// TestWorkQueue: two workqueue processes share a group: every job is
+// processed once, by one of them, the failing one is tried max-deliver
+// times and then listed as a dead letter with its headers.
+func TestWorkQueue(t *testing.T) {
+	addr, _ := startSmss(t, "")
+	var wg sync.WaitGroup
+	outs := make([]string, 2)
+	// The first queues the jobs; both work until the group finished them.
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"-addr", addr, "-name", fmt.Sprintf("w%d", i), "-until", "21"}
+			if i == 0 {
+				args = append(args, "-publish", "20")
+			}
+			outs[i] = example(t, nil, "workqueue", args...)
+		}()
+	}
+	wg.Wait()
+	all := outs[0] + outs[1]
+	for i := 1; i <= 20; i++ {
+		if n := strings.Count(all, fmt.Sprintf("processed job-%d (", i)); n != 1 {
+			t.Errorf("job-%d processed %d times:\n%s", i, n, all)
+		}
+	}
+	for a := 1; a <= 3; a++ {
+		if !strings.Contains(all, fmt.Sprintf("failed fail-bad-input (attempt %d)", a)) {
+			t.Errorf("no attempt %d of the failing job:\n%s", a, all)
+		}
+	}
+	if strings.Contains(all, "(attempt 4)") {
+		t.Errorf("a job tried 4 times:\n%s", all)
+	}
+	got := example(t, nil, "workqueue", "-addr", addr, "-dead")
+	if want := "dead letter fail-bad-input: from jobs/resize eventId "; !strings.Contains(got, want) || !strings.Contains(got, "after 3 attempts (maxDeliver)") {
+		t.Fatalf("dead letters: %q", got)
 	}
 }
