@@ -404,6 +404,7 @@ func (g *group) step() {
 			case protocol.QueueOpAck:
 				evs = append(evs, event{op: evAck, eventID: e.id})
 				done[e.id] = true
+				in.c.acked++
 			case protocol.QueueOpTerm:
 				deadJobs = append(deadJobs, e)
 				deadReason[e.id] = "term"
@@ -462,6 +463,15 @@ func (g *group) step() {
 		evs = append(evs, event{op: evDead, eventID: e.id, attempt: e.attempt})
 	}
 
+	// What is done frees its holder's room now, so that this step's
+	// deliveries use it: they are recorded with the outcomes in one
+	// record, and a failed record ends the group (every consumer) anyway.
+	for id := range done {
+		if e := g.entries[id]; e != nil {
+			g.release(e)
+		}
+	}
+
 	// 5. Deliveries: waiting messages first (oldest first), then fresh
 	// ones while the group holds fewer than maxInFlightGroup pending.
 	var plans []deliveryPlan
@@ -512,13 +522,7 @@ func (g *group) step() {
 		}
 	}
 	for id := range done {
-		if e := g.entries[id]; e != nil {
-			if e.holder != nil {
-				e.holder.acked++
-			}
-			g.release(e)
-			delete(g.entries, id)
-		}
+		delete(g.entries, id)
 	}
 	frames := map[*Consumer][]deliveryPlan{}
 	for _, p := range plans {
