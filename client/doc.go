@@ -1,6 +1,8 @@
 // Package client is the Go client of smss: a connection pool for request/
 // reply calls (publish, delayed publish, topic management, alive), a
-// reconnecting Subscriber, and a replication stream reader for tools.
+// reconnecting Subscriber, a Worker consuming a work queue group as one of
+// its competing consumers (queue.go, worker.go), and a replication stream
+// reader for tools.
 //
 // Every wire unit is encoded and decoded by package protocol; this package
 // adds connection management and the policies below.

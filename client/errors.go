@@ -147,7 +147,9 @@ func classify(msg, topic string) errKind {
 		return kindTopicNotExist
 	case protocol.ErrTopicExist.Msg:
 		return kindTopicExist
-	case protocol.ErrNotSupported.Msg:
+	case protocol.ErrNotSupported.Msg,
+		// A server with work queues turned off (queue.enabled false).
+		"queue groups are not available on this server":
 		return kindNotSupported
 	case protocol.ErrSlavePub.Msg, protocol.ErrSlaveManage.Msg:
 		return kindNotMaster

@@ -18,6 +18,7 @@ func TestClassify(t *testing.T) {
 		{"topic exist", "", ErrTopicExist},
 		{"w1 regiester exist", "t", ErrSubscriberExists},
 		{"don't support action", "", ErrNotSupported},
+		{"queue groups are not available on this server", "", ErrNotSupported},
 		{"just master can pub message", "", ErrNotMaster},
 		{"just master can manage topic", "", ErrNotMaster},
 		{"just master can manage queue groups", "", ErrNotMaster},

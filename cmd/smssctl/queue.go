@@ -198,13 +198,14 @@ func queueInfo(ctx context.Context, g *globals, pos []string) error {
 		return nil
 	}
 	tw = tabwriter.NewWriter(g.e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONSUMER\tADDR\tIN FLIGHT\tACKED\tCONNECTED")
+	fmt.Fprintln(tw, "  CONSUMER\tADDR\tIN FLIGHT\tACKED\tCONNECTED FOR")
 	for _, cs := range q.Consumers {
 		addr := cs.Addr
 		if addr == "" {
 			addr = "-"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", cs.Name, addr, cs.InFlight, cs.Acked, age(cs.SinceMs))
+		// SinceMs is when the consumer joined, in Unix ms.
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", cs.Name, addr, cs.InFlight, cs.Acked, age(time.Now().UnixMilli()-cs.SinceMs))
 	}
 	return tw.Flush()
 }
