@@ -29,7 +29,7 @@ func TestGroupReadsEveryStoredMessage(t *testing.T) {
 	}
 	m := startManager(t, b)
 	defer m.Stop()
-	if _, err := m.Create(ctx, "bulk", protocol.QueueConfig{Group: "g", From: "oldest"}); err != nil {
+	if _, err := m.Create(ctx, "bulk", protocol.QueueConfig{Group: "g", From: "oldest", MaxInFlight: 100000, MaxInFlightGroup: 100000}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := m.Join("bulk", "g", "w", "", 1)
