@@ -31,6 +31,7 @@ type redisConn struct {
 	c   net.Conn
 	r   *bufio.Reader
 	buf []byte
+	id  []byte // the entry id readStreams is at (c.buf is reused for the fields)
 }
 
 func dialRedis(addr string) (*redisConn, error) {
@@ -304,15 +305,20 @@ func (s *redisSub) next(fn func(body []byte)) (int, error) {
 		if _, err := s.c.Write(s.req); err != nil {
 			return 0, fmt.Errorf("write XREAD: %w", err)
 		}
-		n, err := s.readStreams(fn)
+		n, err := s.readStreams(func(id, body []byte) {
+			s.last = append(s.last[:0], id...)
+			fn(body)
+		})
 		if err != nil || n > 0 || !s.block {
 			return n, err
 		}
 	}
 }
 
-// readStreams walks [[key, [[id, [field, value, ...]], ...]], ...].
-func (s *redisSub) readStreams(fn func(body []byte)) (int, error) {
+// readStreams walks [[key, [[id, [field, value, ...]], ...]], ...], the
+// reply of XREAD and XREADGROUP, calling fn with each entry's id and body
+// (both valid only during the call).
+func (s *redisConn) readStreams(fn func(id, body []byte)) (int, error) {
 	streams, err := s.array()
 	if err != nil || streams <= 0 {
 		return 0, err
@@ -337,7 +343,7 @@ func (s *redisSub) readStreams(fn func(body []byte)) (int, error) {
 			if err != nil {
 				return total, err
 			}
-			s.last = append(s.last[:0], id...)
+			s.id = append(s.id[:0], id...)
 			fields, err := s.array()
 			if err != nil {
 				return total, err
@@ -353,7 +359,7 @@ func (s *redisSub) readStreams(fn func(body []byte)) (int, error) {
 					return total, err
 				}
 				if isBody {
-					fn(val)
+					fn(s.id, val)
 				}
 			}
 			if fields%2 == 1 {
@@ -371,5 +377,5 @@ func shapeErr(err error, what string) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: unexpected %s shape in XREAD reply", errProtocol, what)
+	return fmt.Errorf("%w: unexpected %s shape in XREAD/XREADGROUP reply", errProtocol, what)
 }

@@ -71,33 +71,33 @@ func TestReadXReadReply(t *testing.T) {
 		return "*2\r\n$" + strconv.Itoa(len(id)) + "\r\n" + id + "\r\n*2\r\n$1\r\nd\r\n$" + strconv.Itoa(len(body)) + "\r\n" + body + "\r\n"
 	}
 	reply := "*1\r\n*2\r\n$3\r\nkey\r\n*3\r\n" + entry("1-0", "aaaaaaaa1") + entry("1-1", "bbbbbbbb2") + entry("2-0", "cccccccc3")
-	s := &redisSub{redisConn: fakeConn(reply), last: []byte("0-0")}
-	var bodies []string
-	n, err := s.readStreams(func(b []byte) { bodies = append(bodies, string(b)) })
+	s := fakeConn(reply)
+	var bodies, ids []string
+	n, err := s.readStreams(func(id, b []byte) { ids, bodies = append(ids, string(id)), append(bodies, string(b)) })
 	if err != nil || n != 3 {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
-	if strings.Join(bodies, ",") != "aaaaaaaa1,bbbbbbbb2,cccccccc3" || string(s.last) != "2-0" {
-		t.Fatalf("bodies %v last %s", bodies, s.last)
+	// Each id goes with its own body although the fields reuse the buffer.
+	if strings.Join(bodies, ",") != "aaaaaaaa1,bbbbbbbb2,cccccccc3" || strings.Join(ids, ",") != "1-0,1-1,2-0" {
+		t.Fatalf("bodies %v ids %v", bodies, ids)
 	}
 
-	// A BLOCK timeout is a nil array: nothing read, last id unchanged.
-	s = &redisSub{redisConn: fakeConn("*-1\r\n"), last: []byte("5-0")}
-	if n, err := s.readStreams(func([]byte) { t.Fatal("no message expected") }); n != 0 || err != nil || string(s.last) != "5-0" {
-		t.Fatalf("nil reply: %d %v %s", n, err, s.last)
+	// A BLOCK timeout (or an XREADGROUP with nothing new) is a nil array.
+	if n, err := fakeConn("*-1\r\n").readStreams(func(_, _ []byte) { t.Fatal("no message expected") }); n != 0 || err != nil {
+		t.Fatalf("nil reply: %d %v", n, err)
 	}
 
 	// Extra fields are skipped; only "d" is a body.
 	odd := "*1\r\n*2\r\n$1\r\nk\r\n*1\r\n*2\r\n$3\r\n9-9\r\n*4\r\n$1\r\nx\r\n$1\r\ny\r\n$1\r\nd\r\n$8\r\n12345678\r\n"
-	s = &redisSub{redisConn: fakeConn(odd), last: []byte("0-0")}
+	s = fakeConn(odd)
 	bodies = nil
-	if n, err := s.readStreams(func(b []byte) { bodies = append(bodies, string(b)) }); n != 1 || err != nil || len(bodies) != 1 || bodies[0] != "12345678" {
+	if n, err := s.readStreams(func(_, b []byte) { bodies = append(bodies, string(b)) }); n != 1 || err != nil || len(bodies) != 1 || bodies[0] != "12345678" {
 		t.Fatalf("extra fields: %d %v %v", n, err, bodies)
 	}
 
 	// A malformed shape is an error, not a panic.
-	s = &redisSub{redisConn: fakeConn("*1\r\n*3\r\n"), last: []byte("0-0")}
-	if _, err := s.readStreams(func([]byte) {}); !errors.Is(err, errProtocol) {
+	s = fakeConn("*1\r\n*3\r\n")
+	if _, err := s.readStreams(func(_, _ []byte) {}); !errors.Is(err, errProtocol) {
 		t.Fatalf("bad shape: %v", err)
 	}
 }
@@ -112,7 +112,7 @@ func FuzzRESP(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &redisConn{r: bufio.NewReader(strings.NewReader(string(in)))}
 		_ = c.skip()
-		s := &redisSub{redisConn: &redisConn{r: bufio.NewReader(strings.NewReader(string(in)))}, last: []byte("0-0")}
-		_, _ = s.readStreams(func([]byte) {})
+		s := &redisConn{r: bufio.NewReader(strings.NewReader(string(in)))}
+		_, _ = s.readStreams(func(_, _ []byte) {})
 	})
 }
