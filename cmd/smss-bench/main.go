@@ -22,7 +22,10 @@
 //   - pub latency is per request (send to reply); e2e and repl latency is
 //     per message, from just before the publish write to the moment the
 //     subscriber parsed it; sub latency is per batch (one frame and its ack,
-//     or one XREAD).
+//     or one XREAD); queue latency is per ack write, from writing a
+//     worker's acks to the server's confirmation of the last of them (smss
+//     211, Redis the XACK reply).
+//   - queue msgs/s counts only acks the server confirmed as recorded.
 //   - percentiles are nearest-rank over a log-linear histogram with < 0.8 %
 //     bucket width; max is exact.
 //   - RSS comes from /proc/PID/status: VmRSS before the timed phase (idle),

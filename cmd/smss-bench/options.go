@@ -15,6 +15,7 @@ const (
 	wSub     = "sub"
 	wE2E     = "e2e"
 	wRepl    = "repl"
+	wQueue   = "queue"
 	wCompare = "compare"
 )
 
@@ -70,8 +71,8 @@ type options struct {
 	keep  bool
 }
 
-const usageText = `usage: smss-bench <pub|sub|e2e|repl> [flags]
-       smss-bench compare --workload <pub|sub|e2e> [--peer redis|jetstream] [flags]
+const usageText = `usage: smss-bench <pub|sub|e2e|repl|queue> [flags]
+       smss-bench compare --workload <pub|sub|e2e|queue> [--peer redis|jetstream] [flags]
        smss-bench floor [--listen host:port] [--writer|--leader|--epoll]
 
 Starts the server itself (smss built with go build, redis-server, or
@@ -87,6 +88,13 @@ workloads:
            consume them on one connection with --batch; latency per batch.
   e2e      publish at --rate with one live subscriber; latency is
            publish→delivery per message (timestamp inside the body).
+  queue    pre-fill --count messages (not timed), create a queue group
+           from the oldest (Redis: XGROUP CREATE ... 0), then --conns
+           workers consume until every message's ack is confirmed;
+           --batch 1 acks one by one (smss maxInFlight 1; Redis
+           XREADGROUP COUNT 1 + XACK), --batch B in batches (smss
+           maxInFlight B, a frame's acks in one write; Redis XREADGROUP
+           COUNT B + one XACK of B ids); latency per ack write.
   repl     (smss only) slave catch-up of a --backlog, then publish→delivery
            lag through the slave at --rate for --duration.
   compare  run --workload against smss and a peer (--peer redis, the
@@ -135,13 +143,13 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.peer, "peer", targetRedis, "compare: the system smss is compared with, redis or jetstream")
 	fs.StringVar(&o.jsAck, "js-ack", jsAckNone, "JetStream pull consumer ack policy: none or explicit (each message acked)")
 	fs.IntVar(&o.flush, "flush", 1, "smss store.flushLevel 0/1/2; Redis appendfsync no/everysec/always")
-	fs.IntVar(&o.conns, "conns", 1, "publishing connections")
+	fs.IntVar(&o.conns, "conns", 1, "publishing connections (queue: workers)")
 	fs.IntVar(&o.size, "size", 200, "message body bytes (>= 8: the first 8 carry the send time)")
 	fs.IntVar(&o.records, "records", 1, "messages per publish request (Redis: pipelined XADDs)")
 	fs.Float64Var(&o.rate, "rate", -1, "messages per second over all connections, 0 = as fast as possible (default 0; e2e and repl 1000)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the timed phase")
-	fs.Int64Var(&o.count, "count", 0, "pub/e2e: messages to send instead of --duration; sub: messages to consume (default 1000000)")
-	fs.IntVar(&o.batch, "batch", 32, "sub/e2e/repl: subscription batch, 1..255 (Redis: XREAD COUNT)")
+	fs.Int64Var(&o.count, "count", 0, "pub/e2e: messages to send instead of --duration; sub: messages to consume (default 1000000); queue: to preload and ack (default 200000)")
+	fs.IntVar(&o.batch, "batch", 32, "sub/e2e/repl: subscription batch, 1..255 (Redis: XREAD COUNT); queue: max in flight per worker (Redis: XREADGROUP COUNT)")
 	fs.StringVar(&o.topic, "topic", "", "topic or stream key (default bench, or a fresh name with --addr)")
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
@@ -180,17 +188,21 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 func (o *options) validate(set map[string]bool) error {
 	switch o.workload {
 	case wPub, wSub, wE2E:
+	case wQueue:
+		if o.target == targetJetStream || o.compare && o.peer == targetJetStream {
+			return errors.New("queue compares smss with Redis (--peer redis)")
+		}
 	case wRepl:
 		if o.compare {
-			return errors.New("repl is smss only: compare supports pub, sub and e2e")
+			return errors.New("repl is smss only: compare supports pub, sub, e2e and queue")
 		}
 		if o.target != targetSmss {
 			return errors.New("repl is smss only")
 		}
 	case "":
-		return errors.New("compare needs --workload pub, sub or e2e")
+		return errors.New("compare needs --workload pub, sub, e2e or queue")
 	default:
-		return fmt.Errorf("unknown workload %q (want pub, sub, e2e, repl or compare)", o.workload)
+		return fmt.Errorf("unknown workload %q (want pub, sub, e2e, repl, queue or compare)", o.workload)
 	}
 	if o.target != targetSmss && o.target != targetRedis && o.target != targetJetStream {
 		return fmt.Errorf("--target %q: want smss, redis or jetstream", o.target)
@@ -236,6 +248,9 @@ func (o *options) validate(set map[string]bool) error {
 	if o.workload == wSub && o.count == 0 {
 		o.count = 1_000_000
 	}
+	if o.workload == wQueue && o.count == 0 {
+		o.count = 200_000
+	}
 	switch {
 	case o.flush < 0 || o.flush > 2:
 		return fmt.Errorf("--flush %d: want 0, 1 or 2", o.flush)
@@ -274,8 +289,8 @@ func (o *options) validate(set map[string]bool) error {
 	case o.workload == wRepl && o.count > 0:
 		return errors.New("repl's lag phase runs for --duration; use --backlog for the catch-up size")
 	}
-	if o.workload == wSub && set["rate"] {
-		return errors.New("--rate does not apply to sub (it consumes as fast as possible)")
+	if (o.workload == wSub || o.workload == wQueue) && set["rate"] {
+		return fmt.Errorf("--rate does not apply to %s (it consumes as fast as possible)", o.workload)
 	}
 	o.freshTopic = o.topic == "" && o.addr != ""
 	if o.topic == "" {

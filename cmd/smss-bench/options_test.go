@@ -107,6 +107,13 @@ func TestParseOptions(t *testing.T) {
 		{name: "cluster on redis compare", args: "compare --workload pub --cluster", err: "--peer jetstream"},
 		{name: "cluster on jetstream target", args: "pub --cluster --target jetstream", err: "--target smss"},
 		{name: "repl on jetstream", args: "repl --target jetstream", err: "smss only"},
+		{name: "queue defaults", args: "compare --workload queue --conns 16 --batch 100", check: func(t *testing.T, o *options) {
+			if !o.compare || o.workload != wQueue || o.conns != 16 || o.batch != 100 || o.count != 200_000 || o.peer != targetRedis {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{name: "queue on jetstream", args: "compare --workload queue --peer jetstream", err: "--peer redis"},
+		{name: "queue with rate", args: "queue --rate 100", err: "--rate does not apply to queue"},
 		{name: "unknown workload", args: "push", err: "unknown workload"},
 		{name: "compare without workload", args: "compare", err: "--workload"},
 		{name: "compare repl", args: "compare --workload repl", err: "smss only"},

@@ -363,3 +363,39 @@ func TestCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestSmokeQueue runs the queue workload against both systems, acks one
+// by one and in batches: every preloaded message's ack is confirmed, and
+// nothing more is counted.
+func TestSmokeQueue(t *testing.T) {
+	needRedis(t)
+	for _, tc := range []struct {
+		name         string
+		conns, batch string
+	}{
+		{"one by one", "4", "1"},
+		{"batched", "3", "50"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2000
+			var c compareJSON
+			benchJSON(t, &c, "compare", "--workload", "queue", "--count", strconv.Itoa(n), "--conns", tc.conns, "--batch", tc.batch)
+			if len(c.Smss) != 1 || len(c.Redis) != 1 || c.Ratio["msgs/s"] <= 0 {
+				t.Fatalf("%+v", c)
+			}
+			for _, r := range []*Result{c.Smss[0], c.Redis[0]} {
+				checkResult(t, r, r.System, wQueue, n, "ack")
+				if r.Messages != n || strconv.Itoa(r.Params.Conns) != tc.conns || strconv.Itoa(r.Params.Batch) != tc.batch {
+					t.Fatalf("%s: %d messages, params %+v", r.System, r.Messages, r.Params)
+				}
+				if r.CPU == nil || r.CPU.USPerMsg <= 0 {
+					t.Fatalf("%s: server CPU %+v", r.System, r.CPU)
+				}
+				// Each worker takes at most a batch per delivery.
+				if b, _ := strconv.Atoi(tc.batch); r.Requests < int64(n/b) {
+					t.Fatalf("%s: %d batches for %d messages of batch %d", r.System, r.Requests, n, b)
+				}
+			}
+		})
+	}
+}

@@ -680,6 +680,8 @@ func (r *runner) runOne(target string) (*Result, error) {
 		return r.runE2E(inst)
 	case wRepl:
 		return r.runRepl(inst)
+	case wQueue:
+		return r.runQueue(inst)
 	}
 	return nil, errors.New("unknown workload " + r.o.workload)
 }
