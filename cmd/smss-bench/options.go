@@ -152,7 +152,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.batch, "batch", 32, "sub/e2e/repl: subscription batch, 1..255 (Redis: XREAD COUNT); queue: max in flight per worker (Redis: XREADGROUP COUNT)")
 	fs.StringVar(&o.topic, "topic", "", "topic or stream key (default bench, or a fresh name with --addr)")
 	fs.Int64Var(&o.backlog, "backlog", 1_000_000, "repl: messages published before the slave starts")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "repl: longest wait for the slave to catch up; e2e/repl: for the last deliveries; queue: for every ack to be confirmed")
 	fs.BoolVar(&o.withSlave, "with-slave", false, "pub (smss): attach a replicating slave during the run")
 	fs.BoolVar(&o.cluster, "cluster", false, "pub (smss): run a three-node -role auto cluster (syncSlaves 1) and publish to its master; compare --peer jetstream: against a three-node JetStream cluster with an R3 stream")
 	fs.IntVar(&o.syncSlaves, "sync-slaves", 0, "pub --with-slave (smss): the master's replication.syncSlaves; 1 answers a publish once the slave confirmed it (semi-synchronous)")
