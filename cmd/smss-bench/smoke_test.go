@@ -388,8 +388,10 @@ func TestSmokeQueue(t *testing.T) {
 				if r.Messages != n || strconv.Itoa(r.Params.Conns) != tc.conns || strconv.Itoa(r.Params.Batch) != tc.batch {
 					t.Fatalf("%s: %d messages, params %+v", r.System, r.Messages, r.Params)
 				}
-				if r.CPU == nil || r.CPU.USPerMsg <= 0 {
-					t.Fatalf("%s: server CPU %+v", r.System, r.CPU)
+				// Present, but possibly 0: /proc counts in 10 ms ticks,
+				// more than Redis needs for 2,000 messages in batches.
+				if r.CPU == nil {
+					t.Fatalf("%s: no server CPU", r.System)
 				}
 				// Each worker takes at most a batch per delivery.
 				if b, _ := strconv.Atoi(tc.batch); r.Requests < int64(n/b) {
