@@ -154,7 +154,7 @@ func TestCommandsOverTCP(t *testing.T) {
 
 	// unknown commands are refused and the connection is closed
 	req := make([]byte, protocol.HeaderSize)
-	req[0] = 42
+	req[0] = 90 // no command: 41..44 are the queue commands (docs/protocol.md §12.6)
 	_, err = c.roundTrip(req, protocol.ReplyPlain)
 	if got := bizText(err); got != "don't support action" {
 		t.Errorf("unknown command: %q", got)

@@ -181,7 +181,7 @@ func hostileCases() []hostileCase {
 	many := bytes.Repeat(record(nil, "m"), protocol.DefaultMaxRecords+1)
 	alive := must(protocol.AppendAlive(nil, nil))
 	cases := []hostileCase{
-		{name: "unknown command 42", send: req(42, [16]byte{}, "", nil), reply: "don't support action", closes: true},
+		{name: "unknown command 90", send: req(90, [16]byte{}, "", nil), reply: "don't support action", closes: true},
 		{name: "unknown command 255 with a body", send: req(255, [16]byte{}, "keep", []byte("body")), reply: "don't support action", closes: true},
 		{name: "delay apply 101 from the network", send: req(protocol.CmdDelayApply, protocol.PayloadArea(uint32(len(rec))), "keep", rec), reply: "don't support action", closes: true},
 		{name: "truncated header, then hang up", send: pubHdr(uint32(len(rec)), "keep")[:11], halfEnd: true, closes: true},

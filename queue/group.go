@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -635,7 +637,7 @@ func (g *group) deadLetter(e *entry, reason string) error {
 	if err != nil {
 		return fmt.Errorf("BUG: stored record of eventId %d: %w", e.id, err)
 	}
-	hs := []protocol.KV{{Key: protocol.MsgIDHeader, Value: "dead/" + g.key.topic + "/" + g.key.group + "/" + strconv.FormatInt(e.id, 10)}}
+	hs := []protocol.KV{{Key: protocol.MsgIDHeader, Value: deadLetterID(g.key, e.id)}}
 	for _, h := range r.Headers {
 		if h.Key == protocol.MsgIDHeader {
 			// The letter has its own id (above); the original's is kept.
@@ -654,6 +656,18 @@ func (g *group) deadLetter(e *entry, reason string) error {
 		return err
 	}
 	return g.m.publishDead(g.ctx, cfg.DeadLetter, rec)
+}
+
+// deadLetterID is the message id of e's dead letter: the same for every
+// attempt to publish it, so the broker stores it once. Names too long for
+// a message id (protocol.MaxMsgIDLen) are hashed.
+func deadLetterID(k groupKey, id int64) string {
+	s := "dead/" + k.topic + "/" + k.group + "/" + strconv.FormatInt(id, 10)
+	if len(s) <= protocol.MaxMsgIDLen {
+		return s
+	}
+	sum := sha256.Sum256([]byte(k.topic + "\x00" + k.group + "\x00" + strconv.FormatInt(id, 10)))
+	return "dead/" + hex.EncodeToString(sum[:])
 }
 
 // info reports the group; run by the loop.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/smssmq/smss/protocol"
@@ -103,4 +104,17 @@ func FuzzDecodeRecord(f *testing.F) {
 			return
 		}
 	})
+}
+
+func TestDeadLetterIDFitsAMessageID(t *testing.T) {
+	long := groupKey{strings.Repeat("t", protocol.MaxTopicNameLen), strings.Repeat("g", protocol.MaxQueueNameLen)}
+	for _, k := range []groupKey{{"t", "g"}, long} {
+		id := deadLetterID(k, 1<<62)
+		if len(id) > protocol.MaxMsgIDLen || !strings.HasPrefix(id, "dead/") || id != deadLetterID(k, 1<<62) || id == deadLetterID(k, 1) {
+			t.Errorf("%d-byte names: id %q", len(k.topic)+len(k.group), id)
+		}
+	}
+	if got := deadLetterID(groupKey{"t", "g"}, 5); got != "dead/t/g/5" {
+		t.Errorf("short names: %q", got)
+	}
 }

@@ -278,7 +278,7 @@ func TestRefusalClosesOnlyItsConnection(t *testing.T) {
 	expect(t, other, aliveReply())
 
 	bad := ts.dial(t)
-	send(t, bad, enc(protocol.AppendRequest(nil, 42, [16]byte{}, nil, nil, nil)))
+	send(t, bad, enc(protocol.AppendRequest(nil, 90, [16]byte{}, nil, nil, nil)))
 	expect(t, bad, errReply("don't support action"))
 	expectClosed(t, bad)
 

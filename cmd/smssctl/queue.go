@@ -17,6 +17,7 @@ const queueUsage = `usage: smssctl queue create TOPIC GROUP [--ack-wait 30s] [--
        smssctl queue info TOPIC GROUP
        smssctl queue list [TOPIC]
        smssctl queue delete TOPIC GROUP
+       smssctl queue redrive DEADTOPIC [--to TOPIC] [--count N]
 
 A queue group shares the messages of a topic among competing consumers
 (smssctl work, client.Worker): each message goes to one consumer, comes back
@@ -29,7 +30,12 @@ from now on), oldest, or after EVENTID. --max-in-flight caps the messages a
 consumer holds unacknowledged (default 1000). Creating a group again with
 the same settings succeeds; other settings are refused. The groups live on
 the master. info shows the group's counters and consumers, list every
-group (of TOPIC).
+group (of TOPIC). redrive publishes the dead letters of DEADTOPIC back to
+the topic each came from (its smss-dead-topic header, or --to), without the
+smss-dead-* headers, each with a message id of its own so that a repeated or
+interrupted redrive publishes it once, and stops when it has caught up (or
+after --count letters); its progress is the stored position of the who
+"smssctl-redrive" on DEADTOPIC, so the next redrive starts after it.
 `
 
 func runQueue(ctx context.Context, g *globals, args []string) int {
@@ -41,7 +47,8 @@ func runQueue(ctx context.Context, g *globals, args []string) int {
 	fs := g.flagSet("queue "+action, queueUsage)
 	var ackWait durationFlag
 	var maxDeliver, maxInFlight *int
-	var backoff, deadLetter, from *string
+	var backoff, deadLetter, from, to *string
+	var count *int
 	switch action {
 	case "create":
 		fs.Var(&ackWait, "ack-wait", "how long a consumer holds a message before it is redelivered (default 30s)")
@@ -50,6 +57,9 @@ func runQueue(ctx context.Context, g *globals, args []string) int {
 		deadLetter = fs.String("dead-letter", "", "topic dead letters go to (created when missing)")
 		from = fs.String("from", "", "where the group starts: newest (default), oldest or an eventId")
 		maxInFlight = fs.Int("max-in-flight", 0, "unacknowledged messages per consumer (default 1000)")
+	case "redrive":
+		to = fs.String("to", "", "publish every letter to this topic instead of the one it came from")
+		count = fs.Int("count", 0, "stop after this many letters (0: all there are)")
 	case "info", "list", "delete":
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(g.e.stdout, queueUsage)
@@ -76,6 +86,8 @@ func runQueue(ctx context.Context, g *globals, args []string) int {
 		err = queueList(ctx, g, pos)
 	case "delete":
 		err = queueDelete(ctx, g, pos)
+	case "redrive":
+		err = queueRedrive(ctx, g, pos, *to, *count)
 	}
 	if err != nil {
 		return fail(g, noQueues(g, err))

@@ -124,3 +124,39 @@ func TestWorkEndsWhenGroupDeleted(t *testing.T) {
 		t.Fatalf("work did not end after its group was deleted:\n%s", errb.String())
 	}
 }
+
+// TestQueueRedrive: dead letters go back to the topic they came from,
+// without the smss-dead-* headers, once: a second redrive finds nothing.
+func TestQueueRedrive(t *testing.T) {
+	addr := startServer(t)
+	ctl(t, addr, "", "topic", "create", "jobs").expect(t, 0)
+	ctl(t, addr, "", "queue", "create", "jobs", "g", "--from", "oldest", "--max-deliver", "1", "--dead-letter", "jobs.dead").expect(t, 0)
+	ctl(t, addr, "", "pub", "jobs", "bad-1", "--header", "k=v").expect(t, 0)
+	ctl(t, addr, "", "pub", "jobs", "bad-2").expect(t, 0)
+	// One delivery each, nak'd by a worker running until killed: with max
+	// deliver 1 each is dead-lettered at once.
+	cmd := exec.Command(ctlBin, "work", "jobs", "g", "--exec", "exit 3")
+	cmd.Env = append(os.Environ(), "SMSS_ADDR="+addr)
+	var errb smsstest.SyncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if !smsstest.Poll(30*time.Second, func() bool { return queueInfoJSON(t, addr, "jobs", "g").DeadLettered == 2 }) {
+		t.Fatalf("no two dead letters:\n%s", errb.String())
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctl(t, addr, "", "queue", "redrive", "jobs.dead").expect(t, 0, "-> jobs", "redrove 2 dead letter(s) from jobs.dead")
+	ctl(t, addr, "", "queue", "redrive", "jobs.dead").expect(t, 0, "redrove 0 dead letter(s)")
+	// Back in jobs: the group delivers them again (max deliver counts anew).
+	smsstest.WaitFor(t, 30*time.Second, "the redriven letters in the group", func() bool {
+		return queueInfoJSON(t, addr, "jobs", "g").Pending == 2
+	})
+	out := ctl(t, addr, "", "work", "jobs", "g", "--count", "2")
+	out.expect(t, 0, "\tbad-1\n", "\tbad-2\n")
+	if strings.Contains(out.stdout, "smss-dead-") {
+		t.Errorf("redriven letters kept the dead-letter headers:\n%s", out.stdout)
+	}
+}
