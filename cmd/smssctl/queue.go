@@ -34,8 +34,9 @@ group (of TOPIC). redrive publishes the dead letters of DEADTOPIC back to
 the topic each came from (its smss-dead-topic header, or --to), without the
 smss-dead-* headers, each with a message id of its own so that a repeated or
 interrupted redrive publishes it once, and stops when it has caught up (or
-after --count letters); its progress is the stored position of the who
-"smssctl-redrive" on DEADTOPIC, so the next redrive starts after it.
+after --count letters). It reads DEADTOPIC through the queue group
+"smssctl-redrive" (created from the oldest message the first time): its acks
+are the progress, so the next redrive starts after the last letter redriven.
 `
 
 func runQueue(ctx context.Context, g *globals, args []string) int {

@@ -13,9 +13,10 @@ import (
 	"github.com/smssmq/smss/protocol"
 )
 
-// redriveWho is the stored position a redrive keeps on the dead-letter
-// topic.
-const redriveWho = "smssctl-redrive"
+// redriveGroup is the queue group a redrive reads the dead-letter topic
+// through: its acks are the redrive's progress, and its backlog says when
+// the redrive has caught up.
+const redriveGroup = "smssctl-redrive"
 
 // queueRedrive publishes the dead letters of pos[0] back to their topics.
 func queueRedrive(ctx context.Context, g *globals, pos []string, to string, count int) error {
@@ -31,43 +32,38 @@ func queueRedrive(ctx context.Context, g *globals, pos []string, to string, coun
 		return err
 	}
 	defer c.Close()
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var done, skipped atomic.Int64
-	var pubErr atomic.Pointer[error]
-	s, err := c.NewSubscriber(client.SubscriberConfig{
-		Topic: dead, Who: redriveWho, Resume: true, ResumeNew: client.ResumeFromStart,
-		// One letter a batch: an ack never covers a letter not yet published.
-		BatchSize: 1,
-		Handler: func(hctx context.Context, batch []client.Delivery) client.AckAction {
-			for i := range batch {
-				d := &batch[i]
-				target := to
-				if target == "" {
-					target, _ = d.Header(protocol.DeadHeaderTopic)
-				}
-				if target == "" {
-					skipped.Add(1) // not a dead letter: left where it is
-					continue
-				}
-				if err := c.Publish(hctx, target, redriven(dead, d)); err != nil {
-					e := fmt.Errorf("publish dead letter eventId %d to %s: %w", d.EventID, target, err)
-					pubErr.Store(&e)
-					cancel()
-					return client.StopWithoutAck // the next redrive starts with it
-				}
-				fmt.Fprintf(g.e.stdout, "eventId %d -> %s\n", d.EventID, target)
-				if n := done.Add(1); count > 0 && n >= int64(count) {
-					return client.AckAndStop
-				}
-			}
-			return client.Ack
-		},
-	})
+	cctx, cancel := g.ctx(ctx)
+	_, err = c.CreateQueue(cctx, dead, client.QueueConfig{Group: redriveGroup, From: "oldest"})
+	cancel()
 	if err != nil {
 		return err
 	}
-	// Caught up: the stored position has no message after it.
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var done, skipped atomic.Int64
+	var pubErr atomic.Pointer[error]
+	handler := func(hctx context.Context, m *client.QueueMessage) error {
+		target := to
+		if target == "" {
+			target, _ = m.Header(protocol.DeadHeaderTopic)
+		}
+		if target == "" {
+			skipped.Add(1) // not a dead letter: left in the topic, not redriven again
+			return client.Term(errors.New("no " + protocol.DeadHeaderTopic + " header"))
+		}
+		if err := c.Publish(hctx, target, redriven(dead, m)); err != nil {
+			e := fmt.Errorf("publish dead letter eventId %d to %s: %w", m.EventID, target, err)
+			pubErr.Store(&e)
+			stop()
+			return err // nak'd: the next redrive starts with it
+		}
+		fmt.Fprintf(g.e.stdout, "eventId %d -> %s\n", m.EventID, target)
+		if n := done.Add(1); count > 0 && n >= int64(count) {
+			stop()
+		}
+		return nil
+	}
+	// Caught up: the group has nothing pending.
 	go func() {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
@@ -77,19 +73,14 @@ func queueRedrive(ctx context.Context, g *globals, pos []string, to string, coun
 				return
 			case <-t.C:
 			}
-			cs, err := c.Cursors(rctx, dead)
-			if err != nil {
-				continue
-			}
-			for _, cur := range cs {
-				if cur.Who == redriveWho && cur.Lag == 0 {
-					cancel()
-					return
-				}
+			qs, err := c.Queues(rctx, dead, redriveGroup)
+			if err == nil && len(qs) == 1 && qs[0].Pending == 0 {
+				stop()
+				return
 			}
 		}
 	}()
-	runErr := s.Run(rctx)
+	runErr := c.Work(rctx, dead, redriveGroup, client.WorkerConfig{Consumer: "smssctl"}, handler)
 	if p := pubErr.Load(); p != nil {
 		return *p
 	}
@@ -113,7 +104,7 @@ func queueRedrive(ctx context.Context, g *globals, pos []string, to string, coun
 // redriven is d as it was published before it died: the smss-dead-*
 // headers and the letter's message id removed, with a message id of the
 // redrive's own.
-func redriven(dead string, d *client.Delivery) *client.Message {
+func redriven(dead string, d *client.QueueMessage) *client.Message {
 	m := &client.Message{Body: d.Body}
 	m.SetHeader(protocol.MsgIDHeader, "redrive/"+strconv.FormatInt(d.EventID, 10)+"/"+dead)
 	if len(m.Headers[0].Value) > protocol.MaxMsgIDLen {
