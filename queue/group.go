@@ -85,6 +85,10 @@ type group struct {
 	sub       *broker.Subscription
 	recover   []int64 // pending ids whose records must be read back
 	timer     *time.Timer
+	// wake is at or before the earliest deadline and due time of the
+	// entries (zero: none): before it no step needs to look at them, so a
+	// step costs O(its events), not O(pending).
+	wake      time.Time
 	ended     bool
 	endReason error
 }
@@ -100,6 +104,7 @@ func newGroup(m *Manager, st *groupState) *group {
 		// still be working on it, so it waits a full ack wait.
 		g.entries[id] = &entry{id: id, attempt: a, due: now.Add(g.ackWait())}
 		g.recover = append(g.recover, id)
+		g.wake = now.Add(g.ackWait())
 	}
 	sort.Slice(g.recover, func(i, j int) bool { return g.recover[i] < g.recover[j] })
 	return g
@@ -346,27 +351,24 @@ func (g *group) takeFeed(fe feedEv) {
 }
 
 func (g *group) armTimer() {
-	var next time.Time
-	for _, e := range g.entries {
-		t := e.due
-		if e.holder != nil {
-			t = e.deadline
-		}
-		if next.IsZero() || t.Before(next) {
-			next = t
-		}
-	}
 	if !g.timer.Stop() {
 		select {
 		case <-g.timer.C:
 		default:
 		}
 	}
-	if next.IsZero() {
+	if g.wake.IsZero() {
 		g.timer.Reset(time.Hour)
 		return
 	}
-	g.timer.Reset(max(time.Until(next), time.Millisecond))
+	g.timer.Reset(max(time.Until(g.wake), time.Millisecond))
+}
+
+// lower moves wake to t if t is earlier.
+func (g *group) lower(t time.Time) {
+	if g.wake.IsZero() || t.Before(g.wake) {
+		g.wake = t
+	}
 }
 
 // deliveryPlan is one delivery the step decided on, sent once recorded.
@@ -419,6 +421,12 @@ func (g *group) step() {
 						d = cfg.Backoff(e.attempt)
 					}
 					e.due = now.Add(d)
+					g.lower(e.due)
+					if cfg.MaxDeliver > 0 && e.attempt >= cfg.MaxDeliver && e.rec != nil {
+						deadJobs = append(deadJobs, e)
+						deadReason[e.id] = "maxDeliver"
+						done[e.id] = true
+					}
 				}
 			case protocol.QueueOpProgress:
 				if e.holder != nil {
@@ -430,20 +438,36 @@ func (g *group) step() {
 	}
 	g.inbox = g.inbox[:0]
 
-	// 2. Ack waits that passed; 3. messages out of deliveries.
-	for _, e := range g.entries {
-		if done[e.id] {
-			continue
+	// 2. Ack waits that passed; 3. messages out of deliveries. Only once
+	// the earliest deadline or due time came; the scan finds the next.
+	var ready []*entry
+	if scan := !g.wake.IsZero() && !now.Before(g.wake); scan {
+		var next time.Time
+		for _, e := range g.entries {
+			if done[e.id] {
+				continue
+			}
+			if e.holder != nil && !now.Before(e.deadline) {
+				g.release(e)
+				e.due = now.Add(cfg.Backoff(e.attempt))
+			}
+			if e.holder == nil && cfg.MaxDeliver > 0 && e.attempt >= cfg.MaxDeliver && e.rec != nil {
+				deadJobs = append(deadJobs, e)
+				deadReason[e.id] = "maxDeliver"
+				done[e.id] = true
+				continue
+			}
+			t := e.due
+			if e.holder != nil {
+				t = e.deadline
+			} else if e.rec != nil && !now.Before(e.due) {
+				ready = append(ready, e)
+			}
+			if next.IsZero() || t.Before(next) {
+				next = t
+			}
 		}
-		if e.holder != nil && !now.Before(e.deadline) {
-			g.release(e)
-			e.due = now.Add(cfg.Backoff(e.attempt))
-		}
-		if e.holder == nil && cfg.MaxDeliver > 0 && e.attempt >= cfg.MaxDeliver && e.rec != nil {
-			deadJobs = append(deadJobs, e)
-			deadReason[e.id] = "maxDeliver"
-			done[e.id] = true
-		}
+		g.wake = next
 	}
 
 	// 4. Dead letters: published before they are recorded, with a message
@@ -454,9 +478,10 @@ func (g *group) step() {
 			continue
 		}
 		if err := g.deadLetter(e, deadReason[e.id]); err != nil {
-			g.m.log.Warn("dead-letter publish failed; retried at the next step", "topic", g.key.topic, "group", g.key.group,
+			g.m.log.Warn("dead-letter publish failed; retried in a second", "topic", g.key.topic, "group", g.key.group,
 				"eventId", e.id, "deadLetter", cfg.DeadLetter, "err", err)
 			delete(done, e.id)
+			g.lower(now.Add(time.Second))
 			for c, cs := range confirms { // its term is not confirmed either
 				confirms[c] = dropConfirm(cs, e.id)
 			}
@@ -478,12 +503,6 @@ func (g *group) step() {
 	// ones while the group holds fewer than maxInFlightGroup pending.
 	var plans []deliveryPlan
 	if len(g.consumers) > 0 {
-		var ready []*entry
-		for _, e := range g.entries {
-			if e.holder == nil && !done[e.id] && e.rec != nil && !now.Before(e.due) {
-				ready = append(ready, e)
-			}
-		}
 		sort.Slice(ready, func(i, j int) bool { return ready[i].id < ready[j].id })
 		pending := len(g.entries) - len(done)
 		nf := 0
@@ -534,6 +553,7 @@ func (g *group) step() {
 		}
 		e.attempt++
 		e.holder, e.deadline = p.c, now.Add(g.ackWait())
+		g.lower(e.deadline)
 		frames[p.c] = append(frames[p.c], p)
 	}
 	if n := countFresh(plans); n > 0 {
