@@ -1,23 +1,28 @@
-// Package docrun runs the shell commands of the README's code blocks, so
-// that what a newcomer copies works (issue 34: "every command in their
-// code blocks is run by a test").
+// Package docrun runs the shell commands of the README's and
+// docs/getting-started.md's code blocks, so that what a newcomer copies
+// works (issue 34: "every command in their code blocks is run by a test").
 //
-// The test (readme_test.go) reads README.md's ```sh and ```yaml blocks in
-// order and runs them in a temporary directory with built smss and
-// smssctl binaries, with these substitutions and nothing else:
+// The tests (readme_test.go) read each file's ```sh and ```yaml blocks in
+// order and run them in a temporary directory of its own with built smss
+// and smssctl binaries, with these substitutions and nothing else:
 //
 //   - every port of the docs (12301.., 12311, 12401..) becomes a free
 //     loopback port, in commands and in config files alike;
 //   - `go run ./cmd/smss ARGS` starts the built smss with ARGS in the
 //     background and waits until it listens; with no -config it gets one
 //     holding only its port (the embedded defaults listen on 12301);
-//   - `go build -o smssctl ./cmd/smssctl` is already done: ./smssctl is the
-//     built one, and SMSS_ADDR points it at the mapped 12301;
-//   - a command the docs say runs until Ctrl-C (`# like tail -f`) runs until
-//     it printed something, then gets SIGINT;
+//   - the builds (`go build -o smssctl ./cmd/smssctl`, smss) are already
+//     done: ./smssctl is the built one, and SMSS_ADDR points it at the
+//     mapped 12301; `go run ./examples/X ARGS` runs X built, with -addr
+//     the mapped 12301;
+//   - a command whose comment says Ctrl-C ends it runs until it printed
+//     something, then gets SIGINT;
 //   - a yaml block is written to the file the following command names
-//     (-config FILE); "the same with b.yaml and c.yaml" makes them from
-//     a.yaml with that node's id, port and data directory;
+//     (-config FILE); b.yaml and c.yaml after an a.yaml block ("the same
+//     with b.yaml and c.yaml") are made from it with that node's id, port
+//     and data directory;
+//   - a server started on a port an earlier section's server serves
+//     replaces it;
 //   - the suite's own commands (bash .ci/run, go test) are not run.
 //
 // Any other command must exit 0.

@@ -69,6 +69,7 @@ type walk struct {
 	ports   map[string]string
 	daemons map[string]*smsstest.Proc // by the mapped port they serve
 	yaml    []string                  // the last yaml block, ports mapped
+	yamlAt  string                    // the file it was written to, "" before
 }
 
 func (w *walk) mapPorts(s string) string {
@@ -82,7 +83,13 @@ func (w *walk) mapPorts(s string) string {
 	})
 }
 
-func TestReadmeCommands(t *testing.T) {
+func TestReadmeCommands(t *testing.T) { runDoc(t, "README.md", 10) }
+
+func TestGettingStartedCommands(t *testing.T) { runDoc(t, "docs/getting-started.md", 15) }
+
+// runDoc runs the commands of one Markdown file in a directory of its own;
+// at least minimum of them must run.
+func runDoc(t *testing.T, doc string, minimum int) {
 	root, err := smsstest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -97,24 +104,24 @@ func TestReadmeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := 0
-	for _, b := range codeBlocks(t, filepath.Join(root, "README.md")) {
+	for _, b := range codeBlocks(t, filepath.Join(root, doc)) {
 		switch b.lang {
 		case "yaml":
-			w.yaml = nil
+			w.yaml, w.yamlAt = nil, ""
 			for _, l := range b.lines {
 				w.yaml = append(w.yaml, w.mapPorts(l))
 			}
 		case "sh":
 			for i, l := range b.lines {
-				where := fmt.Sprintf("README.md:%d: %s", b.line+1+i, l)
+				where := fmt.Sprintf("%s:%d: %s", doc, b.line+1+i, l)
 				if w.run(where, l) {
 					ran++
 				}
 			}
 		}
 	}
-	if ran < 10 {
-		t.Fatalf("ran %d commands of the README; its blocks were not found as expected", ran)
+	if ran < minimum {
+		t.Fatalf("ran %d commands of %s; its blocks were not found as expected", ran, doc)
 	}
 }
 
@@ -122,7 +129,7 @@ func TestReadmeCommands(t *testing.T) {
 func (w *walk) run(where, line string) bool {
 	t := w.t
 	t.Helper()
-	untilOutput := strings.Contains(line, "# like tail -f")
+	untilOutput := strings.Contains(line, "Ctrl-C")
 	note := ""
 	if m := comment.FindString(line); m != "" {
 		note = m
@@ -131,8 +138,12 @@ func (w *walk) run(where, line string) bool {
 	line = strings.TrimSpace(line)
 	switch {
 	case line == "", strings.HasPrefix(line, "bash .ci/run"), strings.HasPrefix(line, "go test"),
-		line == "go build -o smssctl ./cmd/smssctl":
+		line == "go build -o smssctl ./cmd/smssctl", line == "go build -o smss ./cmd/smss":
 		return false
+	case strings.HasPrefix(line, "go run ./examples/"):
+		// The example, built, against the mapped 12301.
+		f := strings.Fields(strings.TrimPrefix(line, "go run "))
+		line = smsstest.Binary(t, f[0]) + " -addr 127.0.0.1:12301 " + strings.Join(f[1:], " ")
 	case strings.HasPrefix(line, "go run ./cmd/smss "):
 		args := strings.Fields(w.mapPorts(strings.TrimPrefix(line, "go run ./cmd/smss ")))
 		t.Logf("%s", where)
@@ -226,7 +237,16 @@ func (w *walk) startServers(where string, args []string, note string) {
 		if w.yaml == nil {
 			t.Fatalf("%s: no yaml block before it for %s", where, cfgs[0])
 		}
-		w.writeFile(cfgs[0], strings.Join(w.yaml, "\n")+"\n")
+		switch n := strings.TrimSuffix(cfgs[0], ".yaml"); {
+		case w.yamlAt == "" || w.yamlAt == cfgs[0]:
+			w.writeFile(cfgs[0], strings.Join(w.yaml, "\n")+"\n")
+			w.yamlAt = cfgs[0]
+		case w.yamlAt == "a.yaml" && (n == "b" || n == "c"):
+			// "b.yaml: port 12302, path ./data-b, node b; c.yaml: ..."
+			w.writeFile(cfgs[0], w.otherNode(n))
+		default:
+			t.Fatalf("%s: %s is not the file of the yaml block before it (%s)", where, cfgs[0], w.yamlAt)
+		}
 		if strings.Contains(note, "the same with b.yaml and c.yaml") {
 			for _, n := range []string{"b", "c"} {
 				w.writeFile(n+".yaml", w.otherNode(n))
