@@ -305,3 +305,99 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 	t.Logf("%d messages: %d deliveries to w1 (killed holding %d), %v; the poison dead-lettered after 3",
 		total, perWorker["w1"], len(killed), perWorker)
 }
+
+// noDeliveryAfterConfirmedAck checks the workers' lines: no ack confirmed
+// twice, no delivery of a message after its ack was confirmed.
+func noDeliveryAfterConfirmedAck(t *testing.T, ws []*qworker) map[string]int {
+	t.Helper()
+	var all []qevent
+	for _, w := range ws {
+		all = append(all, w.events(t)...)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
+	ackedAt := map[int64]int64{}
+	per := map[string]int{}
+	for _, e := range all {
+		switch e.kind {
+		case "acked":
+			if _, dup := ackedAt[e.id]; dup {
+				t.Errorf("eventId %d: two acks confirmed as done", e.id)
+			}
+			ackedAt[e.id] = e.at
+		case "got":
+			per[e.worker]++
+			if at, ok := ackedAt[e.id]; ok && e.at > at {
+				t.Errorf("eventId %d delivered to %s (attempt %d) at %d, after its ack was confirmed at %d", e.id, e.worker, e.attempt, e.at, at)
+			}
+		}
+	}
+	return per
+}
+
+// TestQueueWorkersFollowClusterFailover: workers given the three addresses
+// of a -role auto cluster keep working through a SIGKILL of the master
+// that nobody repairs by hand: the cluster elects another, the group's
+// state is there, every message ends acknowledged and none whose ack was
+// confirmed is delivered again.
+func TestQueueWorkersFollowClusterFailover(t *testing.T) {
+	t.Parallel() // waits on an election and an ack wait; owns its ports and directories
+	const total = 600
+	nodes := startClusterNodes(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
+	master, epoch := waitClusterMaster(t, nodes, 0, 60*time.Second)
+	// Refused until the cluster has a slave in sync.
+	smsstest.WaitFor(t, 60*time.Second, "the topic and the group on the cluster's master", func() bool {
+		_, _, code := smssctl(t, master.addr(), "topic", "create", "jobs")
+		_, _, code2 := smssctl(t, master.addr(), "queue", "create", "jobs", "g", "--ack-wait", "2s", "--from", "oldest")
+		return (code == 0 || code == 1) && code2 == 0
+	})
+	c := dial(t, master.addr())
+	for i := 0; i < total; i++ {
+		if err := c.pub("jobs", record(nil, fmt.Sprintf("m-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.c.Close()
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.addr())
+	}
+	ws := []*qworker{startQWorker(t, "w1", strings.Join(addrs, ","), "10ms"), startQWorker(t, "w2", strings.Join(addrs, ","), "10ms")}
+	smsstest.WaitFor(t, 60*time.Second, "150 acks", func() bool { return ws[0].count(t, "acked")+ws[1].count(t, "acked") >= 150 })
+	smsstest.WaitFor(t, 30*time.Second, "an eligible in-sync slave", func() bool {
+		st, ok := clusterStatusOf(master.addr())
+		if !ok || st.Cluster == nil {
+			return false
+		}
+		for _, m := range st.Cluster.InSync {
+			if m.Eligible {
+				return true
+			}
+		}
+		return false
+	})
+	master.p.kill()
+	var rest []*clusterNode
+	for _, n := range nodes {
+		if n != master {
+			rest = append(rest, n)
+		}
+	}
+	next, _ := waitClusterMaster(t, rest, epoch, 30*time.Second)
+	master.p = startArgs(t, master.dir, "-role", "auto") // rejoins by itself
+	var qi protocol.QueueInfo
+	smsstest.WaitFor(t, 90*time.Second, "every message acknowledged on the new master", func() bool {
+		out, _, code := smssctl(t, next.addr(), "queue", "info", "jobs", "g", "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &qi) != nil {
+			return false
+		}
+		return qi.Pending == 0 && qi.Acked >= total
+	})
+	for _, w := range ws {
+		w.p.Term()
+	}
+	if qi.Acked != total || qi.DeadLettered != 0 || qi.Dropped != 0 {
+		t.Fatalf("final group on %s: %+v", next.id, qi)
+	}
+	per := noDeliveryAfterConfirmedAck(t, ws)
+	t.Logf("%d messages through a master kill (%s → %s): deliveries %v", total, master.id, next.id, per)
+}
