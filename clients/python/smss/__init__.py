@@ -18,6 +18,7 @@ from .errors import (AuthFailed, AuthUnsupported, DelayTooShort, EventIdUnavaila
                      SmssError, SubscriberExists, Timeout, TopicDeleted, TopicExist, TopicNotExist,
                      TwoMasters, WriteNotConfirmed)
 from ._epochs import Position
+from .workqueue import Nak, QueueMessage, Term, Worker
 from .subscriber import RESUME_FROM_END, RESUME_FROM_START, Delivery, Subscription
 
 __version__ = "0.1.0"
@@ -28,5 +29,5 @@ __all__ = [
     "RetriesExhausted", "AuthUnsupported", "TopicDeleted", "ServerError", "TopicNotExist", "TopicExist",
     "SubscriberExists", "NotSupported", "NotMaster", "InvalidTopicName", "ExpireTooSoon", "DelayTooShort",
     "InvalidRequest", "LimitExceeded", "EventIdUnavailable", "AuthFailed", "PermissionDenied",
-    "WriteNotConfirmed", "Fenced", "TwoMasters",
+    "WriteNotConfirmed", "Fenced", "TwoMasters", "Term", "Nak", "QueueMessage", "Worker",
 ]

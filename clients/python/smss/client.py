@@ -1,5 +1,6 @@
 """The smss client: publish, topic admin, status, subscribe."""
 
+import os
 import queue
 import random
 import ssl
@@ -9,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import _wire as w
+from . import workqueue as _queue
 from ._conn import Conn, split_addr
 from .errors import (Fenced, InvalidInput, NetworkError, NoMaster, NotMaster, NotSupported, ProtocolError, TwoMasters,
                      ServerError, SmssError, Timeout, WriteNotConfirmed, retries_exhausted)
@@ -430,6 +432,41 @@ class Client:
         self._call("alive", w.request(w.CMD_ALIVE, b"", w.trace_bytes(None)), False, "", "read", False, timeout)
 
     # --- subscribing --------------------------------------------------------
+
+    # --- work queues (docs/protocol.md §12.6) ------------------------------
+
+    def create_queue(self, topic, group, *, ack_wait=None, max_deliver=0, backoff=(), max_in_flight=0,
+                     max_in_flight_group=0, dead_letter="", start=None, timeout=None):
+        """Create a queue group on topic (the same settings again are accepted); returns its info (a dict).
+
+        ack_wait and backoff are seconds; start is "oldest", "newest" (the server's default) or an eventId."""
+        body = _queue.create_body(group, ack_wait, max_deliver, backoff, max_in_flight, max_in_flight_group,
+                                  dead_letter, start)
+        req = _queue.queue_request(_queue.CMD_QUEUE_CREATE, topic, body)
+        return w.parse_json(self._call("queue create", req, True, topic, kind="manage", timeout=timeout),
+                            "queue create")
+
+    def delete_queue(self, topic, group, *, timeout=None):
+        """Delete a queue group and its state."""
+        req = _queue.queue_request(_queue.CMD_QUEUE_DELETE, topic, {"group": group})
+        self._call("queue delete", req, False, topic, kind="manage", timeout=timeout)
+
+    def queues(self, topic="", group="", *, timeout=None):
+        """The queue groups of topic ("" all) named group ("" all), as dicts."""
+        req = _queue.queue_request(_queue.CMD_QUEUE_INFO, topic, {"group": group})
+        return w.parse_json(self._call("queue info", req, True, topic, kind="manage", timeout=timeout),
+                            "queue info") or []
+
+    def work(self, topic, group, handler, *, consumer=None, max_in_flight=1, count=None, idle=None, timeout=None):
+        """Consume a queue group: handler(msg) returning acks, raising naks (redelivered), raising
+        smss.Term dead-letters now, smss.Nak(delay) redelivers after delay seconds. Returns the Worker
+        (its .confirmed lists the eventIds whose ack the server confirmed) once count messages were
+        handled, no message came for idle seconds, or the stream ended."""
+        t = self.opts.timeout if timeout is None else float(timeout)
+        name = consumer or f"py-{os.getpid()}-{random.randrange(1 << 32):08x}"
+        wk = _queue.Worker(self, topic, group, name, max_in_flight, t)
+        wk.run(handler, count, idle)
+        return wk
 
     def subscribe(self, topic, who, **kw):
         """Return a Subscription (see smss.subscriber.Subscription for the options)."""

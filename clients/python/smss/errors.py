@@ -198,6 +198,8 @@ def classify(message, topic=""):
         return SubscriberExists
     if m.startswith("invalid topic name"):
         return InvalidTopicName
+    if m.startswith("queue groups are served by the master only"):
+        return NotMaster
     if m.startswith("write not confirmed"):
         return WriteNotConfirmed
     if m.startswith("fenced: "):
