@@ -60,18 +60,7 @@ func TestClusterClientFollowsMaster(t *testing.T) {
 	}
 	// Frozen once a slave may be elected (before, the cluster rightly
 	// elects nobody).
-	if !smsstest.Poll(30*time.Second, func() bool {
-		st, ok := clusterStatusOf(master.addr())
-		if !ok || st.Cluster == nil {
-			return false
-		}
-		for _, m := range st.Cluster.InSync {
-			if m.Eligible {
-				return true
-			}
-		}
-		return false
-	}) {
+	if !smsstest.Poll(30*time.Second, func() bool { return hasEligibleInSync(master.addr()) }) {
 		t.Fatalf("no eligible in-sync slave of %s\n%s", master.id, tail(master.p.out.String(), 4000))
 	}
 	master.p.Stop()

@@ -97,6 +97,21 @@ func startClusterNodes(t *testing.T, extra string) []*clusterNode {
 	return nodes
 }
 
+// hasEligibleInSync reports whether the master at addr has an in-sync
+// slave the cluster may elect (before that it rightly elects nobody).
+func hasEligibleInSync(addr string) bool {
+	st, ok := clusterStatusOf(addr)
+	if !ok || st.Cluster == nil {
+		return false
+	}
+	for _, m := range st.Cluster.InSync {
+		if m.Eligible {
+			return true
+		}
+	}
+	return false
+}
+
 // waitClusterMaster returns the node that reports itself master of an
 // epoch above after, not fenced, within d.
 func waitClusterMaster(t *testing.T, nodes []*clusterNode, after uint64, d time.Duration) (*clusterNode, uint64) {
@@ -165,18 +180,7 @@ func TestClusterAutoFailover(t *testing.T) {
 		// Killed once a slave may be elected: before the cluster made one
 		// eligible it rightly elects nobody (it cannot prove that one
 		// holds every acknowledged write).
-		if !smsstest.Poll(30*time.Second, func() bool {
-			st, ok := clusterStatusOf(master.addr())
-			if !ok || st.Cluster == nil {
-				return false
-			}
-			for _, m := range st.Cluster.InSync {
-				if m.Eligible {
-					return true
-				}
-			}
-			return false
-		}) {
+		if !smsstest.Poll(30*time.Second, func() bool { return hasEligibleInSync(master.addr()) }) {
 			t.Fatalf("cycle %d: no eligible in-sync slave of %s\n%s", cycle, master.id, tail(master.p.out.String(), 4000))
 		}
 		master.p.kill()

@@ -227,28 +227,15 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 		}
 	}
 
-	var all []qevent
-	for _, w := range ws {
-		all = append(all, w.events(t)...)
-	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
-	ackedAt := map[int64]int64{}
+	perWorker := noDeliveryAfterConfirmedAck(t, ws)
 	bodies := map[string]bool{}
 	var poison []qevent
-	perWorker := map[string]int{}
-	for _, e := range all {
-		switch e.kind {
-		case "acked":
-			if _, dup := ackedAt[e.id]; dup {
-				t.Errorf("eventId %d: two acks confirmed as done", e.id)
-			}
-			ackedAt[e.id] = e.at
-		case "got":
-			if at, ok := ackedAt[e.id]; ok && e.at > at {
-				t.Errorf("eventId %d delivered to %s (attempt %d) at %d, after its ack was confirmed at %d", e.id, e.worker, e.attempt, e.at, at)
+	for _, w := range ws {
+		for _, e := range w.events(t) {
+			if e.kind != "got" {
+				continue
 			}
 			bodies[e.body] = true
-			perWorker[e.worker]++
 			if strings.HasPrefix(e.body, "poison") {
 				poison = append(poison, e)
 			}
@@ -363,18 +350,7 @@ func TestQueueWorkersFollowClusterFailover(t *testing.T) {
 	}
 	ws := []*qworker{startQWorker(t, "w1", strings.Join(addrs, ","), "10ms"), startQWorker(t, "w2", strings.Join(addrs, ","), "10ms")}
 	smsstest.WaitFor(t, 60*time.Second, "150 acks", func() bool { return ws[0].count(t, "acked")+ws[1].count(t, "acked") >= 150 })
-	smsstest.WaitFor(t, 30*time.Second, "an eligible in-sync slave", func() bool {
-		st, ok := clusterStatusOf(master.addr())
-		if !ok || st.Cluster == nil {
-			return false
-		}
-		for _, m := range st.Cluster.InSync {
-			if m.Eligible {
-				return true
-			}
-		}
-		return false
-	})
+	smsstest.WaitFor(t, 30*time.Second, "an eligible in-sync slave", func() bool { return hasEligibleInSync(master.addr()) })
 	master.p.kill()
 	var rest []*clusterNode
 	for _, n := range nodes {
