@@ -498,17 +498,8 @@ func (b *Broker) flushCursors(ctx context.Context) error {
 // writeCursorRecords publishes records to __cursors, creating the topic
 // the first time. The caller holds wmu.
 func (b *Broker) writeCursorRecords(ctx context.Context, recs []byte, n int) error {
-	b.mu.RLock()
-	exists := b.topics[CursorTopic] != nil
-	b.mu.RUnlock()
-	if !exists {
-		c := getCommand()
-		c.op, c.topic, c.timestamp = opCreate, CursorTopic, b.opts.Now()
-		err := b.submit(ctx, c)
-		putCommand(c)
-		if err != nil && !errors.Is(err, protocol.ErrTopicExist) {
-			return fmt.Errorf("create %s: %w", CursorTopic, err)
-		}
+	if err := b.ensureSystemTopic(ctx, CursorTopic); err != nil {
+		return err
 	}
 	c := getCommand()
 	defer putCommand(c)

@@ -56,17 +56,8 @@ func (b *Broker) PublishSystem(ctx context.Context, name string, records []byte,
 	if err := b.diskRefusal(len(records)); err != nil {
 		return 0, err
 	}
-	b.mu.RLock()
-	exists := b.topics[name] != nil
-	b.mu.RUnlock()
-	if !exists {
-		c := getCommand()
-		c.op, c.topic, c.timestamp = opCreate, name, b.opts.Now()
-		err := b.submit(ctx, c)
-		putCommand(c)
-		if err != nil && !errors.Is(err, protocol.ErrTopicExist) {
-			return 0, fmt.Errorf("create %s: %w", name, err)
-		}
+	if err := b.ensureSystemTopic(ctx, name); err != nil {
+		return 0, err
 	}
 	c := getCommand()
 	defer putCommand(c)
@@ -75,6 +66,24 @@ func (b *Broker) PublishSystem(ctx context.Context, name string, records []byte,
 		return 0, fmt.Errorf("write %d record(s) to %s: %w", count, name, err)
 	}
 	return c.eventID, nil
+}
+
+// ensureSystemTopic creates the system topic name the first time it is
+// written (__cursors and __queues alike).
+func (b *Broker) ensureSystemTopic(ctx context.Context, name string) error {
+	b.mu.RLock()
+	exists := b.topics[name] != nil
+	b.mu.RUnlock()
+	if exists {
+		return nil
+	}
+	c := getCommand()
+	defer putCommand(c)
+	c.op, c.topic, c.timestamp = opCreate, name, b.opts.Now()
+	if err := b.submit(ctx, c); err != nil && !errors.Is(err, protocol.ErrTopicExist) {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	return nil
 }
 
 // ReadSystemTopic calls fn with every retained record of the system topic

@@ -158,7 +158,7 @@ func (c *conn) consumeReader(qc QueueConsumer, stopRead chan struct{}) (string, 
 	var unit [protocol.QueueOutcomeSize]byte
 	var batch []protocol.QueueOutcome
 	for {
-		if _, err := ioReadFull(c, unit[:]); err != nil {
+		if _, err := io.ReadFull(c.br, unit[:]); err != nil {
 			select {
 			case <-stopRead:
 				return "ended by the server", false
@@ -190,8 +190,6 @@ func (c *conn) consumeReader(qc QueueConsumer, stopRead chan struct{}) (string, 
 		}
 	}
 }
-
-func ioReadFull(c *conn, b []byte) (int, error) { return io.ReadFull(c.br, b) }
 
 func isTimeout(err error) bool {
 	var ne net.Error
