@@ -92,6 +92,8 @@ type SyncTracker struct {
 	target   int64     // degraded: the position the slaves must reach
 	targetAt time.Time // when target was taken
 	pos      []int64   // scratch for kthLocked
+	waker    func()    // sync_loop.go: SetWaker
+	wakeAt   int64     // the position the waker is armed for; 0: none
 
 	degradedFlag atomic.Bool // degraded, for readers without the lock
 	waiting      atomic.Int64
@@ -191,16 +193,9 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 		return err
 	}
 	t.mu.Lock()
-	if t.kth >= eventID {
+	if t.settledLocked(eventID) {
 		t.mu.Unlock()
 		return t.fenced()
-	}
-	if t.degraded {
-		// Answered 200: make it visible as the acknowledged write it is.
-		t.raiseCommitLocked(t.last())
-		t.mu.Unlock()
-		t.unconfirmed.Add(1)
-		return nil
 	}
 	w, _ := t.waiterPool.Get().(*waiter)
 	if w == nil {
@@ -237,26 +232,12 @@ func (t *SyncTracker) Wait(ctx context.Context, eventID int64) error {
 	}
 	heap.Remove(&t.waiters, w.idx)
 	w.idx = -1
+	t.waiterPool.Put(w)
 	if err != nil {
 		t.mu.Unlock()
-		t.waiterPool.Put(w)
 		return err
 	}
-	if !t.degrade {
-		t.mu.Unlock()
-		t.waiterPool.Put(w)
-		t.timeoutsFail.Add(1)
-		t.logTimeout(eventID)
-		return t.biz
-	}
-	t.timeoutsDeg.Add(1)
-	t.unconfirmed.Add(1)
-	t.enterDegradedLocked()
-	t.raiseCommitLocked(t.last())
-	t.mu.Unlock()
-	t.waiterPool.Put(w)
-	t.logTimeout(eventID)
-	return nil
+	return t.timedOutLocked(eventID)
 }
 
 func (t *SyncTracker) logTimeout(eventID int64) {
@@ -287,6 +268,7 @@ func (t *SyncTracker) enterDegradedLocked() {
 	t.log.Warn("semi-synchronous replication degraded to asynchronous: writes are answered without waiting for slaves",
 		"syncSlaves", t.need, "timeout", t.timeout, "confirming", len(t.slaves), "confirmedUpTo", t.kth,
 		"lastEventId", t.target, "released", released)
+	t.wakeLocked() // every held write settles now
 	// The slaves may already be there (e.g. the timeout raced a
 	// confirmation).
 	t.checkRecoveredLocked()
@@ -488,6 +470,7 @@ func (t *SyncTracker) advanceLocked() {
 		w := heap.Pop(&t.waiters).(*waiter)
 		w.ch <- struct{}{}
 	}
+	t.wakeLocked()
 	t.checkRecoveredLocked()
 }
 

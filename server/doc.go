@@ -46,8 +46,10 @@
 //     a pub, delay, create or delete that the broker committed waits, in
 //     its own connection's goroutine, until enough slaves confirmed its
 //     eventId or the timeout passed; the writer and other connections
-//     never wait for it. A refusal is a 400 "write not confirmed ..." and
-//     the connection stays usable.
+//     never wait for it. On the epoll loop a pub's reply is held instead
+//     (epoll_sync_linux.go), with the same outcome, and a connection's
+//     replies stay in its request order. A refusal is a 400 "write not
+//     confirmed ..." and the connection stays usable.
 //   - Before login a connection holds a 1 KiB read buffer, a request whose
 //     topic field is over 256 bytes is refused unread (connection closed),
 //     and the whole connection is closed at Security.LoginTimeout after

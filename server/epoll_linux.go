@@ -19,6 +19,7 @@ import (
 
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
 )
 
 // The epoll front-end (server.epoll, issue 24; docs/benchmarks-history.md "Issue 24:
@@ -83,6 +84,15 @@ type epConn struct {
 	back   bool
 	dead   bool // close after the turn
 	inTurn bool
+	// Semi-sync (epoll_sync_linux.go): replies held for confirmations;
+	// parked: out of the epoll set until they are written; eof: the peer
+	// ended its stream while replies were held (close once written).
+	held   int
+	parked bool
+	eof    bool
+	// throttled: parked because held reached maxHeldReplies; back in the
+	// epoll set once half of them went (epoll_sync_linux.go).
+	throttled bool
 }
 
 // epPub is one publish of the turn: topic, trace id and records are
@@ -95,6 +105,7 @@ type epPub struct {
 	eventID                int64
 	err                    error
 	loggedPanic, observeOK bool
+	held                   bool // its reply waits for confirmations (epoll_sync_linux.go)
 }
 
 type epollLoop struct {
@@ -112,6 +123,10 @@ type epollLoop struct {
 	// connections it holds, replies the socket did not take at once, group
 	// waits (gatherExpected), the most bytes of publishes one turn held.
 	served, handed, owned, stalls, gathers, turnPeak atomic.Int64
+	// Ends of stream read while replies were held, and connections left
+	// unread for a while because they had maxHeldReplies held
+	// (epoll_sync_linux.go).
+	heldEOF, throttles atomic.Int64
 
 	// Loop only.
 	conns  map[int32]*conn
@@ -131,6 +146,13 @@ type epollLoop struct {
 	expect    int
 	expectAt  time.Time
 	lastBatch time.Duration
+	// Semi-sync (epoll_sync_linux.go): the tracker when replies wait for
+	// slaves (nil otherwise), the held replies from held[hhead:], and the
+	// confirmed replies of this turn released from them.
+	sync         *replication.SyncTracker
+	held         []epHeld
+	hhead        int
+	answeredHeld int
 	// turnBytes bounds what one turn reads (Options.EpollTurnBytes): once
 	// the turn's publishes hold this many bytes, the sockets still ready
 	// wait for the next turn (epoll reports them again), so a burst on many
@@ -189,6 +211,10 @@ func newEpollLoop(s *Server) (*epollLoop, error) {
 		e.turnBytes = defaultTurnBytes
 	}
 	e.rr = protocol.NewRequestReader(&e.rd, s.opts.Limits)
+	if s.opts.Sync.Enabled() {
+		e.sync = s.opts.Sync
+		e.sync.SetWaker(e.wake)
+	}
 	return e, nil
 }
 
@@ -263,6 +289,7 @@ func (e *epollLoop) run() {
 			pend := e.pending
 			e.pending = nil
 			e.mu.Unlock()
+			e.dropHeld()
 			for _, c := range e.conns {
 				e.finish(c)
 			}
@@ -287,8 +314,12 @@ func (e *epollLoop) run() {
 			e.expect = 0
 		}
 		e.publish()
+		if e.sync != nil {
+			e.release(time.Now())
+		}
 		e.reply()
 		if stopping {
+			e.drainHeld()
 			e.handBackAll()
 			return
 		}
@@ -365,6 +396,9 @@ func (e *epollLoop) wait() (int, error) {
 	if e.scanAt.IsZero() {
 		e.scanAt = time.Now().Add(e.scanEvery())
 	}
+	if d, ok := e.heldDeadline(); ok && d.Before(e.scanAt) {
+		return e.waitUntil(d)
+	}
 	return e.waitUntil(e.scanAt)
 }
 
@@ -415,6 +449,9 @@ func (e *epollLoop) scanIdle(now time.Time) {
 	o := e.s.opts
 	for _, c := range e.conns {
 		ep := c.ep
+		if ep.held > 0 || ep.parked {
+			continue // waiting for the server, not for its peer
+		}
 		switch {
 		case len(ep.in) == 0:
 			if now.Sub(ep.last) >= o.IdleTimeout {
@@ -463,7 +500,7 @@ func (e *epollLoop) register(c *conn) error {
 // read reads what c's socket has (once) and queues its whole pub requests.
 func (e *epollLoop) read(c *conn, now time.Time) {
 	ep := c.ep
-	if ep.dead || ep.back {
+	if ep.dead || ep.back || ep.eof || ep.parked {
 		return
 	}
 	m, err := unix.Read(ep.fd, e.rbuf)
@@ -481,6 +518,11 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 		return
 	case err == nil: // end of stream, between requests
 		c.log.Debug("connection closed by peer")
+		if ep.held > 0 {
+			e.mark(c).eof = true // its held replies are still written
+			e.heldEOF.Add(1)
+			return
+		}
 		e.mark(c).dead = true
 		return
 	default:
@@ -563,31 +605,14 @@ func (e *epollLoop) publish() {
 	e.runBatch()
 	e.lastBatch = time.Since(start)
 	e.served.Add(int64(len(e.pubs))) // before the replies: tests read it once answered
+	now := time.Now()
 	for i := range e.pubs {
 		p := &e.pubs[i]
-		ep := p.c.ep
 		if p.loggedPanic {
-			ep.dead = true
+			p.c.ep.dead = true
 			continue
 		}
-		err := p.err
-		if err != nil {
-			ep.out = protocol.AppendReplyError(ep.out, err.Error())
-			if !protocol.IsBizError(err) {
-				p.c.log.Warn("request failed", e.attrs(p, err.Error())...)
-			} else {
-				e.s.opts.Metrics.Error(metrics.KindBusiness)
-				if e.s.sampler.sample() {
-					p.c.log.Info("request refused", e.attrs(p, err.Error())...)
-				}
-			}
-		} else {
-			ep.out = protocol.AppendReplyOK(ep.out)
-			if e.s.sampler.sample() {
-				p.c.log.Info("request served", append(e.attrs(p, ""), "eventId", p.eventID)...)
-			}
-		}
-		p.observeOK = err == nil
+		e.holdOrAnswer(p, p.err, now)
 	}
 }
 
@@ -660,9 +685,14 @@ func (e *epollLoop) reply() {
 			}
 		}
 	}
-	answered := 0
+	answered := e.answeredHeld
+	e.answeredHeld = 0
 	for i := range e.pubs {
 		p := &e.pubs[i]
+		if p.held {
+			p.c = nil
+			continue // observed when released (emit)
+		}
 		if !p.loggedPanic {
 			e.s.opts.Metrics.ObserveRequest(protocol.CmdPub, time.Since(p.start), p.observeOK)
 		}
@@ -679,10 +709,14 @@ func (e *epollLoop) reply() {
 		ep := c.ep
 		ep.inTurn = false
 		switch {
-		case ep.dead:
+		case ep.held > 0 && (ep.dead || ep.back || ep.eof):
+			e.park(c) // handed back or closed once its replies went
+		case ep.dead || ep.eof:
 			e.finish(c)
 		case ep.back:
 			e.handBack(c)
+		case ep.held >= maxHeldReplies:
+			e.throttle(c)
 		}
 	}
 	clear(e.turn)
@@ -724,11 +758,15 @@ func (e *epollLoop) finish(c *conn) {
 }
 
 func (e *epollLoop) unregister(c *conn) {
-	unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.ep.fd, nil)
+	e.epollDel(c)
 	if e.conns[int32(c.ep.fd)] == c {
 		delete(e.conns, int32(c.ep.fd))
 		e.owned.Add(-1)
 	}
+}
+
+func (e *epollLoop) epollDel(c *conn) {
+	unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.ep.fd, nil)
 }
 
 // handBack returns c to a goroutine of its own, with the bytes read but
@@ -736,6 +774,7 @@ func (e *epollLoop) unregister(c *conn) {
 func (e *epollLoop) handBack(c *conn) {
 	ep := c.ep
 	e.unregister(c)
+	ep.parked, ep.throttled = false, false // adopt may take it again
 	e.handed.Add(1)
 	f := os.NewFile(uintptr(ep.fd), "")
 	nc, err := net.FileConn(f) // a duplicate, in Go's poller
@@ -773,6 +812,9 @@ func (e *epollLoop) handBackAll() {
 }
 
 func (e *epollLoop) closeFDs() {
+	if e.sync != nil {
+		e.sync.SetWaker(nil) // the eventfd's number may be reused once closed
+	}
 	e.epf.Close() // closes epfd
 	unix.Close(e.evfd)
 }

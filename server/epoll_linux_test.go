@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -20,7 +19,6 @@ import (
 	"github.com/smssmq/smss/broker"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
-	"github.com/smssmq/smss/replication"
 )
 
 // The epoll front-end (epoll_linux.go) must answer exactly as the
@@ -390,28 +388,6 @@ func TestEpollFullSocketHandsBackReplies(t *testing.T) {
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-}
-
-// With semi-synchronous replies the loop is not started (a reply waiting
-// for slaves would stall it): the start-up log says so (at Info) and the
-// connections are served by goroutines.
-func TestEpollIgnoredWithSemiSync(t *testing.T) {
-	tr, err := replication.NewSyncTracker(replication.SyncOptions{Slaves: 1, Timeout: time.Second,
-		LastEventID: func() int64 { return 0 }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := startServer(t, topicsBackend(t), func(o *Options) { o.Epoll, o.Sync = true, tr })
-	waitServing(t, ts.Server)
-	if ts.ep != nil {
-		t.Fatal("the epoll loop started with syncSlaves 1")
-	}
-	if !strings.Contains(ts.logs.String(), "epoll loop not used (server.epoll)") {
-		t.Error("no log line that the epoll loop is not used")
-	}
-	c := ts.dial(t)
-	send(t, c, aliveReq())
-	expect(t, c, aliveReply())
 }
 
 // slowBatches is a batch backend whose every batch takes at least syncTime,

@@ -457,8 +457,6 @@ func (s *Server) startEpollLocked() {
 	switch {
 	case s.opts.Security.Auth != nil:
 		why = "authentication checks every request on the connection's goroutine"
-	case s.opts.Sync.Enabled():
-		why = "semi-synchronous replies wait for slaves, which would stall the loop"
 	case !epollSupported:
 		why = "the epoll front-end is Linux only"
 	}

@@ -27,7 +27,27 @@ type syncSetup struct {
 	logs *smsstest.SyncBuffer
 }
 
-func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool) *syncSetup {
+// syncFronts are the two ways a master serves publishes: a goroutine per
+// connection, and the epoll loop (where the platform has it), which holds
+// replies instead of parking (epoll_sync_linux.go). Every semi-sync test
+// runs on both.
+var syncFronts = []struct {
+	name  string
+	epoll bool
+}{{"goroutines", false}, {"epoll", true}}
+
+func forEachFront(t *testing.T, f func(t *testing.T, epoll bool)) {
+	for _, fr := range syncFronts {
+		t.Run(fr.name, func(t *testing.T) {
+			if fr.epoll && !epollSupported {
+				t.Skip("no epoll loop on this platform")
+			}
+			f(t, fr.epoll)
+		})
+	}
+}
+
+func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade, epoll bool) *syncSetup {
 	t.Helper()
 	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -41,7 +61,7 @@ func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool
 		t.Fatal(err)
 	}
 	s, err := New(Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Replication: replication.SourceOf(b.ReplicaStream),
-		Sync: tr, AliveInterval: 200 * time.Millisecond})
+		Sync: tr, AliveInterval: 200 * time.Millisecond, Epoll: epoll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +70,12 @@ func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade bool
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve() }()
+	if epoll {
+		waitServing(t, s)
+		if s.ep == nil {
+			t.Fatalf("the epoll loop did not start with syncSlaves %d:\n%s", need, logs.String())
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
@@ -122,7 +148,11 @@ func (sc *syncClient) do(t *testing.T, req []byte) (error, time.Duration) {
 // TestSyncRepliesAfterConfirmation: with our slave connected, pub, delay,
 // create and delete are answered 200 only once the slave has the write.
 func TestSyncRepliesAfterConfirmation(t *testing.T) {
-	m := startSyncMaster(t, 1, 10*time.Second, false)
+	forEachFront(t, testSyncRepliesAfterConfirmation)
+}
+
+func testSyncRepliesAfterConfirmation(t *testing.T, epoll bool) {
+	m := startSyncMaster(t, 1, 10*time.Second, false, epoll)
 	s, _ := startSyncSlave(t, m.addr)
 	c := dialSync(t, m.addr)
 	reqs := []struct {
@@ -156,12 +186,14 @@ func TestSyncRepliesAfterConfirmation(t *testing.T) {
 // ReplicaClient sending 2-byte acks, a silent original-style slave) every
 // write is answered 400 "write not confirmed ..." within the timeout plus
 // a margin, the connection stays usable, and the write is on the master.
-func TestSyncFailWithoutConfirmation(t *testing.T) {
+func TestSyncFailWithoutConfirmation(t *testing.T) { forEachFront(t, testSyncFailWithoutConfirmation) }
+
+func testSyncFailWithoutConfirmation(t *testing.T, epoll bool) {
 	const timeout = 300 * time.Millisecond
 	want := fmt.Sprintf("write not confirmed by 1 slave(s) within %d ms; it is stored on the master and may still be replicated", timeout.Milliseconds())
 	for _, slave := range []string{"none", "ReplicaClient acks", "silent"} {
 		t.Run(slave, func(t *testing.T) {
-			m := startSyncMaster(t, 1, timeout, false)
+			m := startSyncMaster(t, 1, timeout, false, epoll)
 			if slave != "none" {
 				rc := dialSync(t, m.addr)
 				send(t, rc.c, enc(protocol.AppendReplica(nil, 0)))
@@ -207,8 +239,10 @@ func TestSyncFailWithoutConfirmation(t *testing.T) {
 // TestSyncWaitDoesNotBlockWriter: writes waiting for confirmations never
 // hold the writer: many connections' writes all commit at once, and an
 // async write through the broker commits while they wait.
-func TestSyncWaitDoesNotBlockWriter(t *testing.T) {
-	m := startSyncMaster(t, 1, 2*time.Second, false)
+func TestSyncWaitDoesNotBlockWriter(t *testing.T) { forEachFront(t, testSyncWaitDoesNotBlockWriter) }
+
+func testSyncWaitDoesNotBlockWriter(t *testing.T, epoll bool) {
+	m := startSyncMaster(t, 1, 2*time.Second, false, epoll)
 	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -242,9 +276,11 @@ func TestSyncWaitDoesNotBlockWriter(t *testing.T) {
 
 // TestSyncDegradeAndRecover: degrade mode answers 200 after the timeout,
 // turns asynchronous, and is synchronous again once a slave caught up.
-func TestSyncDegradeAndRecover(t *testing.T) {
+func TestSyncDegradeAndRecover(t *testing.T) { forEachFront(t, testSyncDegradeAndRecover) }
+
+func testSyncDegradeAndRecover(t *testing.T, epoll bool) {
 	const timeout = 300 * time.Millisecond
-	m := startSyncMaster(t, 1, timeout, true)
+	m := startSyncMaster(t, 1, timeout, true, epoll)
 	c := dialSync(t, m.addr)
 	if err, took := c.do(t, createReq("t", 0)); err != nil || took < timeout {
 		t.Fatalf("create: %v after %v", err, took)

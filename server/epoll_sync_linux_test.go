@@ -1,0 +1,235 @@
+//go:build linux
+
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/protocol"
+)
+
+// The epoll loop's held replies (epoll_sync_linux.go). Each test makes the
+// replies wait for certain: the requests are all sent, and seen held by
+// the tracker, before the slave that confirms them is started.
+
+// heldPipeline writes reqs in one write and waits until the master holds
+// want replies (the waiting gauge counts the loop's held replies).
+func heldPipeline(t *testing.T, m *syncSetup, c *syncClient, want int, reqs ...[]byte) {
+	t.Helper()
+	c.c.SetDeadline(time.Now().Add(testDeadline))
+	send(t, c.c, bytes.Join(reqs, nil))
+	smsstest.WaitFor(t, testDeadline, fmt.Sprintf("%d replies held", want), func() bool {
+		in, _ := m.tr.Info()
+		return in.Waiting == int64(want)
+	})
+}
+
+// readReplies reads n plain replies: nil for a 200, the refusal's text
+// otherwise.
+func readReplies(t *testing.T, c *syncClient, n int) []string {
+	t.Helper()
+	got := make([]string, n)
+	for i := range got {
+		_, err := protocol.ReadReply(c.br, protocol.ReplyPlain, 0)
+		var be *protocol.BizError
+		switch {
+		case err == nil:
+			got[i] = "200"
+		case errors.As(err, &be):
+			got[i] = be.Msg
+		default:
+			t.Fatalf("reply %d of %d: %v", i+1, n, err)
+		}
+	}
+	return got
+}
+
+// TestEpollSemiSyncRepliesInOrder: a connection's replies keep its request
+// order when some wait for the slave and others are refusals that need no
+// confirmation, and every 200 comes once the slave has the write; the loop
+// served them.
+func TestEpollSemiSyncRepliesInOrder(t *testing.T) {
+	m := startSyncMaster(t, 1, 10*time.Second, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil { // the connection is the loop's from here on
+		t.Fatal(err)
+	}
+	var reqs [][]byte
+	var want []string
+	for i := range 30 {
+		if i%4 == 1 {
+			reqs = append(reqs, pubReq("missing", record(fmt.Sprint(i))))
+			want = append(want, protocol.ErrTopicNotExist.Error())
+			continue
+		}
+		reqs = append(reqs, pubReq("t", record(fmt.Sprint(i))))
+		want = append(want, "200")
+	}
+	served := m.srv.ep.served.Load()
+	heldPipeline(t, m, c, len(reqs), reqs...) // every reply waits: the publishes for the slave, the refusals behind them
+	s, _ := startSyncSlave(t, m.addr)
+	got := readReplies(t, c, len(reqs))
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("reply %d is %q, want %q (replies %q)", i, got[i], want[i], got)
+		}
+	}
+	if last, sl := m.b.LastEventID(), s.Status().LastEventID; sl != last {
+		t.Fatalf("answered with the slave at %d, the master at %d", sl, last)
+	}
+	if n := m.srv.ep.served.Load() - served; n != int64(len(reqs)) {
+		t.Fatalf("the loop served %d of %d publishes", n, len(reqs))
+	}
+	if in, _ := m.tr.Info(); in.Waiting != 0 || in.TimeoutsFail != 0 {
+		t.Fatalf("after the replies: %+v", in)
+	}
+}
+
+// TestEpollSemiSyncHeldThenOtherCommand: a command the loop does not serve,
+// sent behind held publishes, is answered after them (the connection goes
+// back to a goroutine only once its held replies are written), and what
+// follows it is served too.
+func TestEpollSemiSyncHeldThenOtherCommand(t *testing.T) {
+	m := startSyncMaster(t, 1, 10*time.Second, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil {
+		t.Fatal(err)
+	}
+	heldPipeline(t, m, c, 3, pubReq("t", record("a")), pubReq("t", record("b")), pubReq("t", record("c")),
+		aliveReq(), pubReq("t", record("d")))
+	startSyncSlave(t, m.addr)
+	for i, want := range [][]byte{okReply(), okReply(), okReply(), aliveReply(), okReply()} {
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(c.br, got); err != nil {
+			t.Fatalf("reply %d: %v", i+1, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("reply %d is %q, want %q", i+1, got, want)
+		}
+	}
+}
+
+// TestEpollSemiSyncHalfClose: a client that ends its stream right after
+// its publishes still gets every reply once the slave confirmed them, then
+// the end of the connection.
+func TestEpollSemiSyncHalfClose(t *testing.T) {
+	m := startSyncMaster(t, 1, 10*time.Second, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil {
+		t.Fatal(err)
+	}
+	var reqs [][]byte
+	for i := range 5 {
+		reqs = append(reqs, pubReq("t", record(fmt.Sprint(i))))
+	}
+	heldPipeline(t, m, c, 5, reqs...)
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	smsstest.WaitFor(t, testDeadline, "the end of stream read while the replies are held", func() bool { return m.srv.ep.heldEOF.Load() == 1 })
+	startSyncSlave(t, m.addr)
+	got := readReplies(t, c, len(reqs))
+	for i, r := range got {
+		if r != "200" {
+			t.Fatalf("reply %d: %q", i+1, r)
+		}
+	}
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the replies: %v, want the end of the connection", err)
+	}
+}
+
+// TestEpollSemiSyncShutdownReleases: Shutdown answers the held replies
+// (here: not confirmed at their deadline, with no slave) before the
+// connections go back to goroutines and are closed.
+func TestEpollSemiSyncShutdownReleases(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	m := startSyncMaster(t, 1, timeout, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil {
+		t.Fatal(err)
+	}
+	heldPipeline(t, m, c, 2, pubReq("t", record("a")), pubReq("t", record("b")))
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		defer cancel()
+		done <- m.srv.Shutdown(ctx)
+	}()
+	want := fmt.Sprintf("write not confirmed by 1 slave(s) within %d ms; it is stored on the master and may still be replicated", timeout.Milliseconds())
+	for i, r := range readReplies(t, c, 2) {
+		if r != want {
+			t.Fatalf("reply %d: %q, want %q", i+1, r, want)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if in, _ := m.tr.Info(); in.TimeoutsFail != 2 || in.Waiting != 0 {
+		t.Fatalf("after shutdown: %+v", in)
+	}
+}
+
+// TestEpollSemiSyncThrottlesPipeline: a client pipelining far more
+// publishes than the slaves confirm is not read further once it has
+// maxHeldReplies held (the loop's memory stays bounded, as a goroutine's
+// one request at a time bounds it), and every publish is answered 200 in
+// order once a slave confirms.
+func TestEpollSemiSyncThrottlesPipeline(t *testing.T) {
+	m := startSyncMaster(t, 1, 10*time.Second, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4 * maxHeldReplies
+	var reqs [][]byte
+	for i := range n {
+		reqs = append(reqs, pubReq("t", record(fmt.Sprintf("m%05d", i))))
+	}
+	c.c.SetDeadline(time.Now().Add(testDeadline))
+	sent := make(chan error, 1)
+	go func() { _, err := c.c.Write(bytes.Join(reqs, nil)); sent <- err }()
+	smsstest.WaitFor(t, testDeadline, "the connection throttled", func() bool { return m.srv.ep.throttles.Load() == 1 })
+	in, _ := m.tr.Info()
+	if in.Waiting < maxHeldReplies || in.Waiting >= n {
+		t.Fatalf("%d replies held once throttled, want at least %d and fewer than %d", in.Waiting, maxHeldReplies, n)
+	}
+	s, _ := startSyncSlave(t, m.addr)
+	for i, r := range readReplies(t, c, n) {
+		if r != "200" {
+			t.Fatalf("reply %d: %q", i+1, r)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if last, sl := m.b.LastEventID(), s.Status().LastEventID; sl != last || last < n {
+		t.Fatalf("answered with the slave at %d, the master at %d", sl, last)
+	}
+	if in, _ := m.tr.Info(); in.Waiting != 0 {
+		t.Fatalf("after the replies: %+v", in)
+	}
+}
