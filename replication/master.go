@@ -301,8 +301,17 @@ func (m *masterConn) stream(ctx context.Context, st Stream) error {
 			linger.Stop()
 		}
 	}()
+	// The first wake-up does not wait: a stream that starts with nothing
+	// to send sends an alive frame at once, not after AliveInterval. A
+	// slave says its confirmation hello on its first frame (it then knows
+	// the master accepted the stream), so a slave of an idle master is
+	// counted, and in a cluster joins the in-sync set, within a round trip:
+	// before, a cluster whose master died in its first 30 s without a
+	// write had no member to elect.
+	wait := time.Duration(0)
 	for {
-		n, err := st.Next(ctx, m.opts.MaxBlocks, m.opts.AliveInterval, send)
+		n, err := st.Next(ctx, m.opts.MaxBlocks, wait, send)
+		wait = m.opts.AliveInterval
 		woke := time.Now() // when the commits being sent were seen
 		// Busy is judged on what piled up by itself: counting what the
 		// linger gathered would keep a stream lingering forever.
