@@ -87,6 +87,10 @@ func TestReadmeCommands(t *testing.T) { runDoc(t, "README.md", 10) }
 
 func TestGettingStartedCommands(t *testing.T) { runDoc(t, "docs/getting-started.md", 15) }
 
+func TestClusterDocCommands(t *testing.T) { runDoc(t, "docs/cluster.md", 4) }
+
+func TestFailoverDocCommands(t *testing.T) { runDoc(t, "docs/durability-and-failover.md", 10) }
+
 // runDoc runs the commands of one Markdown file in a directory of its own;
 // at least minimum of them must run.
 func runDoc(t *testing.T, doc string, minimum int) {
@@ -144,8 +148,8 @@ func (w *walk) run(where, line string) bool {
 		// The example, built, against the mapped 12301.
 		f := strings.Fields(strings.TrimPrefix(line, "go run "))
 		line = smsstest.Binary(t, f[0]) + " -addr 127.0.0.1:12301 " + strings.Join(f[1:], " ")
-	case strings.HasPrefix(line, "go run ./cmd/smss "):
-		args := strings.Fields(w.mapPorts(strings.TrimPrefix(line, "go run ./cmd/smss ")))
+	case strings.HasPrefix(line, "go run ./cmd/smss "), strings.HasPrefix(line, "smss "):
+		args := strings.Fields(w.mapPorts(strings.TrimPrefix(strings.TrimPrefix(line, "go run ./cmd/smss "), "smss ")))
 		t.Logf("%s", where)
 		w.startServers(where, args, note)
 		return true
@@ -175,7 +179,8 @@ func (w *walk) sh(line string, untilOutput bool) (string, error) {
 	// outlive the command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "SMSS_ADDR=127.0.0.1:"+w.ports["12301"])
+	// smssctl as installed (on PATH) is the built one too.
+	cmd.Env = append(os.Environ(), "SMSS_ADDR=127.0.0.1:"+w.ports["12301"], "PATH="+w.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var out smsstest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if !untilOutput {
@@ -295,15 +300,17 @@ func (w *walk) portOf(args []string) string {
 	return w.ports["12301"]
 }
 
-// otherNode is a.yaml for node n: its id, client port and data directory.
+// otherNode is a.yaml for node n: its client port, data directory and, in
+// a cluster's config, its node id.
 func (w *walk) otherNode(n string) string {
 	a := strings.Join(w.yaml, "\n") + "\n"
 	port := w.mapPorts(map[string]string{"b": "12302", "c": "12303"}[n])
 	out := regexp.MustCompile(`(?m)^port: \d+`).ReplaceAllString(a, "port: "+port)
 	out = strings.Replace(out, "path: ./data-a", "path: ./data-"+n, 1)
+	cluster := strings.Contains(a, "node: a")
 	out = strings.Replace(out, "node: a", "node: "+n, 1)
-	if out == a || !strings.Contains(out, "node: "+n) {
-		w.t.Fatalf("a.yaml is not as the README's cluster section describes it:\n%s", a)
+	if !strings.Contains(out, "path: ./data-"+n) || !strings.Contains(out, "port: "+port) || (cluster && !strings.Contains(out, "node: "+n)) {
+		w.t.Fatalf("a.yaml is not as the docs' three-node sections describe it (port 12301, path ./data-a, node a in a cluster):\n%s", a)
 	}
 	return out
 }
