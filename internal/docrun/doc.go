@@ -1,5 +1,5 @@
 // Package docrun runs the shell commands of the code blocks of README.md,
-// docs/getting-started.md, docs/cluster.md and
+// docs/getting-started.md, docs/client.md, docs/cluster.md and
 // docs/durability-and-failover.md, so that what a newcomer copies works
 // (issue 34: "every command in their code blocks is run by a test"; the
 // security walkthrough is examples/security's, the fuzz and torture
@@ -29,5 +29,6 @@
 //     replaces it;
 //   - the suite's own commands (bash .ci/run, go test) are not run.
 //
+// A line ending in a backslash is joined with the next, as a shell does.
 // Any other command must exit 0.
 package docrun

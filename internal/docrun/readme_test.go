@@ -89,6 +89,8 @@ func TestGettingStartedCommands(t *testing.T) { runDoc(t, "docs/getting-started.
 
 func TestClusterDocCommands(t *testing.T) { runDoc(t, "docs/cluster.md", 4) }
 
+func TestClientDocCommands(t *testing.T) { runDoc(t, "docs/client.md", 17) }
+
 func TestFailoverDocCommands(t *testing.T) { runDoc(t, "docs/durability-and-failover.md", 10) }
 
 // runDoc runs the commands of one Markdown file in a directory of its own;
@@ -116,8 +118,15 @@ func runDoc(t *testing.T, doc string, minimum int) {
 				w.yaml = append(w.yaml, w.mapPorts(l))
 			}
 		case "sh":
-			for i, l := range b.lines {
-				where := fmt.Sprintf("%s:%d: %s", doc, b.line+1+i, l)
+			for i := 0; i < len(b.lines); i++ {
+				where := fmt.Sprintf("%s:%d: %s", doc, b.line+1+i, b.lines[i])
+				// A line ending in a backslash goes on on the next one, as
+				// in a shell.
+				l := b.lines[i]
+				for strings.HasSuffix(l, "\\") && i+1 < len(b.lines) {
+					i++
+					l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(b.lines[i])
+				}
 				if w.run(where, l) {
 					ran++
 				}
