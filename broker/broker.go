@@ -66,6 +66,9 @@ type Broker struct {
 	disk      *diskGuard // store.minFreeMB (disk.go)
 	commit    commitGate // read-committed delivery (commitpoint.go)
 	inst      instanceID // the data directory's instance id (instance.go)
+	// durableHook is SetDurableHook's function, called by the writer at
+	// stage "visible".
+	durableHook atomic.Pointer[func(int64)]
 }
 
 // writeQueue is the writer's queue and token (lead.go), guarded by qmu:

@@ -79,6 +79,21 @@ func (b *Broker) CommitPoint() int64 {
 	return b.commit.point.Load()
 }
 
+// SetDurableHook makes the writer call fn with the last eventId of every
+// committed group once the group is as durable as the flush level asks
+// (stage "visible", on the writer's goroutine: fn must not block nor call
+// into the broker). With ReplicateBeforeSync a slave may confirm a group
+// before the master synced it; the semi-synchronous tracker
+// (replication.SyncTracker.Durable) uses the hook to keep the commit point
+// at or below the master's own synced copy. nil removes it.
+func (b *Broker) SetDurableHook(fn func(lastEventID int64)) {
+	if fn == nil {
+		b.durableHook.Store(nil)
+		return
+	}
+	b.durableHook.Store(&fn)
+}
+
 // SetCommitPoint moves the commit point to id if that is higher and wakes
 // the subscribers waiting for it. It may be called from any goroutine; it
 // never blocks on the writer.

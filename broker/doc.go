@@ -104,6 +104,7 @@
 //	binlog      the group's one binlog write
 //	topics      one write per topic
 //	meta        the group's one meta transaction
+//	replicate   flushLevel 2 + semi-sync: the binlog to replica streams before the fsync
 //	durable     fsync by flushLevel (durability.go)
 //	visible     message counts, then the group visible to readers
 //	effects     the staged in-memory effects (topic map, cursor table, hooks)
@@ -116,7 +117,7 @@
 //	wake        readers woken
 //
 // A failure in fs..meta rolls back those stages (each row's undo, in
-// reverse) and fails the group's commands; a failure in durable..checkpoint
+// reverse) and fails the group's commands; a failure in replicate..checkpoint
 // is fatal and fails them; a failure in metrics..evict is fatal but the
 // commands keep their success. The features that take part in a group
 // commit (dedupe, stored positions, message counts, commit hooks,

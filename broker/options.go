@@ -104,6 +104,14 @@ type Options struct {
 	// (commitpoint.go): set with replication.syncSlaves > 0 unless
 	// replication.readCommitted is false.
 	ReadCommitted bool
+	// ReplicateBeforeSync (flushLevel 2 with semi-synchronous replication,
+	// config.ReplicateBeforeSync) lets a master's replica streams read a
+	// group's binlog blocks before the group's fsync (stage "replicate",
+	// pipeline.go), so that the slaves' write and fsync run beside the
+	// master's instead of after it. The writer still answers the group's
+	// commands after its fsync, topic readers still see it only then, and
+	// the commit point never passes what the master synced (SetDurableHook).
+	ReplicateBeforeSync bool
 
 	// counts sets the message counts' tunables, for tests (startCounts
 	// fills in the rest).

@@ -21,7 +21,10 @@ package broker
 //     on (lead).
 //   - replication: replica streams read the binlog, woken at "wake"; slave
 //     confirmations are waited for by the caller after the reply (package
-//     replication), not by the writer.
+//     replication), not by the writer. With ReplicateBeforeSync a master's
+//     binlog is published to them at "replicate", before "durable", and
+//     the durable hook (SetDurableHook) learns at "visible" how far the
+//     master's own copy is synced.
 //   - metrics: "metrics", for a committed group.
 //
 // A new stage is one function and one row here (and the list in doc.go).
@@ -91,6 +94,7 @@ var groupStages = [...]groupStage{
 	{name: "binlog", when: onWrite, run: (*writer).appendBinlogGroup, undo: (*writer).undoBinlog}, // one binlog write
 	{name: "topics", when: onWrite, run: (*writer).appendTopics, undo: (*writer).undoTopics},      // one write per topic
 	{name: "meta", when: onWrite, run: (*writer).commitMetaGroup},                                 // one meta transaction
+	{name: "replicate", when: onApplied, run: (*writer).replicateEarly},                           // flushLevel 2 + semi-sync: replica streams before the fsync
 	{name: "durable", when: onApplied, run: (*writer).makeDurable},                                // durability.go: fsync by flushLevel
 	{name: "visible", when: onApplied, run: (*writer).makeVisible},                                // readers may see the group
 	{name: "effects", when: onApplied, run: (*writer).runEffects},                                 // the staged in-memory effects
@@ -306,6 +310,25 @@ func (w *writer) makeVisible(*groupRun) error {
 		}
 	}
 	w.b.lastID.Store(w.next - 1)
+	if f := w.b.durableHook.Load(); f != nil {
+		(*f)(w.next - 1)
+	}
+	return nil
+}
+
+// replicateEarly publishes the group's binlog end to replica streams before
+// the group's fsync (Options.ReplicateBeforeSync, a master only), and wakes
+// them: a slave receives, writes and confirms the group while the master
+// syncs it. Nothing but the binlog moves: the group's commands are answered
+// after "durable", its topics become visible at "visible", and the commit
+// point waits for the durable hook. Should the fsync fail, the writer stops
+// (die) with the group in the master's files and perhaps on slaves,
+// answered to nobody: like any write refused after it was stored (a 400 is
+// not a guarantee of absence).
+func (w *writer) replicateEarly(*groupRun) error {
+	if w.b.opts.ReplicateBeforeSync && !w.b.IsSlave() {
+		w.b.binlog.Commit()
+	}
 	return nil
 }
 

@@ -56,6 +56,8 @@ func TestBrokerDefaultOptionsMatchConfig(t *testing.T) {
 		"CursorRetention":        {"cursor.retentionDays", d.CursorRetention, c.CursorRetention()},
 		// Off by default on both sides: the shipped syncSlaves is 0.
 		"ReadCommitted": {"replication.readCommitted with syncSlaves", d.ReadCommitted, c.Replication.ReadCommittedOn()},
+		// Off by default: the shipped flushLevel is 1 and syncSlaves 0.
+		"ReplicateBeforeSync": {"store.flushLevel 2 with syncSlaves", d.ReplicateBeforeSync, c.ReplicateBeforeSync()},
 	}
 	notKeys := map[string]string{
 		"Dir":               "store.path: each server's own; DefaultOptions has none",

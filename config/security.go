@@ -114,6 +114,15 @@ const MaxSyncSlaves = 64
 // point: replication.syncSlaves > 0 and replication.readCommitted.
 func (r ReplicationClient) ReadCommittedOn() bool { return r.SyncSlaves > 0 && r.ReadCommitted }
 
+// ReplicateBeforeSync reports whether a master sends each group's binlog
+// blocks to its slaves before its own fsync (store.flushLevel 2 with
+// replication.syncSlaves > 0, which a cluster requires): the slaves then
+// write (and fsync) beside the master instead of after it. A 200 still
+// waits for both; broker.Options.ReplicateBeforeSync.
+func (c *Config) ReplicateBeforeSync() bool {
+	return c.Store.FlushLevel >= 2 && c.Replication.SyncSlaves > 0
+}
+
 // SyncTimeout is replication.syncTimeoutMs.
 func (c *Config) SyncTimeout() time.Duration { return ms(c.Replication.SyncTimeoutMs) }
 

@@ -55,6 +55,7 @@ var (
 	descSyncConfirm  = desc("replication_sync_confirming_slaves", "Connected slaves that confirm what they apply.")
 	descSyncWaiting  = desc("replication_sync_waiting_writes", "Writes whose reply waits for slave confirmations.")
 	descSyncDegraded = desc("replication_sync_degraded", "1 while writes are answered asynchronously after a confirmation timeout (onSyncTimeout: degrade).")
+	descSyncBefore   = desc("replication_sync_before_fsync", "1 when slaves get each write before the master's own fsync (store.flushLevel 2 with syncSlaves): the two sync side by side.")
 	descSyncTimeouts = desc("replication_sync_timeouts_total", "Writes not confirmed by the slaves within replication.syncTimeoutMs, by the mode that answered them (fail: 400, degrade: 200).", "mode")
 	descCommitPoint  = desc("replication_commit_point", "The highest eventId subscribers are served up to (read-committed delivery): what enough slaves confirmed; on a slave, what its master last sent.")
 	descHeldByCommit = desc("replication_commit_held_subscribers", "Subscribers that read everything up to the commit point and wait for it to move.")
@@ -70,7 +71,7 @@ var (
 	allSourceMetrics = []*prometheus.Desc{descInfo, descStart, descLastID, descBinlogBytes, descBinlogFiles, descEpoch, descIsMaster, descDedupeIDs,
 		descTopics, descTopicBytes, descTopicMsgs, descTopicLast, descSubscribers, descSubLag, descSubPos,
 		descSlaves, descSlaveLag, descSlaveConf, descSlaveConfLat, descSyncSlaves, descSyncConfirm, descSyncWaiting,
-		descSyncDegraded, descSyncTimeouts, descSyncUnconf, descCommitPoint, descHeldByCommit, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
+		descSyncDegraded, descSyncBefore, descSyncTimeouts, descSyncUnconf, descCommitPoint, descHeldByCommit, descReplConn, descReplLag, descReplLagSec, descDelayed, descDelayedDue, descSourceErrs,
 		descCertExpiry}
 )
 
@@ -243,6 +244,11 @@ func (c *sourceCollector) collectReplication(e *emitter, r ReplicationInfo) {
 			degraded = 1
 		}
 		e.gauge(descSyncDegraded, degraded)
+		before := 0.0
+		if y.BeforeSync {
+			before = 1
+		}
+		e.gauge(descSyncBefore, before)
 		e.counter(descSyncTimeouts, float64(y.TimeoutsFail), "fail")
 		e.counter(descSyncTimeouts, float64(y.TimeoutsDegrade), "degrade")
 		e.counter(descSyncUnconf, float64(y.Unconfirmed))

@@ -38,7 +38,7 @@ func fakeState() metricstest.State {
 		Replication: metrics.ReplicationInfo{Role: metrics.RoleMaster, LastEventID: 90, Slaves: []metrics.SlaveInfo{
 			{RemoteAddr: "10.0.0.2:5000", Position: 70, LagEvents: 20},
 			{RemoteAddr: "10.0.0.3:5000", Position: 90, Confirming: true, Confirmed: 88, ConfirmLatencySeconds: 0.002},
-		}, Sync: &metrics.SyncInfo{SyncSlaves: 1, Confirming: 1, Waiting: 3, Degraded: true, TimeoutsFail: 0, TimeoutsDegrade: 2, Unconfirmed: 7}},
+		}, Sync: &metrics.SyncInfo{SyncSlaves: 1, Confirming: 1, Waiting: 3, Degraded: true, TimeoutsFail: 0, TimeoutsDegrade: 2, Unconfirmed: 7, BeforeSync: true}},
 		Delays: delays,
 		Info: metrics.ServerInfo{Version: "v1.2.3", Role: metrics.RoleMaster, StartTime: 1_700_000_000_000, LastEventID: 90, Epoch: 3, BinlogBytes: 1 << 20, BinlogFiles: 2,
 			Certificates: []metrics.CertificateInfo{
@@ -88,6 +88,7 @@ func TestSourceCollector(t *testing.T) {
 		{"smss_replication_sync_confirming_slaves", nil, 1},
 		{"smss_replication_sync_waiting_writes", nil, 3},
 		{"smss_replication_sync_degraded", nil, 1},
+		{"smss_replication_sync_before_fsync", nil, 1},
 		{"smss_replication_sync_timeouts_total", map[string]string{"mode": "fail"}, 0},
 		{"smss_replication_sync_timeouts_total", map[string]string{"mode": "degrade"}, 2},
 		{"smss_replication_sync_unconfirmed_writes_total", nil, 7},

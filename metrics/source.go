@@ -120,6 +120,10 @@ type SyncInfo struct {
 	Unconfirmed int64 `json:"unconfirmed"`
 	// Degradations counts the switches to asynchronous.
 	Degradations int64 `json:"degradations"`
+	// BeforeSync is true when slaves get each write before the master's
+	// own fsync (store.flushLevel 2 with syncSlaves): both sync side by
+	// side, and the commit point follows the master's synced copy too.
+	BeforeSync bool `json:"beforeSync,omitempty"`
 }
 
 // SlaveSync is one confirming slave's state in SyncInfo's tracker.

@@ -19,6 +19,11 @@ import (
 // master sends it to its slaves (commit frames, docs/protocol.md §4.6).
 //
 // Invariants:
+//   - With DurableGate the commit point is never above the master's own
+//     synced position (LastEventID): a slave may confirm a write the
+//     master has not synced yet (flushLevel 2, replicas sent before the
+//     fsync), and a failover keeps it, but a master that lost power and
+//     came back as master would not.
 //   - The commit point only grows. A slave that disconnects lowers the
 //     confirmed position (kth) but never the commit point: what readers
 //     were shown was confirmed when they were shown it.
@@ -38,6 +43,29 @@ type commitState struct {
 	inSync  bool
 	members [][InstanceIDLen]byte // guarded by SyncTracker.mu
 	version uint64                // of members (the cluster's log index)
+}
+
+// committableLocked is the position the commit point may rise to: what the
+// slaves confirmed (kth), and with DurableGate no further than the
+// master's own synced copy (LastEventID).
+func (t *SyncTracker) committableLocked() int64 {
+	if t.gate {
+		return min(t.kth, t.last())
+	}
+	return t.kth
+}
+
+// Durable tells a DurableGate tracker that the master's own copy is synced
+// up to its LastEventID (lastEventID, the broker's durable hook): the
+// commit point rises to what the slaves confirmed of it. It must not block
+// the writer that calls it: it takes the tracker's lock only.
+func (t *SyncTracker) Durable(lastEventID int64) {
+	if t == nil || !t.gate || t.need == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.raiseCommitLocked(min(t.kth, lastEventID))
+	t.mu.Unlock()
 }
 
 // raiseCommitLocked moves the commit point up to id (never down).

@@ -146,3 +146,58 @@ func TestSyncFence(t *testing.T) {
 		t.Fatalf("fenced: %v", err)
 	}
 }
+
+// TestCommitPointDurableGate: with DurableGate (flushLevel 2, replicas sent
+// before the master's fsync) a slave's confirmation beyond the master's
+// synced position raises the commit point only to that position; Durable
+// raises it to what both have, never past the confirmations. Without the
+// gate the confirmation alone moves it (the order of every other flush
+// level, where a slave cannot confirm what the master has not made
+// visible).
+func TestCommitPointDurableGate(t *testing.T) {
+	for _, gate := range []bool{true, false} {
+		t.Run(map[bool]string{true: "gate", false: "no gate"}[gate], func(t *testing.T) {
+			var cl commitLog
+			var synced atomicInt
+			synced.set(4)
+			tr, err := NewSyncTracker(SyncOptions{Slaves: 1, Timeout: time.Second, LastEventID: synced.get,
+				Logger: quiet, OnCommit: cl.add, DurableGate: gate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := tr.register("a", tr.streams.Add(1), hello(1, 4), nil)
+			if tr.CommitPoint() != 4 {
+				t.Fatalf("slave and master at 4: commit point %d", tr.CommitPoint())
+			}
+			s.confirm(7, true, 0, false) // the slave has 5..7 before the master synced them
+			want := map[bool]int64{true: 4, false: 7}[gate]
+			if tr.CommitPoint() != want || cl.last() != want {
+				t.Fatalf("slave at 7, master synced to 4: commit point %d, reported %d, want %d", tr.CommitPoint(), cl.last(), want)
+			}
+			synced.set(6)
+			tr.Durable(6)
+			want = map[bool]int64{true: 6, false: 7}[gate]
+			if tr.CommitPoint() != want {
+				t.Fatalf("master synced to 6: commit point %d, want %d", tr.CommitPoint(), want)
+			}
+			synced.set(9)
+			tr.Durable(9) // beyond the slave: the slave's 7 bounds it
+			if tr.CommitPoint() != 7 || cl.last() != 7 {
+				t.Fatalf("master synced to 9, slave at 7: commit point %d, reported %d", tr.CommitPoint(), cl.last())
+			}
+			s.confirm(9, true, 0, false)
+			if tr.CommitPoint() != 9 {
+				t.Fatalf("both at 9: commit point %d", tr.CommitPoint())
+			}
+		})
+	}
+}
+
+// atomicInt is an int64 for a LastEventID function.
+type atomicInt struct {
+	mu sync.Mutex
+	v  int64
+}
+
+func (a *atomicInt) set(v int64) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
+func (a *atomicInt) get() int64  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }

@@ -46,6 +46,13 @@ type SyncOptions struct {
 	// error (a *protocol.BizError starting protocol.FencedPrefix) refuses
 	// it. A cluster master that lost its lease is fenced.
 	Fence func() error
+	// DurableGate keeps the commit point at or below LastEventID, which
+	// must then be the master's own durable position: with
+	// broker.Options.ReplicateBeforeSync a slave may confirm a write
+	// before the master synced it. The master reports each synced group
+	// with Durable (broker.SetDurableHook), which raises the commit point
+	// to what both have.
+	DurableGate bool
 }
 
 // DefaultSyncTimeout is SyncOptions.Timeout's default.
@@ -81,6 +88,7 @@ type SyncTracker struct {
 	sample  uint64
 	biz     error // the fail-mode error, built once
 	fence   func() error
+	gate    bool // SyncOptions.DurableGate
 
 	mu       sync.Mutex
 	slaves   []*SyncSlave // confirming, connected
@@ -140,7 +148,7 @@ func NewSyncTracker(o SyncOptions) (*SyncTracker, error) {
 	t := &SyncTracker{need: o.Slaves, timeout: o.Timeout, degrade: o.Degrade, last: o.LastEventID,
 		log: o.Logger.With("component", "semi-sync"), sample: uint64(max(o.LogSample, 0)),
 		biz: &notConfirmed{protocol.NewBizError(msg)}, sharedGrace: sharedIDGrace}
-	t.commit.onCommit, t.commit.inSync, t.fence = o.OnCommit, o.InSync, o.Fence
+	t.commit.onCommit, t.commit.inSync, t.fence, t.gate = o.OnCommit, o.InSync, o.Fence, o.DurableGate
 	return t, nil
 }
 
@@ -465,7 +473,7 @@ func (t *SyncTracker) advanceLocked() {
 		k = t.pos[len(t.pos)-t.need]
 	}
 	t.kth = k
-	t.raiseCommitLocked(k)
+	t.raiseCommitLocked(t.committableLocked())
 	for len(t.waiters) > 0 && t.waiters[0].id <= k {
 		w := heap.Pop(&t.waiters).(*waiter)
 		w.ch <- struct{}{}
@@ -479,7 +487,7 @@ func (t *SyncTracker) Info() (metrics.SyncInfo, map[string]metrics.SlaveSync) {
 	if t == nil {
 		return metrics.SyncInfo{OnTimeout: "fail"}, nil
 	}
-	in := metrics.SyncInfo{SyncSlaves: t.need, TimeoutMs: t.timeout.Milliseconds(), OnTimeout: "fail",
+	in := metrics.SyncInfo{SyncSlaves: t.need, TimeoutMs: t.timeout.Milliseconds(), OnTimeout: "fail", BeforeSync: t.gate,
 		Waiting: t.waiting.Load(), TimeoutsFail: t.timeoutsFail.Load(), TimeoutsDegrade: t.timeoutsDeg.Load(),
 		Unconfirmed: t.unconfirmed.Load(), Degradations: t.degradations.Load()}
 	if t.degrade {

@@ -202,6 +202,7 @@ func runNode(cfg *config.Config, fl *flags, role string, adm *adminEndpoint, aut
 		CursorSnapshotInterval: cfg.CursorSnapshotInterval(),
 		CursorRetention:        cfg.CursorRetention(),
 		ReadCommitted:          cfg.Replication.ReadCommittedOn(),
+		ReplicateBeforeSync:    cfg.ReplicateBeforeSync(),
 	}
 	bopts.InlineDeliveries = inlineDeliveries(cfg.Worker.InlineDeliveries)
 	b, err := broker.Open(bopts)
@@ -270,10 +271,17 @@ func serve(cfg *config.Config, role string, fl *flags, n *node, adm *adminEndpoi
 		OnCommit:    b.SetCommitPoint, // read-committed delivery; a no-op when off
 		InSync:      n.auto != nil,
 		Fence:       n.fence(),
+		DurableGate: cfg.ReplicateBeforeSync(),
 	})
 	if err != nil {
 		logger.Error("cannot set up semi-synchronous replication", "err", err)
 		return exitUsage, nil
+	}
+	if cfg.ReplicateBeforeSync() {
+		// Slaves get each group before the master's fsync: the commit
+		// point follows the master's synced copy too.
+		b.SetDurableHook(syncTracker.Durable)
+		defer b.SetDurableHook(nil)
 	}
 	adm.setSync(syncTracker)
 	n.sync = syncTracker
