@@ -14,6 +14,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -145,7 +146,7 @@ func TestDivergenceDetection(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, 20*time.Second, "replication to stop", func() bool { return s2.Status().State == StateStopped })
+			smsstest.WaitFor(t, 20*time.Second, "replication to stop", func() bool { return s2.Status().State == StateStopped })
 			if err := stop(); !errors.Is(err, ErrDiverged) {
 				t.Fatalf("Run: %v, want ErrDiverged", err)
 			}
@@ -368,7 +369,7 @@ func TestUnverifiableAgainstOriginalMaster(t *testing.T) {
 		t.Fatalf("Check: %v, want nil (unverifiable)", err)
 	}
 	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr})
-	waitFor(t, 10*time.Second, "the next block", func() bool { return s.Status().LastEventID == 6 })
+	smsstest.WaitFor(t, 10*time.Second, "the next block", func() bool { return s.Status().LastEventID == 6 })
 	stop()
 	mu.Lock()
 	defer mu.Unlock()

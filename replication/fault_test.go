@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -145,7 +146,7 @@ func TestInvalidInputFromMaster(t *testing.T) {
 			defer sb.Close()
 			s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr, MaxBlock: 1 << 20})
 			if tc.want == "" {
-				waitFor(t, 10*time.Second, "a reconnect", func() bool { return fm.replicas.Load() >= 2 })
+				smsstest.WaitFor(t, 10*time.Second, "a reconnect", func() bool { return fm.replicas.Load() >= 2 })
 				if st := s.Status(); st.State == StateStopped || st.LastEventID != tc.wantLast {
 					t.Fatalf("status %+v", st)
 				}
@@ -153,7 +154,7 @@ func TestInvalidInputFromMaster(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				waitFor(t, 10*time.Second, "a loud stop", func() bool { return s.Status().State == StateStopped })
+				smsstest.WaitFor(t, 10*time.Second, "a loud stop", func() bool { return s.Status().State == StateStopped })
 				err := stop()
 				if !errors.Is(err, ErrStopped) {
 					t.Fatalf("Run returned %v", err)
@@ -187,7 +188,7 @@ func TestMasterRefusalStops(t *testing.T) {
 	sb := openBroker(t, t.TempDir(), true, nil)
 	defer sb.Close()
 	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, StartEvent: 3})
-	waitFor(t, 10*time.Second, "a loud stop", func() bool { return s.Status().State == StateStopped })
+	smsstest.WaitFor(t, 10*time.Second, "a loud stop", func() bool { return s.Status().State == StateStopped })
 	if err := stop(); !errors.Is(err, ErrStopped) || !strings.Contains(err.Error(), "is inside a binlog block") {
 		t.Fatalf("Run: %v", err)
 	}
@@ -207,7 +208,7 @@ func TestSilentMaster(t *testing.T) {
 		defer sb.Close()
 		s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr, AliveInterval: 100 * time.Millisecond})
 		start := time.Now()
-		waitFor(t, 10*time.Second, "two silent sessions", func() bool { return s.Status().Reconnects >= 2 })
+		smsstest.WaitFor(t, 10*time.Second, "two silent sessions", func() bool { return s.Status().Reconnects >= 2 })
 		if d := time.Since(start); d < 400*time.Millisecond {
 			t.Fatalf("gave up on the master after %v; silence timeout is 200 ms", d)
 		}
@@ -236,7 +237,7 @@ func TestSilentMaster(t *testing.T) {
 		sb := openBroker(t, t.TempDir(), true, nil)
 		defer sb.Close()
 		s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ln.Addr().String(), RequestTimeout: 100 * time.Millisecond})
-		waitFor(t, 10*time.Second, "retries", func() bool { return accepted.Load() >= 3 })
+		smsstest.WaitFor(t, 10*time.Second, "retries", func() bool { return accepted.Load() >= 3 })
 		if st := s.Status(); !strings.Contains(st.LastError, "topic sync") || st.State == StateStopped {
 			t.Fatalf("status %+v", st)
 		}
@@ -284,7 +285,7 @@ func TestOriginalMasterResume(t *testing.T) {
 	sb = openBroker(t, sdir, true, nil)
 	defer sb.Close()
 	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr, MinBackoff: time.Hour})
-	waitFor(t, 10*time.Second, "the next block", func() bool { return s.Status().LastEventID == 5 })
+	smsstest.WaitFor(t, 10*time.Second, "the next block", func() bool { return s.Status().LastEventID == 5 })
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -421,14 +422,14 @@ func TestRestartAfterTopicSyncNeverSkips(t *testing.T) {
 	fm := startFakeList(t, list, func(int, int64) ([]byte, bool) { return frame(binlog.AppendBlock(nil, &first)), false })
 	sb := openBroker(t, sdir, true, nil)
 	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr})
-	waitFor(t, 10*time.Second, "the first block", func() bool { return s.Status().LastEventID == 1 })
+	smsstest.WaitFor(t, 10*time.Second, "the first block", func() bool { return s.Status().LastEventID == 1 })
 	stop()
 	sb.Close()
 	ms := serveMaster(t, m, "", MasterOptions{})
 	sb = openBroker(t, sdir, true, nil)
 	defer sb.Close()
 	s, stop = runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr})
-	waitFor(t, 10*time.Second, "caught up or stopped", func() bool {
+	smsstest.WaitFor(t, 10*time.Second, "caught up or stopped", func() bool {
 		st := s.Status()
 		return st.State == StateStopped || st.LastEventID == m.LastEventID()
 	})

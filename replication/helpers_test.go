@@ -21,6 +21,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/segment"
 	"github.com/smssmq/smss/topicblock"
@@ -238,22 +239,10 @@ func runSlave(t testing.TB, b *broker.Broker, opts SlaveOptions) (*Slave, func()
 	return s, stop
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitCaughtUp waits until the slave applied everything the master has.
 func waitCaughtUp(t testing.TB, s *Slave, m *broker.Broker, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "the slave to catch up", func() bool {
+	smsstest.WaitFor(t, timeout, "the slave to catch up", func() bool {
 		st := s.Status()
 		if st.State == StateStopped {
 			t.Fatalf("replication stopped: %s", st.LastError)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // countingConn counts the writes that reach the socket.
@@ -214,7 +216,7 @@ func TestMasterLingerEndsWithTheBurst(t *testing.T) {
 	// One block alone: the stream is busy since the burst, so the master
 	// takes it and lingers; what commits meanwhile joins its write.
 	st.commitMany(lingerBlock(3))
-	waitFor(t, 10*time.Second, "the master to take the block after the burst", func() bool { return st.taken.Load() == 4 })
+	smsstest.WaitFor(t, 10*time.Second, "the master to take the block after the burst", func() bool { return st.taken.Load() == 4 })
 	for i := 4; i < 4+gathered; i++ {
 		st.commitMany(lingerBlock(i))
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -186,7 +187,7 @@ func TestSlaveRequestBytes(t *testing.T) {
 	if !bytes.Equal(b, want) {
 		t.Fatalf("requests:\n got %x\nwant %x", b, want)
 	}
-	waitFor(t, 5*time.Second, "stop on 400", func() bool { return s.Status().State == StateStopped })
+	smsstest.WaitFor(t, 5*time.Second, "stop on 400", func() bool { return s.Status().State == StateStopped })
 	if st := s.Status(); !strings.Contains(st.LastError, "enough") {
 		t.Fatalf("status %+v", st)
 	}
@@ -472,7 +473,7 @@ func TestSlowSlaveDoesNotSlowPublishers(t *testing.T) {
 			got.Add(int64(k))
 		}
 	}()
-	waitFor(t, 10*time.Second, "the slow replica's first bytes", func() bool { return got.Load() > 0 })
+	smsstest.WaitFor(t, 10*time.Second, "the slow replica's first bytes", func() bool { return got.Load() > 0 })
 
 	const n = 30000
 	var rateAlone, rateFollowed float64

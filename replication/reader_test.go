@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -101,7 +102,7 @@ func TestReplicaReaderNeverCounts(t *testing.T) {
 	if c := next("after the hello"); c.point != 0 || c.epoch != 5 {
 		t.Fatalf("first commit frame %+v, want point 0 at epoch 5", c)
 	}
-	waitFor(t, 10*time.Second, "the reader's epoch record", func() bool { return readerEpoch.Load() == 4 })
+	smsstest.WaitFor(t, 10*time.Second, "the reader's epoch record", func() bool { return readerEpoch.Load() == 4 })
 
 	id := publish(t, m, "t", "a", 1)
 	if err := tr.Wait(ctx, id); !errors.Is(err, ErrNotConfirmed) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // populate writes a mix of every binlog command to a master: creates,
@@ -187,7 +188,7 @@ func TestResumeAfterMasterRestart(t *testing.T) {
 		if err := m.Close(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the slave to notice", func() bool { return s.Status().State != StateStreaming })
+		smsstest.WaitFor(t, 10*time.Second, "the slave to notice", func() bool { return s.Status().State != StateStreaming })
 		m = openBroker(t, mdir, false, nil)
 		ms = serveMaster(t, m, addr, MasterOptions{AliveInterval: 100 * time.Millisecond})
 	}
@@ -220,7 +221,7 @@ func TestSlaveStartsBeforeMaster(t *testing.T) {
 	sb := openBroker(t, sdir, true, nil)
 	defer sb.Close()
 	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: addr, MinBackoff: 10 * time.Millisecond, MaxBackoff: 80 * time.Millisecond})
-	waitFor(t, 10*time.Second, "several failed attempts", func() bool { return s.Status().Reconnects >= 5 })
+	smsstest.WaitFor(t, 10*time.Second, "several failed attempts", func() bool { return s.Status().Reconnects >= 5 })
 	st := s.Status()
 	if st.State != StateConnecting || !strings.Contains(st.LastError, "connect") || st.NextRetry.IsZero() {
 		t.Fatalf("status while the master is down: %+v", st)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // TestStreamV2CommitFrames: over real TCP between real brokers, a master
@@ -50,7 +51,7 @@ func TestStreamV2CommitFrames(t *testing.T) {
 		t.Fatalf("both slaves up: %v", err)
 	}
 	for i, sb := range slaves {
-		waitFor(t, 10*time.Second, "the slave's commit point", func() bool { return sb.CommitPoint() >= id })
+		smsstest.WaitFor(t, 10*time.Second, "the slave's commit point", func() bool { return sb.CommitPoint() >= id })
 		if got := sb.CommitPoint(); got != id {
 			t.Fatalf("slave %d commit point %d, want %d", i, got, id)
 		}
@@ -66,7 +67,7 @@ func TestStreamV2CommitFrames(t *testing.T) {
 	if err := tr.Wait(ctx, id2); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("one slave of two: %v", err)
 	}
-	waitFor(t, 10*time.Second, "slave 0 applies the write", func() bool { return slaves[0].LastEventID() >= id2 })
+	smsstest.WaitFor(t, 10*time.Second, "slave 0 applies the write", func() bool { return slaves[0].LastEventID() >= id2 })
 	for i, b := range []*broker.Broker{m, slaves[0]} {
 		if got := b.CommitPoint(); got >= id2 {
 			t.Fatalf("node %d shows eventId %d, confirmed by one slave of two (commit point %d)", i, id2, got)
@@ -78,7 +79,7 @@ func TestStreamV2CommitFrames(t *testing.T) {
 		InstanceID: [6]byte{2}, Probe: probe, OnCommit: slaves[1].SetCommitPoint})
 	defer stop()
 	for _, b := range []*broker.Broker{m, slaves[0], slaves[1]} {
-		waitFor(t, 10*time.Second, "the commit point passes the refused write", func() bool { return b.CommitPoint() >= id2 })
+		smsstest.WaitFor(t, 10*time.Second, "the commit point passes the refused write", func() bool { return b.CommitPoint() >= id2 })
 	}
 }
 
@@ -100,7 +101,7 @@ func TestStreamV2StaleMaster(t *testing.T) {
 		Probe:      func(context.Context) (int, uint64, error) { return 2, 1, nil },
 		KnownEpoch: func() uint64 { return 2 }, MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	defer stop()
-	waitFor(t, 10*time.Second, "a refused session", func() bool { return s.Status().LastError != "" })
+	smsstest.WaitFor(t, 10*time.Second, "a refused session", func() bool { return s.Status().LastError != "" })
 	if st := s.Status(); sb.LastEventID() != 0 || !strings.Contains(st.LastError, "not following it") {
 		t.Fatalf("a slave knowing epoch 2 followed a master at epoch 1: lastEventId %d, status %+v", sb.LastEventID(), st)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -205,19 +206,19 @@ func TestSyncRestartedSlaveCountsOnce(t *testing.T) {
 	bb := openBroker(t, t.TempDir(), true, nil)
 	defer bb.Close()
 	_, stopB := runSlave(t, bb, SlaveOptions{MasterAddr: ms.addr, AliveInterval: 200 * time.Millisecond})
-	waitFor(t, 10*time.Second, "both slaves confirming", func() bool { in, _ := tr.Info(); return in.Confirming == 2 })
+	smsstest.WaitFor(t, 10*time.Second, "both slaves confirming", func() bool { in, _ := tr.Info(); return in.Confirming == 2 })
 	if err := tr.Wait(ctx, publish(t, m, "t", "both", 1)); err != nil {
 		t.Fatalf("with both slaves: %v", err)
 	}
 
 	// Slave B goes away; a write reaches slave A only.
 	stopB()
-	waitFor(t, 10*time.Second, "B gone", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+	smsstest.WaitFor(t, 10*time.Second, "B gone", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
 	id := publish(t, m, "t", "only A", 1)
 	if err := tr.Wait(ctx, id); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("one slave of two: %v", err)
 	}
-	waitFor(t, 10*time.Second, "A to confirm the write", func() bool {
+	smsstest.WaitFor(t, 10*time.Second, "A to confirm the write", func() bool {
 		_, slaves := tr.Info()
 		for _, s := range slaves {
 			if s.Confirmed >= id {
@@ -249,7 +250,7 @@ func TestSyncRestartedSlaveCountsOnce(t *testing.T) {
 	before := addrs()
 	ab, _, _ = startA()
 	defer ab.Close()
-	waitFor(t, 10*time.Second, "A's new connection to confirm", func() bool {
+	smsstest.WaitFor(t, 10*time.Second, "A's new connection to confirm", func() bool {
 		for a := range addrs() {
 			if !before[a] {
 				return true

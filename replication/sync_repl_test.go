@@ -17,6 +17,7 @@ import (
 
 	"github.com/smssmq/smss/binlog"
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -166,13 +167,13 @@ func TestSyncForeignSlavesNeverCount(t *testing.T) {
 			// From the create on: no frame before the writes below.
 			rs := startRawSlave(t, ms.addr, m.LastEventID(), tc.first, tc.perFrame)
 			if tc.countsAtFirst {
-				waitFor(t, 10*time.Second, "the hello counted", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+				smsstest.WaitFor(t, 10*time.Second, "the hello counted", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
 			}
 			var ids []int64
 			for i := range 3 {
 				ids = append(ids, publish(t, m, "t", "x", 1+i))
 			}
-			waitFor(t, 10*time.Second, "the frames streamed", func() bool { return rs.frames.Load() >= 3 })
+			smsstest.WaitFor(t, 10*time.Second, "the frames streamed", func() bool { return rs.frames.Load() >= 3 })
 			start := time.Now()
 			err := tr.Wait(ctx, ids[len(ids)-1])
 			if !errors.Is(err, ErrNotConfirmed) {
@@ -186,7 +187,7 @@ func TestSyncForeignSlavesNeverCount(t *testing.T) {
 			}
 			// The stream goes on.
 			publish(t, m, "t", "after", 1)
-			waitFor(t, 10*time.Second, "a frame after the refusal", func() bool { return rs.frames.Load() >= 4 })
+			smsstest.WaitFor(t, 10*time.Second, "a frame after the refusal", func() bool { return rs.frames.Load() >= 4 })
 			select {
 			case err := <-rs.done:
 				t.Fatalf("stream ended: %v", err)
@@ -210,7 +211,7 @@ func TestSyncSlaveLeavesWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	waitFor(t, 10*time.Second, "the slave to leave", func() bool { in, _ := tr.Info(); return in.Confirming == 0 })
+	smsstest.WaitFor(t, 10*time.Second, "the slave to leave", func() bool { in, _ := tr.Info(); return in.Confirming == 0 })
 	id := publish(t, m, "t", "b", 1)
 	w := waitAsync(tr, ctx, id)
 	expectPending(t, w, "no slave")
@@ -344,7 +345,7 @@ func TestConfirmingSlaveWithOriginalMaster(t *testing.T) {
 	waitCaughtUp(t, s, m, 20*time.Second)
 	// Confirmations follow the applied blocks: wait for the one of the
 	// last block, not just for any.
-	waitFor(t, 10*time.Second, "the last block confirmed", func() bool {
+	smsstest.WaitFor(t, 10*time.Second, "the last block confirmed", func() bool {
 		fm.mu.Lock()
 		defer fm.mu.Unlock()
 		n := len(fm.got) / ConfirmLen * ConfirmLen
@@ -394,7 +395,7 @@ func TestSyncStartEventIsNotConfirmed(t *testing.T) {
 	defer sb.Close()
 	_, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, StartEvent: m.LastEventID(), AliveInterval: 200 * time.Millisecond})
 	defer stop()
-	waitFor(t, 10*time.Second, "the hello", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+	smsstest.WaitFor(t, 10*time.Second, "the hello", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
 	if err := tr.Wait(ctx, skipped); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("a skipped write counted as confirmed: %v", err)
 	}
@@ -417,7 +418,7 @@ func TestSyncTwoSlaves(t *testing.T) {
 		s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr, AliveInterval: 200 * time.Millisecond})
 		slaves, stops = append(slaves, s), append(stops, stop)
 	}
-	waitFor(t, 10*time.Second, "both slaves confirming", func() bool { in, _ := tr.Info(); return in.Confirming == 2 })
+	smsstest.WaitFor(t, 10*time.Second, "both slaves confirming", func() bool { in, _ := tr.Info(); return in.Confirming == 2 })
 	for i := range 5 {
 		id := publish(t, m, "t", "both", 1+i)
 		if err := tr.Wait(ctx, id); err != nil {
@@ -430,13 +431,13 @@ func TestSyncTwoSlaves(t *testing.T) {
 		}
 	}
 	stops[1]()
-	waitFor(t, 10*time.Second, "one slave left", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
+	smsstest.WaitFor(t, 10*time.Second, "one slave left", func() bool { in, _ := tr.Info(); return in.Confirming == 1 })
 	id := publish(t, m, "t", "one", 1)
 	if err := tr.Wait(ctx, id); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("one slave of two: %v", err)
 	}
 	// Refused, yet stored and replicated to the remaining slave.
-	waitFor(t, 10*time.Second, "the remaining slave to apply", func() bool { return slaves[0].Status().LastEventID >= id })
+	smsstest.WaitFor(t, 10*time.Second, "the remaining slave to apply", func() bool { return slaves[0].Status().LastEventID >= id })
 }
 
 // TestSlaveOfOriginalMasterKeepsLegacyTopicNames: an original master whose
@@ -477,7 +478,7 @@ func TestSlaveOfOriginalMasterKeepsLegacyTopicNames(t *testing.T) {
 			defer sb.Close()
 			s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: fm.addr, StartEvent: tc.start, AliveInterval: 100 * time.Millisecond,
 				SilenceTimeout: 2 * time.Second})
-			waitFor(t, 20*time.Second, "every topic on the slave", func() bool {
+			smsstest.WaitFor(t, 20*time.Second, "every topic on the slave", func() bool {
 				ts, err := sb.Topics()
 				return err == nil && len(ts) == len(legacy)
 			})

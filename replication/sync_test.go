@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -57,7 +58,7 @@ func expectDone(t *testing.T, ch <-chan error, want error, what string) {
 
 func waitWaiting(t *testing.T, tr *SyncTracker, n int64) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "waiters", func() bool { in, _ := tr.Info(); return in.Waiting == n })
+	smsstest.WaitFor(t, 10*time.Second, "waiters", func() bool { in, _ := tr.Info(); return in.Waiting == n })
 }
 
 // TestSyncWaitCounts: a write is released exactly when syncSlaves distinct
