@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/admin"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/topicblock"
@@ -44,66 +45,66 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	// auth.maxFailures) out of the way.
 	// Stored positions are written only when the subscription ends (not
 	// every second), so that the eventIds checked below are the test's own.
-	writeConfig(t, dir, adminConfig(adminToken)+"auth:\n  maxFailures: 1000\ncursor:\n  flushMs: 600000\n")
-	p := start(t, dir)
-	adm := adminAddr(t, p)
+	kit.WriteConfig(t, dir, kit.AdminConfig(kit.AdminToken)+"auth:\n  maxFailures: 1000\ncursor:\n  flushMs: 600000\n")
+	p := kit.Start(t, dir)
+	adm := kit.AdminAddr(t, p)
 
 	// Liveness and the dashboard page are public; everything else is not.
-	if code, body := adminGet(t, adm, "", "/healthz"); code != http.StatusOK || body != "ok\n" {
+	if code, body := kit.AdminGet(t, adm, "", "/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz %d %q", code, body)
 	}
-	if code, body := adminGet(t, adm, "", "/"); code != http.StatusOK || !strings.Contains(body, "<html") {
+	if code, body := kit.AdminGet(t, adm, "", "/"); code != http.StatusOK || !strings.Contains(body, "<html") {
 		t.Fatalf("dashboard page %d", code)
 	}
 	// /readyz is public like /healthz: probes carry no token.
-	if code, body := adminGet(t, adm, "", "/readyz"); code != http.StatusOK || body != "ok\n" {
+	if code, body := kit.AdminGet(t, adm, "", "/readyz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/readyz without a token: %d %q", code, body)
 	}
 	for _, path := range []string{"/metrics", "/api/info", "/api/topics", "/api/subscribers",
 		"/api/replication", "/api/delays", "/api/snapshot", "/debug/pprof/", "/debug/pprof/cmdline"} {
 		for _, tok := range []string{"", "wrong-token-0123456789"} {
-			if code, _ := adminGet(t, adm, tok, path); code != http.StatusUnauthorized {
+			if code, _ := kit.AdminGet(t, adm, tok, path); code != http.StatusUnauthorized {
 				t.Errorf("%s with token %q: %d, want 401", path, tok, code)
 			}
 		}
 	}
-	if code, body := adminGet(t, adm, adminToken, "/readyz"); code != http.StatusOK {
+	if code, body := kit.AdminGet(t, adm, kit.AdminToken, "/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz %d %s", code, body)
 	}
-	if code, body := adminGet(t, adm, adminToken, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := kit.AdminGet(t, adm, kit.AdminToken, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("/debug/pprof/ with the token: %d", code)
 	}
-	if code, body := adminGet(t, adm, adminToken, "/debug/pprof/cmdline"); code != http.StatusOK || !strings.Contains(body, "config.yaml") {
+	if code, body := kit.AdminGet(t, adm, kit.AdminToken, "/debug/pprof/cmdline"); code != http.StatusOK || !strings.Contains(body, "config.yaml") {
 		t.Errorf("/debug/pprof/cmdline with the token: %d %q", code, body)
 	}
 
-	pub := newPublisher(t, p.addr)
-	pub.create("orders") // 1
-	pub.create("audit")  // 2
-	ra, rb, rc := record(nil, "a"), record(nil, "bb"), record(nil, "ccc")
-	pub.pub("orders", ra, rb) // 3, 4
-	pub.pub("orders", rc)     // 5
-	pub.pub("audit", record(nil, "x"))
-	if err := pub.c.delay("orders", 3_600_000, record(nil, "later")); err != nil { // 7
+	pub := kit.NewPublisher(t, p.Addr)
+	pub.Create("orders") // 1
+	pub.Create("audit")  // 2
+	ra, rb, rc := kit.Record(nil, "a"), kit.Record(nil, "bb"), kit.Record(nil, "ccc")
+	pub.Pub("orders", ra, rb) // 3, 4
+	pub.Pub("orders", rc)     // 5
+	pub.Pub("audit", kit.Record(nil, "x"))
+	if err := pub.C.Delay("orders", 3_600_000, kit.Record(nil, "later")); err != nil { // 7
 		t.Fatal(err)
 	}
-	if err := pub.c.pub("missing", ra); err == nil {
+	if err := pub.C.Pub("missing", ra); err == nil {
 		t.Fatal("pub to a missing topic succeeded")
 	}
 
 	// A subscriber that acknowledged the first frame (3, 4) and holds the
 	// second (5) unacknowledged.
-	sub := dial(t, p.addr)
-	if err := sub.sub("orders", "billing", 0, 2, 30*time.Second); err != nil {
+	sub := kit.Dial(t, p.Addr)
+	if err := sub.Sub("orders", "billing", 0, 2, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if u, err := sub.nextData(10 * time.Second); err != nil || len(u.msgs) != 2 || u.msgs[1].EventID != 4 {
+	if u, err := sub.NextData(10 * time.Second); err != nil || len(u.Msgs) != 2 || u.Msgs[1].EventID != 4 {
 		t.Fatalf("first frame %v %v", u, err)
 	}
-	if err := sub.ack(0); err != nil {
+	if err := sub.Ack(0); err != nil {
 		t.Fatal(err)
 	}
-	if u, err := sub.nextData(10 * time.Second); err != nil || len(u.msgs) != 1 || u.msgs[0].EventID != 5 {
+	if u, err := sub.NextData(10 * time.Second); err != nil || len(u.Msgs) != 1 || u.Msgs[0].EventID != 5 {
 		t.Fatalf("second frame %v %v", u, err)
 	}
 
@@ -112,34 +113,34 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 		series string
 		want   float64
 	}{
-		{series("smss_topic_publishes_total", "topic", "orders"), 2},
-		{series("smss_topic_published_messages_total", "topic", "orders"), 3},
-		{series("smss_topic_published_bytes_total", "topic", "orders"), pubBytes},
-		{series("smss_topic_published_messages_total", "topic", "audit"), 1},
-		{series("smss_topic_delivered_messages_total", "topic", "orders"), 3},
-		{series("smss_topic_delivered_bytes_total", "topic", "orders"), pubBytes},
-		{series("smss_subscribers"), 1},
-		{series("smss_subscriber_position", "topic", "orders", "who", "billing"), 4},
-		{series("smss_subscriber_lag_events", "topic", "orders", "who", "billing"), 1},
-		{series("smss_topic_last_event_id", "topic", "orders"), 5},
-		{series("smss_topic_disk_bytes", "topic", "orders"), float64(topicDiskBytes(t, filepath.Join(dir, "data"), "orders"))},
-		{series("smss_topics", "state", "normal"), 2},
-		{series("smss_last_event_id"), 7},
-		{series("smss_delayed_pending"), 1},
-		{series("smss_delayed_pending_due", "within", "1h"), 1},
-		{series("smss_request_duration_seconds_count", "command", "pub"), 4},
-		{series("smss_request_errors_total", "command", "pub"), 1},
-		{series("smss_request_duration_seconds_count", "command", "sub"), 1},
-		{series("smss_errors_total", "kind", "business"), 1},
-		{series("smss_connections_open"), 2},
-		{series("smss_replication_slaves"), 0},
+		{kit.Series("smss_topic_publishes_total", "topic", "orders"), 2},
+		{kit.Series("smss_topic_published_messages_total", "topic", "orders"), 3},
+		{kit.Series("smss_topic_published_bytes_total", "topic", "orders"), pubBytes},
+		{kit.Series("smss_topic_published_messages_total", "topic", "audit"), 1},
+		{kit.Series("smss_topic_delivered_messages_total", "topic", "orders"), 3},
+		{kit.Series("smss_topic_delivered_bytes_total", "topic", "orders"), pubBytes},
+		{kit.Series("smss_subscribers"), 1},
+		{kit.Series("smss_subscriber_position", "topic", "orders", "who", "billing"), 4},
+		{kit.Series("smss_subscriber_lag_events", "topic", "orders", "who", "billing"), 1},
+		{kit.Series("smss_topic_last_event_id", "topic", "orders"), 5},
+		{kit.Series("smss_topic_disk_bytes", "topic", "orders"), float64(topicDiskBytes(t, filepath.Join(dir, "data"), "orders"))},
+		{kit.Series("smss_topics", "state", "normal"), 2},
+		{kit.Series("smss_last_event_id"), 7},
+		{kit.Series("smss_delayed_pending"), 1},
+		{kit.Series("smss_delayed_pending_due", "within", "1h"), 1},
+		{kit.Series("smss_request_duration_seconds_count", "command", "pub"), 4},
+		{kit.Series("smss_request_errors_total", "command", "pub"), 1},
+		{kit.Series("smss_request_duration_seconds_count", "command", "sub"), 1},
+		{kit.Series("smss_errors_total", "kind", "business"), 1},
+		{kit.Series("smss_connections_open"), 2},
+		{kit.Series("smss_replication_slaves"), 0},
 	} {
-		waitMetric(t, adm, c.series, c.want)
+		kit.WaitMetric(t, adm, c.series, c.want)
 	}
 	// flushLevel 1 fsyncs within a second of the writes.
 	var m map[string]float64
 	smsstest.Poll(10*time.Second, func() bool {
-		m = scrape(t, adm)
+		m = kit.Scrape(t, adm)
 		return m["smss_fsync_duration_seconds_count"] >= 1
 	})
 	if m["smss_group_commit_commands_count"] < 1 || m["smss_fsync_duration_seconds_count"] < 1 || m["go_goroutines"] <= 0 {
@@ -148,7 +149,7 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	}
 
 	var topics []admin.TopicView
-	adminJSON(t, adm, "/api/topics", &topics)
+	kit.AdminJSON(t, adm, "/api/topics", &topics)
 	if len(topics) != 2 || topics[0].Name != "audit" || topics[1].Name != "orders" {
 		t.Fatalf("/api/topics %+v", topics)
 	}
@@ -163,69 +164,69 @@ func TestAdminAPIAgainstServer(t *testing.T) {
 	}
 
 	var subs []metrics.SubscriberInfo
-	adminJSON(t, adm, "/api/subscribers", &subs)
+	kit.AdminJSON(t, adm, "/api/subscribers", &subs)
 	if len(subs) != 1 {
 		t.Fatalf("/api/subscribers %+v", subs)
 	}
-	if s := subs[0]; s.Topic != "orders" || s.Who != "billing" || s.RemoteAddr != sub.c.LocalAddr().String() ||
+	if s := subs[0]; s.Topic != "orders" || s.Who != "billing" || s.RemoteAddr != sub.C.LocalAddr().String() ||
 		s.StartEventID != 0 || s.Position != 4 || s.Delivered != 5 || s.Lag != 1 || s.Since <= 0 {
-		t.Errorf("subscriber %+v (client %s)", s, sub.c.LocalAddr())
+		t.Errorf("subscriber %+v (client %s)", s, sub.C.LocalAddr())
 	}
 
 	var info admin.Info
-	adminJSON(t, adm, "/api/info", &info)
-	if info.ListenAddr != p.addr || info.Role != metrics.RoleMaster || info.LastEventID != 7 || !info.Ready ||
+	kit.AdminJSON(t, adm, "/api/info", &info)
+	if info.ListenAddr != p.Addr || info.Role != metrics.RoleMaster || info.LastEventID != 7 || !info.Ready ||
 		!info.AuthRequired || info.BinlogBytes <= 0 || info.Config["admin.token"] != "<redacted>" || info.Config["store.path"] == nil {
 		t.Errorf("/api/info %+v", info)
 	}
-	if strings.Contains(p.out.String(), adminToken) {
+	if strings.Contains(p.Out.String(), kit.AdminToken) {
 		t.Error("the admin token appears in the server log")
 	}
 
 	var delays metrics.DelayStats
-	adminJSON(t, adm, "/api/delays", &delays)
+	kit.AdminJSON(t, adm, "/api/delays", &delays)
 	if delays.Pending != 1 || delays.NextDue <= time.Now().UnixMilli() {
 		t.Errorf("/api/delays %+v", delays)
 	}
 	var repl metrics.ReplicationInfo
-	adminJSON(t, adm, "/api/replication", &repl)
+	kit.AdminJSON(t, adm, "/api/replication", &repl)
 	if repl.Role != metrics.RoleMaster || len(repl.Slaves) != 0 || repl.LastEventID != 7 {
 		t.Errorf("/api/replication %+v", repl)
 	}
 
 	// Ending the subscription removes it; deleting a topic drops its series.
-	if err := sub.ack(1); err != nil {
+	if err := sub.Ack(1); err != nil {
 		t.Fatal(err)
 	}
-	waitMetric(t, adm, series("smss_subscribers"), 0)
-	if err := pub.c.del("audit"); err != nil {
+	kit.WaitMetric(t, adm, kit.Series("smss_subscribers"), 0)
+	if err := pub.C.Del("audit"); err != nil {
 		t.Fatal(err)
 	}
 	smsstest.Poll(10*time.Second, func() bool {
-		_, ok := scrape(t, adm)[series("smss_topic_published_messages_total", "topic", "audit")]
+		_, ok := kit.Scrape(t, adm)[kit.Series("smss_topic_published_messages_total", "topic", "audit")]
 		return !ok
 	})
-	if _, ok := scrape(t, adm)[series("smss_topic_published_messages_total", "topic", "audit")]; ok {
+	if _, ok := kit.Scrape(t, adm)[kit.Series("smss_topic_published_messages_total", "topic", "audit")]; ok {
 		t.Error("a deleted topic keeps its counter series")
 	}
-	waitMetric(t, adm, series("smss_published_messages_total"), 4)
-	p.stop()
+	kit.WaitMetric(t, adm, kit.Series("smss_published_messages_total"), 4)
+	p.Term()
 }
 
 // TestAdminOpenWithoutToken: without admin.token every endpoint answers,
 // and the start-up log says the endpoint is protected by nothing.
 func TestAdminOpenWithoutToken(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, adminConfig(""))
-	p := start(t, dir)
-	adm := adminAddr(t, p)
+	kit.WriteConfig(t, dir, kit.AdminConfig(""))
+	p := kit.Start(t, dir)
+	adm := kit.AdminAddr(t, p)
 	for _, path := range []string{"/readyz", "/metrics", "/api/topics", "/debug/pprof/"} {
-		if code, _ := adminGet(t, adm, "", path); code != http.StatusOK {
+		if code, _ := kit.AdminGet(t, adm, "", path); code != http.StatusOK {
 			t.Errorf("%s without a token on an open endpoint: %d", path, code)
 		}
 	}
-	if !strings.Contains(p.out.String(), "auth=false") {
+	if !strings.Contains(p.Out.String(), "auth=false") {
 		t.Error("admin start-up line does not say auth=false")
 	}
-	p.stop()
+	p.Term()
 }

@@ -1,16 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 // BenchmarkAdminMetricsOverhead measures what metrics cost the publish
@@ -28,11 +26,11 @@ import (
 //	go test ./e2e -run '^$' -bench AdminMetricsOverhead -benchtime 200000x
 func BenchmarkAdminMetricsOverhead(b *testing.B) {
 	off := benchServer(b, "")
-	on := benchServer(b, adminConfig(adminToken))
-	adm := adminAddr(b, on)
-	for _, p := range []*proc{off, on} {
-		c := dial(b, p.addr)
-		if err := c.create("bench", 0); err != nil {
+	on := benchServer(b, kit.AdminConfig(kit.AdminToken))
+	adm := kit.AdminAddr(b, on)
+	for _, p := range []*kit.Proc{off, on} {
+		c := kit.Dial(b, p.Addr)
+		if err := c.Create("bench", 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -46,15 +44,15 @@ func BenchmarkAdminMetricsOverhead(b *testing.B) {
 	var ratios []float64
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
-		order := []*proc{off, on}
+		order := []*kit.Proc{off, on}
 		if r%2 == 1 {
-			order = []*proc{on, off}
+			order = []*kit.Proc{on, off}
 		}
 		var took [2]time.Duration
 		for _, p := range order {
-			start, cpu0 := time.Now(), procCPU(p)
-			benchPublish(b, p.addr, "bench", per, 200, 1)
-			cpu := procCPU(p) - cpu0
+			start, cpu0 := time.Now(), kit.ProcCPU(p)
+			benchPublish(b, p.Addr, "bench", per, 200, 1)
+			cpu := kit.ProcCPU(p) - cpu0
 			if p == off {
 				took[0] = time.Since(start)
 				offCPU += cpu
@@ -103,8 +101,8 @@ func scrapeEvery(addr string, interval time.Duration, stop <-chan struct{}) int 
 		if err != nil {
 			continue
 		}
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := adminHTTP.Do(req)
+		req.Header.Set("Authorization", "Bearer "+kit.AdminToken)
+		resp, err := kit.AdminHTTP.Do(req)
 		if err != nil {
 			continue
 		}
@@ -125,30 +123,4 @@ func fmtRatios(r []float64) string {
 		s += fmt.Sprintf("%.3f", v)
 	}
 	return s
-}
-
-// procCPU returns the user+system CPU time p has used so far, 0 where
-// /proc is not available.
-func procCPU(p *proc) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name: state is field 3,
-	// utime and stime are fields 14 and 15, in clock ticks (USER_HZ 100
-	// on Linux).
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(ut+st) * (time.Second / 100)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	smssclient "github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 // publishedPixels counts the pixels of the throughput chart drawn in the
@@ -88,18 +89,18 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 	dir := t.TempDir()
 	// Stored positions written only when a subscription ends, so that the
 	// eventIds this test follows are its publisher's own.
-	writeConfig(t, dir, adminConfig(adminToken)+"cursor:\n  flushMs: 600000\n")
-	p := start(t, dir)
-	adm := adminAddr(t, p)
+	kit.WriteConfig(t, dir, kit.AdminConfig(kit.AdminToken)+"cursor:\n  flushMs: 600000\n")
+	p := kit.Start(t, dir)
+	adm := kit.AdminAddr(t, p)
 	t.Cleanup(func() {
 		if t.Failed() {
-			out := p.out.String()
+			out := p.Out.String()
 			t.Logf("server output (tail):\n%s", out[max(0, len(out)-4000):])
 		}
 	})
 
-	pub := newPublisher(t, p.addr)
-	pub.create("orders")
+	pub := kit.NewPublisher(t, p.Addr)
+	pub.Create("orders")
 
 	br := startBrowser(t, driverPath, chromePath)
 	br.dumpOnFailure(t)
@@ -118,7 +119,7 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 	br.waitFor(t, "the wrong token to be refused",
 		`return document.getElementById("login-error").textContent === "Wrong token." && !document.getElementById("login").hidden`,
 		10*time.Second, nil)
-	if _, err := br.exec(submit, adminToken); err != nil {
+	if _, err := br.exec(submit, kit.AdminToken); err != nil {
 		t.Fatal(err)
 	}
 	br.waitFor(t, "the topic table to list orders and the event stream to be live", topicRow+`
@@ -152,7 +153,7 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 
 	// A topic created while the page is open appears with the table's
 	// periodic refresh.
-	pub.create("payments")
+	pub.Create("payments")
 	br.waitFor(t, "the topic table to list payments", topicRow+`return !!row("payments")`, 15*time.Second, nil)
 
 	v, err := br.exec(topicRow + `
@@ -173,7 +174,7 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 	// show too.
 	subCtx, cancelSub := context.WithCancel(context.Background())
 	subDone := make(chan error, 1)
-	sub, err := smssclient.NewSubscriber(p.addr, smssclient.SubscriberConfig{Topic: "orders", Who: "billing", BatchSize: 64,
+	sub, err := smssclient.NewSubscriber(p.Addr, smssclient.SubscriberConfig{Topic: "orders", Who: "billing", BatchSize: 64,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		Handler: func(context.Context, []smssclient.Delivery) smssclient.AckAction { return smssclient.Ack }})
 	if err != nil {
@@ -196,10 +197,10 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 			for i := range recs {
 				recs[i] = orderRecord(n + i)
 			}
-			pub.pub("orders", recs...)
+			pub.Pub("orders", recs...)
 			n += len(recs)
 			if batch++; batch%4 == 0 {
-				pub.pub("payments", orderRecord(batch))
+				pub.Pub("payments", orderRecord(batch))
 			}
 		}
 	}
@@ -221,8 +222,8 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 
 	// With publishing paused, the table's next refresh shows the eventId
 	// of the last message published to orders and its grown size.
-	sent := pub.topics["orders"]
-	lastID := sent[len(sent)-1].id
+	sent := pub.Topics["orders"]
+	lastID := sent[len(sent)-1].ID
 	br.waitFor(t, fmt.Sprintf("the orders row to show last eventId %d", lastID), topicRow+fmt.Sprintf(`
 		const r = row("orders");
 		return num(r.children[7].textContent) === %d && /KiB|MiB/.test(r.children[3].textContent)`, lastID),
@@ -257,12 +258,12 @@ func TestDashboardBrowserAgainstServer(t *testing.T) {
 func orderRecord(i int) []byte {
 	body := fmt.Sprintf(`{"order":%d,"customer":"c-%04d","items":[{"sku":"sku-%03d","qty":%d}],"note":%q}`,
 		i, i%9973, i%997, 1+i%5, strings.Repeat("x", 64+i%128))
-	return record([][2]string{{"content-type", "application/json"}}, body)
+	return kit.Record([][2]string{{"content-type", "application/json"}}, body)
 }
 
 // soakTraffic publishes for d at a rate that swells and ebbs, so that a
 // screenshot's charts show the shape of real traffic rather than a step.
-func soakTraffic(t *testing.T, pub *publisher, d time.Duration) {
+func soakTraffic(t *testing.T, pub *kit.Publisher, d time.Duration) {
 	t.Helper()
 	if d <= 0 {
 		return
@@ -278,9 +279,9 @@ func soakTraffic(t *testing.T, pub *publisher, d time.Duration) {
 		for i := range recs {
 			recs[i] = orderRecord(n*16 + i)
 		}
-		pub.pub("orders", recs...)
+		pub.Pub("orders", recs...)
 		if n%5 == 0 {
-			pub.pub("payments", orderRecord(n))
+			pub.Pub("payments", orderRecord(n))
 		}
 	}
 }

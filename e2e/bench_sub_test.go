@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/server"
 )
 
 // benchServer starts the real binary for a benchmark: console logging with
 // no sampled lines, default store settings.
-func benchServer(b *testing.B, extra string) *proc {
+func benchServer(b *testing.B, extra string) *kit.Proc {
 	b.Helper()
 	dir := b.TempDir()
 	cfg := fmt.Sprintf("host: 127.0.0.1\nport: 0\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n%s",
@@ -30,7 +31,7 @@ func benchServer(b *testing.B, extra string) *proc {
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	return startArgs(b, dir)
+	return kit.StartArgs(b, dir)
 }
 
 // benchSubscriber is a lean subscriber: it reads frames into one reused
@@ -53,7 +54,7 @@ func newBenchSubscriber(b *testing.B, addr string) *benchSubscriber {
 }
 
 func (s *benchSubscriber) subscribe(topic, who string, after int64, batch uint8) error {
-	_, err := s.c.Write(must(protocol.AppendSub(nil, []byte(topic), nil, after, batch, 10*time.Second, []byte(who))))
+	_, err := s.c.Write(kit.Must(protocol.AppendSub(nil, []byte(topic), nil, after, batch, 10*time.Second, []byte(who))))
 	return err
 }
 
@@ -94,12 +95,12 @@ func (s *benchSubscriber) ack(code uint16) error {
 // requests of perPub records, over a few connections.
 func benchPublish(b *testing.B, addr, topic string, n, size, perPub int) {
 	b.Helper()
-	rec := record(nil, string(make([]byte, size)))
+	rec := kit.Record(nil, string(make([]byte, size)))
 	var batch []byte
 	for range perPub {
 		batch = append(batch, rec...)
 	}
-	req := must(protocol.AppendPub(nil, []byte(topic), nil, batch))
+	req := kit.Must(protocol.AppendPub(nil, []byte(topic), nil, batch))
 	const conns = 4
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
@@ -139,17 +140,17 @@ func benchPublish(b *testing.B, addr, topic string, n, size, perPub int) {
 func BenchmarkConsume(b *testing.B) {
 	const stored = 1_000_000
 	p := benchServer(b, "")
-	c := dial(b, p.addr)
-	if err := c.create("bench", 0); err != nil {
+	c := kit.Dial(b, p.Addr)
+	if err := c.Create("bench", 0); err != nil {
 		b.Fatal(err)
 	}
 	t0 := time.Now()
-	benchPublish(b, p.addr, "bench", stored, 200, 100)
+	benchPublish(b, p.Addr, "bench", stored, 200, 100)
 	b.Logf("published %d messages in %v", stored, time.Since(t0))
 
 	for _, batch := range []uint8{255, 10, 1} {
 		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) {
-			s := newBenchSubscriber(b, p.addr)
+			s := newBenchSubscriber(b, p.Addr)
 			b.ResetTimer()
 			start := time.Now()
 			got, inRound, last := 0, 0, int64(0)
@@ -188,7 +189,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(got)/elapsed.Seconds(), "msg/s")
 			// Make sure the stream ended cleanly before the next run.
-			if err := (&client{c: s.c, r: s.r}).inSync(); err != nil {
+			if err := (&kit.Client{C: s.c, R: s.r}).InSync(); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -200,17 +201,17 @@ func BenchmarkConsume(b *testing.B) {
 // to the arrival of the frame carrying it. An op is one message.
 func BenchmarkDeliveryLatency(b *testing.B) {
 	p := benchServer(b, "")
-	c := dial(b, p.addr)
+	c := kit.Dial(b, p.Addr)
 	runs := 0
 	b.Run("1000msg/s", func(b *testing.B) {
 		// A fresh topic per run: the subscriber sees only this run's
 		// messages.
 		runs++
 		topic := fmt.Sprint("lat", runs)
-		if err := c.create(topic, 0); err != nil {
+		if err := c.Create(topic, 0); err != nil {
 			b.Fatal(err)
 		}
-		s := newBenchSubscriber(b, p.addr)
+		s := newBenchSubscriber(b, p.Addr)
 		if err := s.subscribe(topic, "w", 0, 1); err != nil {
 			b.Fatal(err)
 		}
@@ -242,7 +243,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 				return nil
 			}()
 		}()
-		pubc := dial(b, p.addr)
+		pubc := kit.Dial(b, p.Addr)
 		body := make([]byte, 200)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -254,7 +255,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 			<-tick.C
 			t0 := time.Now()
 			binary.LittleEndian.PutUint64(body, uint64(t0.UnixNano()))
-			if err := pubc.pub(topic, record(nil, string(body))); err != nil {
+			if err := pubc.Pub(topic, kit.Record(nil, string(body))); err != nil {
 				b.Fatal(err)
 			}
 			rtt = append(rtt, time.Since(t0))
@@ -321,8 +322,8 @@ func inProcessServer(b *testing.B) string {
 func BenchmarkConsumeInProcess(b *testing.B) {
 	const stored = 200_000
 	addr := inProcessServer(b)
-	c := dial(b, addr)
-	if err := c.create("bench", 0); err != nil {
+	c := kit.Dial(b, addr)
+	if err := c.Create("bench", 0); err != nil {
 		b.Fatal(err)
 	}
 	benchPublish(b, addr, "bench", stored, 200, 100)
@@ -358,7 +359,7 @@ func BenchmarkConsumeInProcess(b *testing.B) {
 			}
 			b.ReportMetric(float64(got)/time.Since(start).Seconds(), "msg/s")
 			b.StopTimer()
-			if err := (&client{c: s.c, r: s.r}).inSync(); err != nil {
+			if err := (&kit.Client{C: s.c, R: s.r}).InSync(); err != nil {
 				b.Fatal(err)
 			}
 		})

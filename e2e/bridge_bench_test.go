@@ -13,13 +13,13 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/e2e/internal/kit"
+	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/internal/smsstest"
-	"github.com/smssmq/smss/protocol"
 )
 
 // TestBridgeBench measures, for BENCHMARKS.md, (1) how fast smss-bridge
@@ -36,28 +36,28 @@ func TestBridgeBench(t *testing.T) {
 
 	for _, target := range []string{"jetstream", "kafka"} {
 		dir := t.TempDir()
-		replConfig(t, dir, freePort(t), "")
-		m := startArgs(t, dir, "-role", "master")
-		c := dial(t, m.addr)
-		if err := c.create("bench", 0); err != nil {
+		kit.ReplConfig(t, dir, kit.FreePort(t), "")
+		m := kit.StartArgs(t, dir, "-role", "master")
+		c := kit.Dial(t, m.Addr)
+		if err := c.Create("bench", 0); err != nil {
 			t.Fatal(err)
 		}
 		// The backlog, 100 records per request (not timed).
 		var batch [][]byte
 		for i := 0; i < 100; i++ {
-			batch = append(batch, record(nil, body))
+			batch = append(batch, kit.Record(nil, body))
 		}
 		for i := 0; i < backlog/100; i++ {
-			if err := c.pub("bench", batch...); err != nil {
+			if err := c.Pub("bench", batch...); err != nil {
 				t.Fatal(err)
 			}
 		}
 		args, count := benchTarget(t, target)
 		out := &smsstest.SyncBuffer{}
 		start := time.Now()
-		br := startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
+		br := startBridge(t, bin, out, append(args, "--master", m.Addr, "--topics", "bench")...)
 		if !smsstest.Poll(5*time.Minute, func() bool { return count() >= backlog }) {
-			t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, tail(out.String(), 3000))
+			t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, kit.Tail(out.String(), 3000))
 		}
 		el := time.Since(start)
 		t.Logf("BENCH mirror %s: %d msgs of 200 B in %v = %.0f msgs/s (including start-up and resume)", target, backlog, el.Round(time.Millisecond), float64(backlog)/el.Seconds())
@@ -68,28 +68,28 @@ func TestBridgeBench(t *testing.T) {
 			// with the bridge attached (mirroring live into JetStream), and
 			// with a slave attached, for reference.
 			sdir := t.TempDir()
-			replConfig(t, sdir, freePort(t), "")
+			kit.ReplConfig(t, sdir, kit.FreePort(t), "")
 			var without, withBridge, withSlave, withReader []float64
 			var cpuWithout, cpuBridge, cpuSlave, cpuReader []float64
 			measure := func(rates, cpus *[]float64) {
-				c0 := procCPU(m)
+				c0 := kit.ProcCPU(m)
 				n0 := pubTotal.Load()
-				*rates = append(*rates, pubRate(t, m.addr, 8, 3*time.Second, body))
-				*cpus = append(*cpus, float64((procCPU(m)-c0).Microseconds())/float64(pubTotal.Load()-n0))
+				*rates = append(*rates, pubRate(t, m.Addr, 8, 3*time.Second, body))
+				*cpus = append(*cpus, float64((kit.ProcCPU(m)-c0).Microseconds())/float64(pubTotal.Load()-n0))
 			}
 			published := func() int { return backlog + int(pubTotal.Load()) }
 			for i := 0; i < 3; i++ {
 				measure(&without, &cpuWithout)
-				br = startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
+				br = startBridge(t, bin, out, append(args, "--master", m.Addr, "--topics", "bench")...)
 				if !smsstest.Poll(5*time.Minute, func() bool { return count() >= published() }) {
 					t.Fatalf("bridge did not catch up: %d of %d", count(), published())
 				}
 				measure(&withBridge, &cpuBridge)
 				br.kill()
-				sl := startReplSlave(t, sdir, portOf(t, m.addr), 0)
+				sl := kit.StartReplSlave(t, sdir, kit.PortOf(t, m.Addr), 0)
 				measure(&withSlave, &cpuSlave)
-				sl.stop()
-				stopReader := rawReplicaReader(t, m.addr)
+				sl.Term()
+				stopReader := rawReplicaReader(t, m.Addr)
 				measure(&withReader, &cpuReader)
 				stopReader()
 			}
@@ -100,7 +100,7 @@ func TestBridgeBench(t *testing.T) {
 				median(cpuWithout), median(cpuBridge), median(cpuSlave), median(cpuReader))
 		}
 		br.kill()
-		m.stop()
+		m.Term()
 	}
 }
 
@@ -163,14 +163,14 @@ func pubRate(t *testing.T, addr string, conns int, d time.Duration, body string)
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
-	rec := record(nil, body)
+	rec := kit.Record(nil, body)
 	for i := 0; i < conns; i++ {
-		c := dial(t, addr)
+		c := kit.Dial(t, addr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
-				if err := c.pub("bench", rec); err != nil {
+				if err := c.Pub("bench", rec); err != nil {
 					t.Error(err)
 					return
 				}
@@ -189,17 +189,17 @@ var pubTotal atomic.Int64
 // it: what serving a replica reader costs the master, without the
 // reader's own CPU (the bridge's publishing, the target's storing).
 func rawReplicaReader(t *testing.T, addr string) func() {
-	c := dial(t, addr)
+	c := kit.Dial(t, addr)
 	req, _ := protocol.AppendReplica(nil, int64(backlogEnd.Load()))
-	c.c.SetDeadline(time.Time{})
-	if _, err := c.c.Write(req); err != nil {
+	c.C.SetDeadline(time.Time{})
+	if _, err := c.C.Write(req); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			f, err := protocol.ReadReplicaFrame(c.r, 64<<20)
+			f, err := protocol.ReadReplicaFrame(c.R, 64<<20)
 			if err != nil {
 				return
 			}
@@ -210,7 +210,7 @@ func rawReplicaReader(t *testing.T, addr string) func() {
 			}
 		}
 	}()
-	return func() { c.c.Close(); <-done }
+	return func() { c.C.Close(); <-done }
 }
 
 var backlogEnd atomic.Int64

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -81,18 +82,18 @@ func TestBridgeMasterCost(t *testing.T) {
 	bridgeBin, benchBin, readerBin := buildBridge(t), smsstest.Binary(t, benchBinary), smsstest.Binary(t, replReaderBinary)
 	pin(t, os.Getpid(), "1")
 
-	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
+	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: kit.FreePort(t), out: &smsstest.SyncBuffer{}}
 	ns.start(t)
 	t.Cleanup(ns.p.kill)
 	pin(t, ns.p.cmd.Process.Pid, "1")
 
-	port := freePort(t)
+	port := kit.FreePort(t)
 	mdir, sdir := t.TempDir(), t.TempDir()
-	replConfig(t, mdir, port, "")
-	m := startArgs(t, mdir, "-role", "master")
-	pin(t, m.cmd.Process.Pid, "0")
-	replConfig(t, sdir, freePort(t), "")
-	addr := m.addr
+	kit.ReplConfig(t, mdir, port, "")
+	m := kit.StartArgs(t, mdir, "-role", "master")
+	pin(t, m.Cmd.Process.Pid, "0")
+	kit.ReplConfig(t, sdir, kit.FreePort(t), "")
+	addr := m.Addr
 	cfgPath := filepath.Join(t.TempDir(), "bridge.yaml")
 	if err := os.WriteFile(cfgPath, []byte("nats:\n  fileStorage: true\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -106,10 +107,10 @@ func TestBridgeMasterCost(t *testing.T) {
 	attach := map[string]func() attached{
 		"nothing": func() attached { return attached{pid: func() int { return 0 }, stop: func() {}} },
 		"slave": func() attached {
-			sl := startReplSlave(t, sdir, port, 0)
-			pin(t, sl.cmd.Process.Pid, "1")
-			waitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), sl, 120*time.Second)
-			return attached{pid: func() int { return sl.cmd.Process.Pid }, stop: sl.stop}
+			sl := kit.StartReplSlave(t, sdir, port, 0)
+			pin(t, sl.Cmd.Process.Pid, "1")
+			kit.WaitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), sl, 120*time.Second)
+			return attached{pid: func() int { return sl.Cmd.Process.Pid }, stop: sl.Term}
 		},
 		"reader": func() attached {
 			out := &smsstest.SyncBuffer{}
@@ -125,7 +126,7 @@ func TestBridgeMasterCost(t *testing.T) {
 			p := startBridge(t, bridgeBin, out, "--nats", ns.url(), "--config", cfgPath, "--master", addr, "--topics", "*")
 			pin(t, p.cmd.Process.Pid, "1")
 			if !smsstest.Poll(5*time.Minute, func() bool { return int64(streamMsgs(ns.url())) >= published }) {
-				t.Fatalf("the bridge did not catch up: %d of %d\n%s", streamMsgs(ns.url()), published, tail(out.String(), 3000))
+				t.Fatalf("the bridge did not catch up: %d of %d\n%s", streamMsgs(ns.url()), published, kit.Tail(out.String(), 3000))
 			}
 			return attached{pid: func() int { return p.cmd.Process.Pid }, stop: func() {
 				// The stream must hold what was published while attached:
@@ -166,7 +167,7 @@ func TestBridgeMasterCost(t *testing.T) {
 					o0 = cpuOf(p)
 				}
 				n0 = cpuOf(ns.p.cmd.Process.Pid)
-				args := append([]string{"-c", "0", benchBin, "pub", "--addr", addr, "--pid", strconv.Itoa(m.cmd.Process.Pid),
+				args := append([]string{"-c", "0", benchBin, "pub", "--addr", addr, "--pid", strconv.Itoa(m.Cmd.Process.Pid),
 					"--conns", "8", "--records", "1", "--size", "200", "--duration", dur.String(), "--json", "--quiet"}, l.args...)
 				cmd := exec.Command("taskset", args...)
 				var stderr strings.Builder
@@ -250,18 +251,18 @@ func TestBridgeMirrorCPU(t *testing.T) {
 	}
 	const backlog = 200_000
 	dir := t.TempDir()
-	replConfig(t, dir, freePort(t), "")
-	m := startArgs(t, dir, "-role", "master")
-	c := dial(t, m.addr)
-	if err := c.create("bench", 0); err != nil {
+	kit.ReplConfig(t, dir, kit.FreePort(t), "")
+	m := kit.StartArgs(t, dir, "-role", "master")
+	c := kit.Dial(t, m.Addr)
+	if err := c.Create("bench", 0); err != nil {
 		t.Fatal(err)
 	}
 	var batch [][]byte
 	for i := 0; i < 100; i++ {
-		batch = append(batch, record([][2]string{{"traceId", fmt.Sprintf("t-%04d", i)}}, strings.Repeat("b", 200)))
+		batch = append(batch, kit.Record([][2]string{{"traceId", fmt.Sprintf("t-%04d", i)}}, strings.Repeat("b", 200)))
 	}
 	for i := 0; i < backlog/100; i++ {
-		if err := c.pub("bench", batch...); err != nil {
+		if err := c.Pub("bench", batch...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,13 +275,13 @@ func TestBridgeMirrorCPU(t *testing.T) {
 			var tp *bridgeProc
 			switch target {
 			case "jetstream":
-				ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
+				ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: kit.FreePort(t), out: &smsstest.SyncBuffer{}}
 				ns.start(t)
 				tp = ns.p
 				args = []string{"--nats", ns.url()}
 				count = func() int64 { return int64(streamMsgs(ns.url())) }
 			case "kafka":
-				kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
+				kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: kit.FreePort(t), out: &smsstest.SyncBuffer{}}
 				kp.start(t)
 				tp = kp.p
 				args = []string{"--kafka", kp.addr()}
@@ -290,9 +291,9 @@ func TestBridgeMirrorCPU(t *testing.T) {
 			t0 := cpuOf(tp.cmd.Process.Pid)
 			out := &smsstest.SyncBuffer{}
 			start := time.Now()
-			br := startBridge(t, bin, out, append(args, "--master", m.addr, "--topics", "bench")...)
+			br := startBridge(t, bin, out, append(args, "--master", m.Addr, "--topics", "bench")...)
 			if !smsstest.Poll(5*time.Minute, func() bool { return count() >= backlog }) {
-				t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, tail(out.String(), 3000))
+				t.Fatalf("%s: mirrored %d of %d\n%s", target, count(), backlog, kit.Tail(out.String(), 3000))
 			}
 			el := time.Since(start)
 			s := sample{rate: backlog / el.Seconds(),

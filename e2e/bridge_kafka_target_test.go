@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +48,7 @@ func (k *kfakeProc) start(t *testing.T) {
 		}
 		return strings.Count(k.out.String(), "kfake listening") > before
 	}) || exited {
-		t.Fatalf("kfake did not start (exited %v: %v):\n%s", exited, k.p.err, tail(k.out.String(), 3000))
+		t.Fatalf("kfake did not start (exited %v: %v):\n%s", exited, k.p.err, kit.Tail(k.out.String(), 3000))
 	}
 }
 
@@ -131,19 +132,19 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 		times = n
 	}
 	bin := buildBridge(t)
-	kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
+	kp := &kfakeProc{bin: smsstest.Binary(t, kfakeBinary), dataDir: t.TempDir(), port: kit.FreePort(t), out: &smsstest.SyncBuffer{}}
 	kp.start(t)
 	t.Cleanup(func() {
 		kp.p.kill() // SIGKILL ends a stopped process too
 		if t.Failed() {
-			t.Logf("kfake output:\n%s", tail(kp.out.String(), 3000))
+			t.Logf("kfake output:\n%s", kit.Tail(kp.out.String(), 3000))
 		}
 	})
 
-	port := freePort(t)
+	port := kit.FreePort(t)
 	mdir := t.TempDir()
-	replConfig(t, mdir, port, "")
-	startArgs(t, mdir, "-role", "master")
+	kit.ReplConfig(t, mdir, port, "")
+	kit.StartArgs(t, mdir, "-role", "master")
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 
 	// A short ack timeout, so that a frozen broker fails the session within
@@ -167,7 +168,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 					keep = append(keep, l)
 				}
 			}
-			t.Logf("bridge output:\n%s", tail(strings.Join(keep, "\n"), 8000))
+			t.Logf("bridge output:\n%s", kit.Tail(strings.Join(keep, "\n"), 8000))
 		}
 	})
 
@@ -227,7 +228,7 @@ func bridgeKafkaTarget(t *testing.T, mode string) {
 
 	var want []mirrored
 	if !smsstest.Poll(60*time.Second, func() bool {
-		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
+		msgs, delays, applies := expectedFromBinlog(t, kit.ReplBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})
 		want = msgs

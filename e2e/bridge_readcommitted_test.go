@@ -13,7 +13,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -61,16 +61,16 @@ func bridgeMetrics(addr string) (map[string]float64, error) {
 
 func bridgeReadCommitted(t *testing.T, dropped bool) {
 	bin := buildBridge(t)
-	port := freePort(t)
+	port := kit.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	mdir, sdir := t.TempDir(), t.TempDir()
-	replConfig(t, mdir, port, semiSyncConfig("fail"))
-	master := startArgs(t, mdir, "-role", "master")
-	madm := adminAddr(t, master)
+	kit.ReplConfig(t, mdir, port, kit.SemiSyncConfig("fail"))
+	master := kit.StartArgs(t, mdir, "-role", "master")
+	madm := kit.AdminAddr(t, master)
 	proxy := smsstest.NewProxy(t, addr)
-	replConfig(t, sdir, freePort(t), "")
-	slave := startReplSlave(t, sdir, proxy.Port(), 0)
-	waitConfirming(t, madm, 1)
+	kit.ReplConfig(t, sdir, kit.FreePort(t), "")
+	slave := kit.StartReplSlave(t, sdir, proxy.Port(), 0)
+	kit.WaitConfirming(t, madm, 1)
 
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
@@ -90,7 +90,7 @@ func bridgeReadCommitted(t *testing.T, dropped bool) {
 		return out
 	}
 
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", kit.FreePort(t))
 	cfgPath := filepath.Join(t.TempDir(), "bridge.yaml")
 	os.WriteFile(cfgPath, []byte("source:\n  minBackoffMs: 20\n  maxBackoffMs: 500\n  silenceMs: 2000\n  statusIntervalMs: 200\n"), 0o644)
 	out := &smsstest.SyncBuffer{}
@@ -99,18 +99,18 @@ func bridgeReadCommitted(t *testing.T, dropped bool) {
 	t.Cleanup(func() {
 		br.kill()
 		if t.Failed() {
-			t.Logf("bridge output:\n%s", tail(out.String(), 6000))
+			t.Logf("bridge output:\n%s", kit.Tail(out.String(), 6000))
 		}
 	})
 
-	pub := dial(t, addr)
-	if err := pub.create("rc", 0); err != nil {
+	pub := kit.Dial(t, addr)
+	if err := pub.Create("rc", 0); err != nil {
 		t.Fatal(err)
 	}
 	var confirmed []string
 	for i := range 5 {
 		body := fmt.Sprintf("ok-%d", i)
-		if err := pub.pub("rc", record(nil, body)); err != nil {
+		if err := pub.Pub("rc", kit.Record(nil, body)); err != nil {
 			t.Fatalf("healthy write %d: %v", i, err)
 		}
 		confirmed = append(confirmed, body)
@@ -124,7 +124,7 @@ func bridgeReadCommitted(t *testing.T, dropped bool) {
 	var refused []string
 	for i := range 3 {
 		body := fmt.Sprintf("unconfirmed-%d", i)
-		err := pub.pub("rc", record(nil, body))
+		err := pub.Pub("rc", kit.Record(nil, body))
 		var be *protocol.BizError
 		if !errors.As(err, &be) || !strings.HasPrefix(be.Msg, "write not confirmed") {
 			t.Fatalf("write %q with the slave cut off: %v, want write not confirmed", body, err)
@@ -134,7 +134,7 @@ func bridgeReadCommitted(t *testing.T, dropped bool) {
 	var st struct {
 		LastEventID int64 `json:"lastEventId"`
 	}
-	adminJSON(t, madm, "/api/replication", &st)
+	kit.AdminJSON(t, madm, "/api/replication", &st)
 	// The bridge has received every refused write and mirrored everything
 	// before them: what it did not mirror by then, it holds.
 	var m map[string]float64
@@ -157,22 +157,22 @@ func bridgeReadCommitted(t *testing.T, dropped bool) {
 	if dropped {
 		// The master dies with the writes only it has; the slave, which
 		// never received them, restarts as the master on its port.
-		master.kill()
-		slave.stop()
-		if b := string(replBinlog(t, filepath.Join(sdir, "data"))); strings.Contains(b, refused[0]) {
+		master.Kill()
+		slave.Term()
+		if b := string(kit.ReplBinlog(t, filepath.Join(sdir, "data"))); strings.Contains(b, refused[0]) {
 			t.Fatal("the slave received a refused write through the paused link")
 		}
-		replConfig(t, sdir, port, "")
-		startArgs(t, sdir, "-role", "master")
+		kit.ReplConfig(t, sdir, port, "")
+		kit.StartArgs(t, sdir, "-role", "master")
 		data = filepath.Join(sdir, "data")
-		pub = dial(t, addr)
+		pub = kit.Dial(t, addr)
 	} else {
 		proxy.Restore()
 	}
-	if !smsstest.Poll(20*time.Second, func() bool { return pub.pub("rc", record(nil, "after")) == nil }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return pub.Pub("rc", kit.Record(nil, "after")) == nil }) {
 		t.Fatal("writes never confirmed again")
 	}
-	want, _, _ := expectedFromBinlog(t, replBinlog(t, data), func(s string) bool { return s == "rc" })
+	want, _, _ := expectedFromBinlog(t, kit.ReplBinlog(t, data), func(s string) bool { return s == "rc" })
 	if !waitCaughtUp(30*time.Second, int64(len(want)), func() int64 { return int64(len(read())) }) {
 		t.Fatalf("the target did not catch up: %v, want %d messages", bodies(), len(want))
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -28,19 +28,19 @@ func TestBridgeSecured(t *testing.T) {
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "reader", Password: "rd", Subscribe: []string{"*"}},
 		authtest.User{Name: "bridge", Password: "br", Roles: []string{auth.RoleReplication}})
-	mport, tport := freePort(t), freePort(t)
-	replConfig(t, mdir, mport, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n",
+	mport, tport := kit.FreePort(t), kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n",
 		users, tport, pki.ServerCert, pki.ServerKey))
-	master := start(t, mdir)
-	admin := dial(t, master.addr)
-	if err := admin.login(t, "admin", "adm"); err != nil {
+	master := kit.Start(t, mdir)
+	admin := kit.Dial(t, master.Addr)
+	if err := admin.Login(t, "admin", "adm"); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.create("orders", 0); err != nil {
+	if err := admin.Create("orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if err := admin.pub("orders", record([][2]string{{"traceId", fmt.Sprint("t", i)}}, fmt.Sprint("m", i))); err != nil {
+		if err := admin.Pub("orders", kit.Record([][2]string{{"traceId", fmt.Sprint("t", i)}}, fmt.Sprint("m", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestBridgeSecured(t *testing.T) {
 		t.Cleanup(func() {
 			p.kill()
 			if t.Failed() {
-				t.Logf("bridge (%s) output:\n%s", user, tail(out.String(), 4000))
+				t.Logf("bridge (%s) output:\n%s", user, kit.Tail(out.String(), 4000))
 			}
 		})
 		return out, ns.ClientURL()
@@ -88,7 +88,7 @@ func TestBridgeSecured(t *testing.T) {
 	if !smsstest.Poll(30*time.Second, func() bool {
 		return strings.Count(denied.String(), "refuses") >= 2 && strings.Contains(denied.String(), "may not replicate")
 	}) {
-		t.Fatalf("a bridge without the replication role did not report the refusal repeatedly:\n%s", tail(denied.String(), 3000))
+		t.Fatalf("a bridge without the replication role did not report the refusal repeatedly:\n%s", kit.Tail(denied.String(), 3000))
 	}
 	if n := len(readJetStream(t, url2, "NO")); n != 0 {
 		t.Fatalf("a bridge without the replication role mirrored %d messages", n)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -60,11 +61,11 @@ func (n *natsProc) start(t *testing.T) {
 	})
 	select {
 	case <-n.p.exited:
-		t.Fatalf("nats-server exited during start-up: %v\n%s", n.p.err, tail(n.out.String(), 4000))
+		t.Fatalf("nats-server exited during start-up: %v\n%s", n.p.err, kit.Tail(n.out.String(), 4000))
 	default:
 	}
 	if !ok {
-		t.Fatalf("nats-server with JetStream not ready within 30 s:\n%s", tail(n.out.String(), 4000))
+		t.Fatalf("nats-server with JetStream not ready within 30 s:\n%s", kit.Tail(n.out.String(), 4000))
 	}
 }
 
@@ -104,7 +105,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		kills = n
 	}
 	bin := buildBridge(t)
-	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: freePort(t), out: &smsstest.SyncBuffer{}}
+	ns := &natsProc{bin: buildNATS(t), storeDir: t.TempDir(), port: kit.FreePort(t), out: &smsstest.SyncBuffer{}}
 	ns.start(t)
 	var nmu sync.Mutex
 	t.Cleanup(func() {
@@ -112,14 +113,14 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 		ns.p.kill()
 		nmu.Unlock()
 		if t.Failed() {
-			t.Logf("nats-server output:\n%s", tail(ns.out.String(), 3000))
+			t.Logf("nats-server output:\n%s", kit.Tail(ns.out.String(), 3000))
 		}
 	})
 
-	port := freePort(t)
+	port := kit.FreePort(t)
 	mdir := t.TempDir()
-	replConfig(t, mdir, port, "")
-	startArgs(t, mdir, "-role", "master")
+	kit.ReplConfig(t, mdir, port, "")
+	kit.StartArgs(t, mdir, "-role", "master")
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 
 	cfgPath := filepath.Join(t.TempDir(), "bridge.yaml")
@@ -136,7 +137,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 	t.Cleanup(func() {
 		br.kill()
 		if t.Failed() {
-			t.Logf("bridge output:\n%s", tail(out.String(), 6000))
+			t.Logf("bridge output:\n%s", kit.Tail(out.String(), 6000))
 		}
 	})
 
@@ -186,7 +187,7 @@ func bridgeTargetKill(t *testing.T, windowSec int) {
 
 	var want []mirrored
 	if !smsstest.Poll(60*time.Second, func() bool {
-		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
+		msgs, delays, applies := expectedFromBinlog(t, kit.ReplBinlog(t, filepath.Join(mdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})
 		want = msgs

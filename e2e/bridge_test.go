@@ -21,14 +21,14 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/bridge"
+	"github.com/smssmq/smss/e2e/internal/kit"
+	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/smssmq/smss/binlog"
-	"github.com/smssmq/smss/bridge"
-	"github.com/smssmq/smss/internal/smsstest"
-	"github.com/smssmq/smss/protocol"
 )
 
 // buildBridge builds cmd/smss-bridge once per test binary.
@@ -327,9 +327,9 @@ var loadTopics = []string{"mir.a", "mir.b", "mir.skip1", "other"}
 // done. load.addr may be re-pointed (a failover) while they run.
 func startBridgeLoad(t *testing.T, addr string) (load *bridgeLoad, stopLoad func()) {
 	t.Helper()
-	setup := dial(t, addr)
+	setup := kit.Dial(t, addr)
 	for _, topic := range loadTopics {
-		if err := setup.create(topic, 0); err != nil {
+		if err := setup.Create(topic, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -361,7 +361,7 @@ type bridgeLoad struct {
 
 func (l *bridgeLoad) run(t *testing.T, stop <-chan struct{}, seed int64) {
 	rnd := rand.New(rand.NewSource(seed))
-	var c *client
+	var c *kit.Client
 	connect := func() bool {
 		addr, _ := l.addr.Load().(string)
 		cn, err := dialErr(addr)
@@ -376,14 +376,14 @@ func (l *bridgeLoad) run(t *testing.T, stop <-chan struct{}, seed int64) {
 		select {
 		case <-stop:
 			if c != nil {
-				c.c.Close()
+				c.C.Close()
 			}
 			return
 		default:
 		}
 		if l.paused.Load() {
 			if c != nil {
-				c.c.Close()
+				c.C.Close()
 				c = nil
 			}
 			l.idle.Add(1)
@@ -409,32 +409,32 @@ func (l *bridgeLoad) run(t *testing.T, stop <-chan struct{}, seed int64) {
 			case 1:
 				hs = append(hs, [2]string{"k", "v1"}, [2]string{"k", "v2"})
 			}
-			return record(hs, fmt.Sprintf("%s-%d-%d-%s", topic, i, j, strings.Repeat("x", rnd.Intn(200))))
+			return kit.Record(hs, fmt.Sprintf("%s-%d-%d-%s", topic, i, j, strings.Repeat("x", rnd.Intn(200))))
 		}
 		var err error
 		switch k := rnd.Intn(10); {
 		case k < 5:
-			err = c.pub(topic, rec(0))
+			err = c.Pub(topic, rec(0))
 		case k < 8:
 			var recs [][]byte
 			for j := 0; j < 2+rnd.Intn(4); j++ {
 				recs = append(recs, rec(j))
 			}
-			err = c.pub(topic, recs...)
+			err = c.Pub(topic, recs...)
 		case k < 9:
-			err = c.delay(topic, int64(1000+rnd.Intn(500)), rec(0))
+			err = c.Delay(topic, int64(1000+rnd.Intn(500)), rec(0))
 		default:
 			name := fmt.Sprintf("mir.tmp%d", tmp)
 			tmp++
-			if err = c.create(name, 0); err == nil {
-				if err = c.pub(name, rec(0), rec(1)); err == nil {
-					err = c.del(name)
+			if err = c.Create(name, 0); err == nil {
+				if err = c.Pub(name, rec(0), rec(1)); err == nil {
+					err = c.Del(name)
 				}
 			}
 		}
 		if err != nil {
 			l.errs.Add(1)
-			c.c.Close()
+			c.C.Close()
 			c = nil
 			continue
 		}
@@ -461,12 +461,12 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	if os.Getenv("SMSS_BRIDGE_LONG") != "" {
 		loadFor = 60 * time.Second
 	}
-	port := freePort(t)
+	port := kit.FreePort(t)
 	mdir, sdir := t.TempDir(), t.TempDir()
-	replConfig(t, mdir, port, "")
-	master := startArgs(t, mdir, "-role", "master")
-	replConfig(t, sdir, freePort(t), "")
-	slave := startReplSlave(t, sdir, port, 0)
+	kit.ReplConfig(t, mdir, port, "")
+	master := kit.StartArgs(t, mdir, "-role", "master")
+	kit.ReplConfig(t, sdir, kit.FreePort(t), "")
+	slave := kit.StartReplSlave(t, sdir, port, 0)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 
 	var args []string
@@ -508,7 +508,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 		br.kill()
 		bmu.Unlock()
 		if t.Failed() {
-			t.Logf("bridge output:\n%s", tail(out.String(), 6000))
+			t.Logf("bridge output:\n%s", kit.Tail(out.String(), 6000))
 		}
 	})
 
@@ -558,16 +558,16 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	// one, so that the master stops writing, then for the slave.
 	all := func(string) bool { return true }
 	if !smsstest.Poll(30*time.Second, func() bool {
-		_, d, a := expectedFromBinlog(t, replBinlog(t, filepath.Join(mdir, "data")), all)
+		_, d, a := expectedFromBinlog(t, kit.ReplBinlog(t, filepath.Join(mdir, "data")), all)
 		return d == a
 	}) {
 		t.Fatal("the master's delayed messages did not fire")
 	}
-	waitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), slave, 60*time.Second)
-	master.kill()
-	slave.stop()
-	replConfig(t, sdir, port, "")
-	promoted := startArgs(t, sdir, "-role", "master")
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), slave, 60*time.Second)
+	master.Kill()
+	slave.Term()
+	kit.ReplConfig(t, sdir, port, "")
+	promoted := kit.StartArgs(t, sdir, "-role", "master")
 	_ = promoted
 	load.paused.Store(false)
 	time.Sleep(loadFor / 2)
@@ -577,7 +577,7 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 	// Every delay must have fired before the final comparison.
 	var want []mirrored
 	if !smsstest.Poll(60*time.Second, func() bool {
-		msgs, delays, applies := expectedFromBinlog(t, replBinlog(t, filepath.Join(sdir, "data")), func(s string) bool {
+		msgs, delays, applies := expectedFromBinlog(t, kit.ReplBinlog(t, filepath.Join(sdir, "data")), func(s string) bool {
 			return strings.HasPrefix(s, "mir.") && !strings.HasPrefix(s, "mir.skip")
 		})
 		want = msgs
@@ -608,10 +608,30 @@ func bridgeKillAndFailover(t *testing.T, target string) {
 		target, len(want), kills, load.n.Load(), load.errs.Load())
 }
 
-func dialErr(addr string) (*client, error) {
+func dialErr(addr string) (*kit.Client, error) {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &client{c: c, r: bufio.NewReader(c)}, nil
+	return &kit.Client{C: c, R: bufio.NewReader(c)}, nil
+}
+
+// waitCaughtUp waits until count() reaches want, for as long as it keeps
+// growing: it gives up only when count stands still for stall. A mirror
+// that catches up slowly on a loaded machine is not a failure; one that
+// stopped is.
+func waitCaughtUp(stall time.Duration, want int64, count func() int64) bool {
+	last, since := int64(-1), time.Now()
+	for {
+		n := count()
+		if n >= want {
+			return true
+		}
+		if n > last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

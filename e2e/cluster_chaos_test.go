@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -62,9 +63,9 @@ var chaosFaults = []string{"kill-master", "stop-master", "partition-master", "as
 
 // chaosNode is a cluster node and the proxies it dials the others through.
 type chaosNode struct {
-	*clusterNode
+	*kit.ClusterNode
 	t      *testing.T
-	runs   []*proc // every process the node ran, for SMSS_CHAOS_LOGS
+	runs   []*kit.Proc // every process the node ran, for SMSS_CHAOS_LOGS
 	raftTo map[string]*smsstest.Proxy
 	smssTo map[string]*smsstest.Proxy
 }
@@ -80,16 +81,16 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 	for i := 0; i < 3; i++ {
 		id := string(rune('a' + i))
 		cc.nodes = append(cc.nodes, &chaosNode{
-			clusterNode: &clusterNode{fnode: fnode{name: id, dir: t.TempDir(), port: freePort(t)}, id: id, raft: freePort(t)},
+			ClusterNode: &kit.ClusterNode{Fnode: kit.Fnode{Name: id, Dir: t.TempDir(), Port: kit.FreePort(t)}, ID: id, Raft: kit.FreePort(t)},
 			t:           t,
 			raftTo:      map[string]*smsstest.Proxy{}, smssTo: map[string]*smsstest.Proxy{}})
 	}
 	// A proxy listens on a port of the kernel's choosing, which may be one
-	// freePort handed out for a node that has not bound it yet: take
+	// kit.FreePort handed out for a node that has not bound it yet: take
 	// another one then.
 	reserved := map[int]bool{}
 	for _, n := range cc.nodes {
-		reserved[n.port], reserved[n.raft] = true, true
+		reserved[n.Port], reserved[n.Raft] = true, true
 	}
 	newProxy := func(target string) *smsstest.Proxy {
 		for {
@@ -105,18 +106,18 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 		// of this direction: that is where it dials it.
 		var peers strings.Builder
 		for _, m := range cc.nodes {
-			raft, addr := "127.0.0.1:"+strconv.Itoa(m.raft), m.addr()
+			raft, addr := "127.0.0.1:"+strconv.Itoa(m.Raft), m.Addr()
 			if m != n {
-				n.raftTo[m.id] = newProxy(raft)
-				raft = n.raftTo[m.id].Addr()
+				n.raftTo[m.ID] = newProxy(raft)
+				raft = n.raftTo[m.ID].Addr()
 			}
 			// Its own smss address too: the controller probes its own
 			// node there, and a test may hide a node from every probe.
-			n.smssTo[m.id] = newProxy(addr)
-			addr = n.smssTo[m.id].Addr()
-			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.id, raft, addr)
+			n.smssTo[m.ID] = newProxy(addr)
+			addr = n.smssTo[m.ID].Addr()
+			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.ID, raft, addr)
 		}
-		replConfig(t, n.dir, n.port, extra+"cluster:\n  node: "+n.id+"\n  peers:\n"+peers.String())
+		kit.ReplConfig(t, n.Dir, n.Port, extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
 	}
 	for _, n := range cc.nodes {
 		n.start()
@@ -127,9 +128,9 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 			for _, n := range cc.nodes {
 				var all strings.Builder
 				for i, p := range n.runs {
-					fmt.Fprintf(&all, "==== run %d\n%s", i, p.out.String())
+					fmt.Fprintf(&all, "==== run %d\n%s", i, p.Out.String())
 				}
-				os.WriteFile(filepath.Join(dir, "node-"+n.id+".log"), []byte(all.String()), 0o644)
+				os.WriteFile(filepath.Join(dir, "node-"+n.ID+".log"), []byte(all.String()), 0o644)
 			}
 		})
 	}
@@ -137,13 +138,13 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 }
 
 func (n *chaosNode) start() {
-	n.p = startArgs(n.t, n.dir, "-role", "auto")
-	n.runs = append(n.runs, n.p)
+	n.P = kit.StartArgs(n.t, n.Dir, "-role", "auto")
+	n.runs = append(n.runs, n.P)
 }
 
 func (cc *chaosCluster) byID(id string) *chaosNode {
 	for _, n := range cc.nodes {
-		if n.id == id {
+		if n.ID == id {
 			return n
 		}
 	}
@@ -155,9 +156,9 @@ func (cc *chaosCluster) byID(id string) *chaosNode {
 // cutting them (connections closed, new ones refused).
 func (cc *chaosCluster) link(a, b *chaosNode, smss, blackHole bool) {
 	for _, d := range [][2]*chaosNode{{a, b}, {b, a}} {
-		ps := []*smsstest.Proxy{d[0].raftTo[d[1].id]}
+		ps := []*smsstest.Proxy{d[0].raftTo[d[1].ID]}
 		if smss {
-			ps = append(ps, d[0].smssTo[d[1].id])
+			ps = append(ps, d[0].smssTo[d[1].ID])
 		}
 		for _, p := range ps {
 			if blackHole {
@@ -191,20 +192,20 @@ func (cc *chaosCluster) heal() {
 
 // statuses asks every node in parallel (a frozen node costs its timeout,
 // once), within 500 ms.
-func (cc *chaosCluster) statuses() map[*chaosNode]clusterStatus {
+func (cc *chaosCluster) statuses() map[*chaosNode]kit.ClusterStatus {
 	return cc.statusesWithin(500 * time.Millisecond)
 }
 
 // statusesWithin is statuses waiting at most d for each node.
-func (cc *chaosCluster) statusesWithin(d time.Duration) map[*chaosNode]clusterStatus {
+func (cc *chaosCluster) statusesWithin(d time.Duration) map[*chaosNode]kit.ClusterStatus {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	out := map[*chaosNode]clusterStatus{}
+	out := map[*chaosNode]kit.ClusterStatus{}
 	for _, n := range cc.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if st, ok := clusterStatusWithin(n.addr(), d); ok {
+			if st, ok := kit.ClusterStatusWithin(n.Addr(), d); ok {
 				mu.Lock()
 				out[n] = st
 				mu.Unlock()
@@ -218,16 +219,16 @@ func (cc *chaosCluster) statusesWithin(d time.Duration) map[*chaosNode]clusterSt
 // master is the node that reports itself the cluster's master at the
 // cluster's epoch and not fenced, the highest epoch's if several do (a
 // client discovering the master takes that one), nil if none does.
-func (cc *chaosCluster) master() (*chaosNode, clusterStatus) {
+func (cc *chaosCluster) master() (*chaosNode, kit.ClusterStatus) {
 	return cc.masterWithin(500 * time.Millisecond)
 }
 
 // masterWithin is master asking each node within d.
-func (cc *chaosCluster) masterWithin(d time.Duration) (*chaosNode, clusterStatus) {
+func (cc *chaosCluster) masterWithin(d time.Duration) (*chaosNode, kit.ClusterStatus) {
 	var m *chaosNode
-	var mst clusterStatus
+	var mst kit.ClusterStatus
 	for n, st := range cc.statusesWithin(d) {
-		if st.Role == "master" && st.Cluster != nil && st.Cluster.Master == n.id && st.Cluster.Epoch == st.Epoch && st.Cluster.Fenced == "" &&
+		if st.Role == "master" && st.Cluster != nil && st.Cluster.Master == n.ID && st.Cluster.Epoch == st.Epoch && st.Cluster.Fenced == "" &&
 			(m == nil || st.Epoch > mst.Epoch) {
 			m, mst = n, st
 		}
@@ -240,17 +241,17 @@ func (cc *chaosCluster) describe() string {
 	sts := cc.statuses()
 	for _, n := range cc.nodes {
 		st, ok := sts[n]
-		fmt.Fprintf(&b, "%s: answered %v %+v cluster %+v\n%s\n", n.id, ok, st, st.Cluster, tail(n.p.out.String(), 3000))
+		fmt.Fprintf(&b, "%s: answered %v %+v cluster %+v\n%s\n", n.ID, ok, st, st.Cluster, kit.Tail(n.P.Out.String(), 3000))
 	}
 	return b.String()
 }
 
 // healthy waits until a master has every other node in sync and eligible,
 // and returns it.
-func (cc *chaosCluster) healthy(d time.Duration) (*chaosNode, clusterStatus) {
+func (cc *chaosCluster) healthy(d time.Duration) (*chaosNode, kit.ClusterStatus) {
 	cc.t.Helper()
 	var m *chaosNode
-	var st clusterStatus
+	var st kit.ClusterStatus
 	if !smsstest.Poll(d, func() bool {
 		m, st = cc.master()
 		if m == nil {
@@ -280,12 +281,12 @@ func (cc *chaosCluster) createTopics(topics []string) {
 			if m == nil {
 				return false
 			}
-			nc, err := net.DialTimeout("tcp", m.addr(), time.Second)
+			nc, err := net.DialTimeout("tcp", m.Addr(), time.Second)
 			if err != nil {
 				return false
 			}
 			defer nc.Close()
-			err = (&client{c: nc, r: bufio.NewReader(nc)}).create(name, 0)
+			err = (&kit.Client{C: nc, R: bufio.NewReader(nc)}).Create(name, 0)
 			return err == nil || strings.Contains(err.Error(), "topic exist")
 		}) {
 			cc.t.Fatalf("create %s never succeeded\n%s", name, cc.describe())
@@ -295,14 +296,14 @@ func (cc *chaosCluster) createTopics(topics []string) {
 
 // probeWrite publishes one message, with a message id of its own, to the
 // master until a node acknowledges it, and returns that node and when.
-func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d time.Duration) (*chaosNode, time.Time) {
+func (cc *chaosCluster) probeWrite(l *kit.FailoverLoad, topic string, seq int, d time.Duration) (*chaosNode, time.Time) {
 	cc.t.Helper()
 	body := fmt.Sprintf("probe-%06d", seq)
-	req := must(protocol.AppendPub(nil, []byte(topic), nil,
-		record([][2]string{{"smss-msg-id", "probe-" + strconv.Itoa(seq)}}, body)))
-	l.mu.Lock()
-	l.acked[body] = false
-	l.mu.Unlock()
+	req := kit.Must(protocol.AppendPub(nil, []byte(topic), nil,
+		kit.Record([][2]string{{"smss-msg-id", "probe-" + strconv.Itoa(seq)}}, body)))
+	l.Mu.Lock()
+	l.Acked[body] = false
+	l.Mu.Unlock()
 	var got *chaosNode
 	var at time.Time
 	if !smsstest.Poll(d, func() bool {
@@ -313,7 +314,7 @@ func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d tim
 		if m == nil {
 			return false
 		}
-		c, err := net.DialTimeout("tcp", m.addr(), time.Second)
+		c, err := net.DialTimeout("tcp", m.Addr(), time.Second)
 		if err != nil {
 			return false
 		}
@@ -327,11 +328,11 @@ func (cc *chaosCluster) probeWrite(l *failoverLoad, topic string, seq int, d tim
 			return false
 		}
 		got, at = m, time.Now()
-		l.mu.Lock()
-		l.acked[body] = true
-		l.acks = append(l.acks, ackRecord{addr: m.addr(), sent: sent, done: at})
-		l.mu.Unlock()
-		l.ackedCount.Add(1)
+		l.Mu.Lock()
+		l.Acked[body] = true
+		l.Acks = append(l.Acks, kit.AckRecord{Addr: m.Addr(), Sent: sent, Done: at})
+		l.Mu.Unlock()
+		l.AckedCount.Add(1)
 		return true
 	}) {
 		cc.t.Fatalf("no master acknowledged a write within %v\n%s", d, cc.describe())
@@ -348,25 +349,25 @@ type zombieCheck struct {
 // watchFenced waits until old's status says it is fenced, then writes to
 // it once: a master that lost its lease must refuse at once, as fenced,
 // not hold the write until the sync timeout.
-func watchFenced(l *failoverLoad, old *chaosNode, topic string, seq int) <-chan zombieCheck {
+func watchFenced(l *kit.FailoverLoad, old *chaosNode, topic string, seq int) <-chan zombieCheck {
 	out := make(chan zombieCheck, 1)
 	go func() {
 		var zc zombieCheck
 		if !smsstest.Poll(20*time.Second, func() bool {
-			st, ok := clusterStatusWithin(old.addr(), 300*time.Millisecond)
+			st, ok := kit.ClusterStatusWithin(old.Addr(), 300*time.Millisecond)
 			return ok && st.Cluster != nil && st.Cluster.Fenced != ""
 		}) {
-			zc.err = fmt.Errorf("%s never said it is fenced", old.id)
+			zc.err = fmt.Errorf("%s never said it is fenced", old.ID)
 			out <- zc
 			return
 		}
 		zc.fencedAt = time.Now()
 		body := fmt.Sprintf("zombie-%06d", seq)
-		l.mu.Lock()
-		l.acked[body] = false
-		l.mu.Unlock()
-		req := must(protocol.AppendPub(nil, []byte(topic), nil, record([][2]string{{"smss-msg-id", "zombie-" + strconv.Itoa(seq)}}, body)))
-		c, err := net.DialTimeout("tcp", old.addr(), time.Second)
+		l.Mu.Lock()
+		l.Acked[body] = false
+		l.Mu.Unlock()
+		req := kit.Must(protocol.AppendPub(nil, []byte(topic), nil, kit.Record([][2]string{{"smss-msg-id", "zombie-" + strconv.Itoa(seq)}}, body)))
+		c, err := net.DialTimeout("tcp", old.Addr(), time.Second)
 		if err != nil {
 			zc.err = err
 			out <- zc
@@ -381,12 +382,12 @@ func watchFenced(l *failoverLoad, old *chaosNode, topic string, seq int) <-chan 
 		}
 		_, err = protocol.ReadReply(bufio.NewReader(c), protocol.ReplyPlain, 1<<20)
 		if err == nil {
-			l.mu.Lock()
-			l.acked[body] = true // verified like any acknowledged write
-			l.mu.Unlock()
-			err = fmt.Errorf("%s acknowledged a write after saying it is fenced", old.id)
+			l.Mu.Lock()
+			l.Acked[body] = true // verified like any acknowledged write
+			l.Mu.Unlock()
+			err = fmt.Errorf("%s acknowledged a write after saying it is fenced", old.ID)
 		} else if elapsed := time.Since(zc.fencedAt); elapsed > time.Second {
-			err = fmt.Errorf("%s took %v to refuse a write (%w), want a fenced refusal at once", old.id, elapsed.Round(time.Millisecond), err)
+			err = fmt.Errorf("%s took %v to refuse a write (%w), want a fenced refusal at once", old.ID, elapsed.Round(time.Millisecond), err)
 		}
 		zc.err = err
 		out <- zc
@@ -397,105 +398,28 @@ func watchFenced(l *failoverLoad, old *chaosNode, topic string, seq int) <-chan 
 // oneAcknowledger fails when a node acknowledged a write sent after
 // another node's first acknowledgement following its own (by the order in
 // which nodes first acknowledged in acks): two masters at once.
-func oneAcknowledger(t *testing.T, acks []ackRecord, cycle int, fault string) {
+func oneAcknowledger(t *testing.T, acks []kit.AckRecord, cycle int, fault string) {
 	t.Helper()
 	first := map[string]time.Time{}
 	var order []string
 	for _, a := range acks {
-		f, ok := first[a.addr]
+		f, ok := first[a.Addr]
 		if !ok {
-			order = append(order, a.addr)
+			order = append(order, a.Addr)
 		}
-		if !ok || a.done.Before(f) {
-			first[a.addr] = a.done
+		if !ok || a.Done.Before(f) {
+			first[a.Addr] = a.Done
 		}
 	}
 	sort.Slice(order, func(i, j int) bool { return first[order[i]].Before(first[order[j]]) })
 	for i := 1; i < len(order); i++ {
 		prev, next := order[i-1], order[i]
 		for _, a := range acks {
-			if a.addr == prev && a.sent.After(first[next]) {
+			if a.Addr == prev && a.Sent.After(first[next]) {
 				t.Fatalf("cycle %d (%s): %s acknowledged a write sent %v after %s had acknowledged one: two masters acknowledging at once",
-					cycle, fault, prev, a.sent.Sub(first[next]).Round(time.Millisecond), next)
+					cycle, fault, prev, a.Sent.Sub(first[next]).Round(time.Millisecond), next)
 			}
 		}
-	}
-}
-
-// dirtyReads fails when a subscriber was handed a message that is not in
-// the master's history.
-func dirtyReads(t *testing.T, dataDir string, topics []string, subs []*liveSub, cycle int, fault string) {
-	t.Helper()
-	held := map[string]bool{}
-	s := readStore(t, dataDir, topics)
-	for _, blocks := range s.topics {
-		for _, blk := range blocks {
-			held[bodyOf(t, blk.Record)] = true
-		}
-	}
-	for _, sub := range subs {
-		sub.mu.Lock()
-		got := append([]string(nil), sub.got...)
-		sub.mu.Unlock()
-		for _, b := range got {
-			if !held[b] {
-				t.Fatalf("cycle %d (%s): subscriber %s was handed %q, which the history after the failover does not hold", cycle, fault, sub.name, b)
-			}
-		}
-	}
-}
-
-// storedPositionOnce waits until the consumer with a stored position was
-// handed every message of its topic in the master's history, and fails if
-// it took one twice (above the last eventId it acknowledged), one that
-// history does not hold, or one again at another eventId.
-func storedPositionOnce(t *testing.T, dataDir string, fs *followSub, cycle int, fault string) {
-	t.Helper()
-	held := heldBodies(t, dataDir, fs.topic)
-	if missing := awaitHanded(held, fs.snapshot); len(missing) > 0 {
-		t.Fatalf("cycle %d (%s): the stored-position consumer was never handed %d of the %d messages of %s (first %q); it subscribed %d times",
-			cycle, fault, len(missing), len(held), fs.topic, missing[0], fs.resubscribed.Load())
-	}
-	if ch := fs.historyChanged(); len(ch) > 0 {
-		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q again at another eventId: the history it was shown changed", cycle, fault, ch[0])
-	}
-	dups := 0
-	for b, n := range fs.snapshot() {
-		if !held[b] {
-			t.Fatalf("cycle %d (%s): the stored-position consumer was handed %q, which the history does not hold", cycle, fault, b)
-		}
-		if n > 1 {
-			dups++
-		}
-	}
-	if dups > 0 {
-		t.Fatalf("cycle %d (%s): the stored-position consumer was handed %d messages more than once", cycle, fault, dups)
-	}
-}
-
-// clientSubOnce waits until a Go client's subscriber was handed every
-// message of its topic in the master's history, and fails if it was handed
-// one twice or one that history does not hold. With read-committed
-// delivery and onSyncTimeout fail no failover changes a history a consumer
-// saw, so it never resumes before its position either.
-func clientSubOnce(t *testing.T, dataDir string, cs *clientSub, cycle int, fault string) {
-	t.Helper()
-	held := heldBodies(t, dataDir, cs.topic)
-	if missing := awaitHanded(held, func() map[string]int { got, _ := cs.snapshot(); return got }); len(missing) > 0 {
-		t.Fatalf("cycle %d (%s): %s was never handed %d of the %d messages of %s (first %q)",
-			cycle, fault, cs.name, len(missing), len(held), cs.topic, missing[0])
-	}
-	got, changes := cs.snapshot()
-	for b, n := range got {
-		switch {
-		case !held[b]:
-			t.Fatalf("cycle %d (%s): %s was handed %q, which the history does not hold", cycle, fault, cs.name, b)
-		case n > 1:
-			t.Fatalf("cycle %d (%s): %s was handed %q %d times", cycle, fault, cs.name, b, n)
-		}
-	}
-	if changes != 0 {
-		t.Fatalf("cycle %d (%s): %s saw %d history changes; read-committed delivery allows none", cycle, fault, cs.name, changes)
 	}
 }
 
@@ -532,33 +456,33 @@ func TestClusterChaos(t *testing.T) {
 	master, _ := cc.healthy(90 * time.Second)
 	topics := []string{"c0", "c1", "c2", "c3"}
 	cc.createTopics(topics)
-	l := newFailoverLoad(master.addr(), topics)
-	l.sticky.Store(ptr(master.addr()))
-	l.start(8)
-	defer l.finish()
+	l := kit.NewFailoverLoad(master.Addr(), topics)
+	l.Sticky.Store(ptr(master.Addr()))
+	l.Start(8)
+	defer l.Finish()
 	// A consumer with a stored position that follows the master.
-	fs := startFollowSub(func() string { return *l.addr.Load() }, "c3", "chaos-stored")
-	defer fs.close()
+	fs := kit.StartFollowSub(func() string { return *l.Addr.Load() }, "c3", "chaos-stored")
+	defer fs.Close()
 	// An application's subscriber with every address, keeping its own
 	// position.
 	var addrs []string
 	for _, n := range cc.nodes {
-		addrs = append(addrs, n.addr())
+		addrs = append(addrs, n.Addr())
 	}
-	cs := startClientSub(t, addrs, "c2", "chaos-client", false)
-	defer cs.close()
+	cs := kit.StartClientSub(t, addrs, "c2", "chaos-client", false)
+	defer cs.Close()
 	// The same with Resume: it starts from the position the server stored
 	// for it, then keeps its own within its Run.
-	rs := startClientSub(t, addrs, "c2", "chaos-client-resume", true)
-	defer rs.close()
+	rs := kit.StartClientSub(t, addrs, "c2", "chaos-client-resume", true)
+	defer rs.Close()
 	// A consumer group with its lock and progress in Redis, handed from
 	// one member to the next across every other fault, on the topic the
 	// publishers that follow the master write to (and the probes): it is
 	// handed messages of the new master while the cluster settles.
-	var gs *groupSub
+	var gs *kit.GroupSub
 	if _, err := exec.LookPath("redis-server"); err == nil || os.Getenv("CI") == "true" {
-		gs = startGroupSub(t, smsstest.StartRedis(t).Addr, addrs, "c0", "chaos-group")
-		defer gs.close()
+		gs = kit.StartGroupSub(t, smsstest.StartRedis(t).Addr, addrs, "c0", "chaos-group")
+		defer gs.Close()
 	} else {
 		t.Logf("redis-server not installed (%v): the Redis group is left out", err)
 	}
@@ -572,16 +496,16 @@ func TestClusterChaos(t *testing.T) {
 			fault = chaosFaults[rng.Intn(len(chaosFaults))]
 		}
 		master, _ = cc.healthy(60 * time.Second)
-		l.setAddr(master.addr())
-		l.sticky.Store(ptr(master.addr()))
-		subs := []*liveSub{startLiveSub(t, master.addr(), "c1", fmt.Sprintf("chaos%d", cycle))}
-		l.mu.Lock()
-		ackFrom := len(l.acks)
-		l.mu.Unlock()
+		l.SetAddr(master.Addr())
+		l.Sticky.Store(ptr(master.Addr()))
+		subs := []*kit.LiveSub{kit.StartLiveSub(t, master.Addr(), "c1", fmt.Sprintf("chaos%d", cycle))}
+		l.Mu.Lock()
+		ackFrom := len(l.Acks)
+		l.Mu.Unlock()
 
-		target := l.ackedCount.Load() + 50 + int64(rng.Intn(300))
-		if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= target }) {
-			t.Fatalf("cycle %d: only %d of %d acknowledgements\n%s", cycle, l.ackedCount.Load(), target, cc.describe())
+		target := l.AckedCount.Load() + 50 + int64(rng.Intn(300))
+		if !smsstest.Poll(60*time.Second, func() bool { return l.AckedCount.Load() >= target }) {
+			t.Fatalf("cycle %d: only %d of %d acknowledgements\n%s", cycle, l.AckedCount.Load(), target, cc.describe())
 		}
 
 		var others []*chaosNode
@@ -597,7 +521,7 @@ func TestClusterChaos(t *testing.T) {
 		// it finds; in the others one member rides through the fault.
 		handOver := gs != nil && cycle%2 == 0
 		if handOver {
-			gs.handOver(30 * time.Second)
+			gs.HandOver(30 * time.Second)
 		}
 		var after func() // undoes the fault once a master acknowledged
 		var zombie <-chan zombieCheck
@@ -605,11 +529,11 @@ func TestClusterChaos(t *testing.T) {
 		at := time.Now()
 		switch fault {
 		case "kill-master":
-			master.p.kill()
+			master.P.Kill()
 			after = master.start
 		case "stop-master":
-			master.p.Stop()
-			after = master.p.Cont
+			master.P.Stop()
+			after = master.P.Cont
 		case "partition-master":
 			cc.isolate(master, false)
 			zombie = watchFenced(l, master, "c2", cycle)
@@ -619,30 +543,30 @@ func TestClusterChaos(t *testing.T) {
 			cc.link(master, lost, true, true)
 			cc.link(master, kept, false, true) // raft only: the replica stream stays
 			zombie = watchFenced(l, master, "c2", cycle)
-			what = fmt.Sprintf("%s (%s keeps %s's replica stream)", fault, master.id, kept.id)
+			what = fmt.Sprintf("%s (%s keeps %s's replica stream)", fault, master.ID, kept.ID)
 			after = cc.heal
 		case "partition-leader":
-			st, _ := clusterStatusOf(master.addr())
+			st, _ := kit.ClusterStatusOf(master.Addr())
 			leader := cc.byID(st.Cluster.Leader)
 			if leader == nil {
 				leader = others[0]
 			}
-			what = fmt.Sprintf("%s (%s, not the master %s)", fault, leader.id, master.id)
+			what = fmt.Sprintf("%s (%s, not the master %s)", fault, leader.ID, master.ID)
 			if leader == master {
 				// Raft elected the master's node leader: cutting it is
 				// the master partition again, black-holed this time.
-				what = fmt.Sprintf("%s (%s, the master too)", fault, leader.id)
+				what = fmt.Sprintf("%s (%s, the master too)", fault, leader.ID)
 			}
 			cc.isolate(leader, true)
 			after = cc.heal
 		case "kill-slave":
 			victim := others[0]
-			victim.p.kill()
-			what = fmt.Sprintf("%s (%s)", fault, victim.id)
+			victim.P.Kill()
+			what = fmt.Sprintf("%s (%s)", fault, victim.ID)
 			after = victim.start
 		case "restart-all":
 			for _, n := range cc.nodes {
-				n.p.kill()
+				n.P.Kill()
 			}
 			at = time.Now()
 			for _, n := range cc.nodes {
@@ -650,7 +574,7 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 		if handOver {
-			gs.startNext()
+			gs.StartNext()
 			what += ", the group handed over across it"
 		}
 		probes++
@@ -665,8 +589,8 @@ func TestClusterChaos(t *testing.T) {
 			case zc.fencedAt.IsZero() || zc.err != nil && !strings.HasPrefix(zc.err.Error(), protocol.FencedPrefix):
 				t.Fatalf("cycle %d (%s): the master cut from the majority: %v\n%s", cycle, what, zc.err, cc.describe())
 			case !zc.fencedAt.Before(acked):
-				t.Fatalf("cycle %d (%s): %s said it is fenced %v after %s acknowledged a write", cycle, what, master.id,
-					zc.fencedAt.Sub(acked).Round(time.Millisecond), next.id)
+				t.Fatalf("cycle %d (%s): %s said it is fenced %v after %s acknowledged a write", cycle, what, master.ID,
+					zc.fencedAt.Sub(acked).Round(time.Millisecond), next.ID)
 			}
 			what += fmt.Sprintf(", fenced %v after the fault", zc.fencedAt.Sub(at).Round(time.Millisecond))
 		}
@@ -676,44 +600,44 @@ func TestClusterChaos(t *testing.T) {
 		times[fault] = append(times[fault], took)
 		all = append(all, took)
 
-		l.setAddr(next.addr())
+		l.SetAddr(next.Addr())
 		// Every node settles: one master, the others its byte-for-byte
 		// copies (an old master rejoined, its divergent tail set aside).
 		m, _ := cc.healthy(60 * time.Second)
-		l.setAddr(m.addr())
-		l.sticky.Store(ptr(m.addr()))
-		l.pause()
+		l.SetAddr(m.Addr())
+		l.Sticky.Store(ptr(m.Addr()))
+		l.Pause()
 		for _, n := range cc.nodes {
 			if n != m {
-				waitRejoined(t, m.clusterNode, n.clusterNode, 60*time.Second)
+				waitRejoined(t, m.ClusterNode, n.ClusterNode, 60*time.Second)
 			}
 		}
-		if lost := l.verify(t, m.data(), cycle); lost != 0 {
+		if lost := l.Verify(t, m.Data(), cycle); lost != 0 {
 			t.Fatalf("cycle %d (%s): %d acknowledged messages lost\n%s", cycle, what, lost, cc.describe())
 		}
-		dirtyReads(t, m.data(), topics, subs, cycle, what)
-		storedPositionOnce(t, m.data(), fs, cycle, what)
-		clientSubOnce(t, m.data(), cs, cycle, what)
-		clientSubOnce(t, m.data(), rs, cycle, what)
+		kit.DirtyReads(t, m.Data(), topics, subs, cycle, what)
+		kit.StoredPositionOnce(t, m.Data(), fs, cycle, what)
+		kit.ClientSubOnce(t, m.Data(), cs, cycle, what)
+		kit.ClientSubOnce(t, m.Data(), rs, cycle, what)
 		if gs != nil {
-			groupOnce(t, m.data(), gs, cycle, what)
+			kit.GroupOnce(t, m.Data(), gs, cycle, what)
 		}
-		l.mu.Lock()
-		acks := append([]ackRecord(nil), l.acks[ackFrom:]...)
-		l.mu.Unlock()
+		l.Mu.Lock()
+		acks := append([]kit.AckRecord(nil), l.Acks[ackFrom:]...)
+		l.Mu.Unlock()
 		oneAcknowledger(t, acks, cycle, what)
 		t.Logf("cycle %d: %s: a write acknowledged %v after the fault, by %s; master now %s; %d acknowledged, %d refused fenced, %d unconfirmed so far; the stored-position consumer was redelivered %d at or below its last acknowledged eventId",
-			cycle, what, took.Round(time.Millisecond), next.id, m.id, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load(), fs.redelivered.Load())
-		l.resume()
+			cycle, what, took.Round(time.Millisecond), next.ID, m.ID, l.AckedCount.Load(), l.FencedRefused.Load(), l.Refused.Load(), fs.Redelivered.Load())
+		l.Resume()
 	}
-	l.finish()
+	l.Finish()
 	m, _ := cc.healthy(60 * time.Second)
 	for _, n := range cc.nodes {
 		if n != m {
-			waitRejoined(t, m.clusterNode, n.clusterNode, 60*time.Second)
+			waitRejoined(t, m.ClusterNode, n.ClusterNode, 60*time.Second)
 		}
 	}
-	if lost := l.verify(t, m.data(), cycles); lost != 0 {
+	if lost := l.Verify(t, m.Data(), cycles); lost != 0 {
 		t.Fatalf("%d acknowledged messages lost", lost)
 	}
 	// Every consumer, over the final history.
@@ -724,21 +648,21 @@ func TestClusterChaos(t *testing.T) {
 		}
 		return n
 	}
-	storedPositionOnce(t, m.data(), fs, cycles, "the end")
-	clientSubOnce(t, m.data(), cs, cycles, "the end")
-	clientSubOnce(t, m.data(), rs, cycles, "the end")
+	kit.StoredPositionOnce(t, m.Data(), fs, cycles, "the end")
+	kit.ClientSubOnce(t, m.Data(), cs, cycles, "the end")
+	kit.ClientSubOnce(t, m.Data(), rs, cycles, "the end")
 	group := "left out"
 	if gs != nil {
-		groupOnce(t, m.data(), gs, cycles, "the end")
-		got, _, _, _, members := gs.snapshot()
+		kit.GroupOnce(t, m.Data(), gs, cycles, "the end")
+		got, _, _, _, members := gs.Snapshot()
 		group = fmt.Sprintf("%d over %d members", handed(got), members)
 	}
-	csGot, _ := cs.snapshot()
-	rsGot, _ := rs.snapshot()
+	csGot, _ := cs.Snapshot()
+	rsGot, _ := rs.Snapshot()
 	t.Logf("every consumer was handed each message of its topic's final history once, none it does not hold: "+
 		"stored position (c3) %d (%d redelivered at or below its last acknowledged eventId, skipped; %d subscriptions), "+
 		"client subscriber (c2) %d, client subscriber with Resume (c2) %d, Redis group (c0) %s",
-		handed(fs.snapshot()), fs.redelivered.Load(), fs.resubscribed.Load(), handed(csGot), handed(rsGot), group)
+		handed(fs.Snapshot()), fs.Redelivered.Load(), fs.Resubscribed.Load(), handed(csGot), handed(rsGot), group)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	var per []string
 	for _, f := range chaosFaults {
@@ -750,7 +674,7 @@ func TestClusterChaos(t *testing.T) {
 		per = append(per, fmt.Sprintf("%s ×%d max %v", f, len(ts), ts[len(ts)-1].Round(time.Millisecond)))
 	}
 	t.Logf("%d cycles: %d acknowledged, 0 lost, 0 duplicated, %d refused fenced, %d unconfirmed; fault to an acknowledged write p50 %v p99 %v max %v; %s",
-		cycles, l.ackedCount.Load(), l.fencedRefused.Load(), l.refused.Load(),
+		cycles, l.AckedCount.Load(), l.FencedRefused.Load(), l.Refused.Load(),
 		percentile(all, 0.5).Round(time.Millisecond), percentile(all, 0.99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond),
 		strings.Join(per, ", "))
 	if max := all[len(all)-1]; max > 20*time.Second {
@@ -784,21 +708,21 @@ func TestClusterInSyncRule(t *testing.T) {
 	cc.createTopics(topics)
 	// The replica stream to the slow slave (and its probes): every byte
 	// 150 ms late, well within the probe timeout and the silence timeout.
-	slow.smssTo[master.id].Delay(150 * time.Millisecond)
-	l := newFailoverLoad(master.addr(), topics)
-	l.start(8)
-	defer l.finish()
-	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 200 }) {
-		t.Fatalf("only %d acknowledgements\n%s", l.ackedCount.Load(), cc.describe())
+	slow.smssTo[master.ID].Delay(150 * time.Millisecond)
+	l := kit.NewFailoverLoad(master.Addr(), topics)
+	l.Start(8)
+	defer l.Finish()
+	if !smsstest.Poll(60*time.Second, func() bool { return l.AckedCount.Load() >= 200 }) {
+		t.Fatalf("only %d acknowledgements\n%s", l.AckedCount.Load(), cc.describe())
 	}
 	for _, n := range cc.nodes {
-		n.smssTo[hidden.id].Cut()
+		n.smssTo[hidden.ID].Cut()
 	}
 	// What is still on its way to the slow slave is lost with the master
 	// (a cut drops the proxy's queue, as the killed master's socket
 	// buffers would be).
-	slow.smssTo[master.id].Cut()
-	master.p.kill()
+	slow.smssTo[master.ID].Cut()
+	master.P.Kill()
 	killed := time.Now()
 	var next *chaosNode
 	if !smsstest.Poll(60*time.Second, func() bool {
@@ -808,17 +732,17 @@ func TestClusterInSyncRule(t *testing.T) {
 		t.Fatalf("no master after the kill\n%s", cc.describe())
 	}
 	if next != slow {
-		t.Fatalf("%s was elected, want %s (the only one the controller reaches)\n%s", next.id, slow.id, cc.describe())
+		t.Fatalf("%s was elected, want %s (the only one the controller reaches)\n%s", next.ID, slow.ID, cc.describe())
 	}
-	t.Logf("%s elected %v after the kill, with %s hidden", next.id, time.Since(killed).Round(time.Millisecond), hidden.id)
-	l.pause()
+	t.Logf("%s elected %v after the kill, with %s hidden", next.ID, time.Since(killed).Round(time.Millisecond), hidden.ID)
+	l.Pause()
 	// What the elected node holds, before anything else can reach it.
-	if lost := l.verify(t, next.data(), 0); lost != 0 {
-		t.Fatalf("%d acknowledged messages are not on the elected %s: a write was acknowledged before every in-sync member had it", lost, next.id)
+	if lost := l.Verify(t, next.Data(), 0); lost != 0 {
+		t.Fatalf("%d acknowledged messages are not on the elected %s: a write was acknowledged before every in-sync member had it", lost, next.ID)
 	}
-	l.resume()
-	l.finish()
-	t.Logf("%d acknowledged, all on %s", l.ackedCount.Load(), next.id)
+	l.Resume()
+	l.Finish()
+	t.Logf("%d acknowledged, all on %s", l.AckedCount.Load(), next.ID)
 }
 
 // TestClusterReplaceNode: a slave's machine is lost with its disk; a new
@@ -831,11 +755,11 @@ func TestClusterReplaceNode(t *testing.T) {
 	master, _ := cc.healthy(90 * time.Second)
 	topics := []string{"c0", "c1"}
 	cc.createTopics(topics)
-	l := newFailoverLoad(master.addr(), topics)
-	l.start(4)
-	defer l.finish()
-	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 300 }) {
-		t.Fatalf("only %d acknowledgements\n%s", l.ackedCount.Load(), cc.describe())
+	l := kit.NewFailoverLoad(master.Addr(), topics)
+	l.Start(4)
+	defer l.Finish()
+	if !smsstest.Poll(60*time.Second, func() bool { return l.AckedCount.Load() >= 300 }) {
+		t.Fatalf("only %d acknowledgements\n%s", l.AckedCount.Load(), cc.describe())
 	}
 	var lost *chaosNode
 	for _, n := range cc.nodes {
@@ -844,18 +768,18 @@ func TestClusterReplaceNode(t *testing.T) {
 			break
 		}
 	}
-	lost.p.kill()
+	lost.P.Kill()
 	// The disk is gone: data, raft store, instance id.
-	if err := os.RemoveAll(filepath.Join(lost.dir, "data")); err != nil {
+	if err := os.RemoveAll(filepath.Join(lost.Dir, "data")); err != nil {
 		t.Fatal(err)
 	}
 	lost.start()
 	// Back in the in-sync set, eligible, as a new instance.
 	m, _ := cc.healthy(90 * time.Second)
-	if !smsstest.Poll(60*time.Second, func() bool { return l.ackedCount.Load() >= 600 }) {
-		t.Fatalf("only %d acknowledgements after the replacement\n%s", l.ackedCount.Load(), cc.describe())
+	if !smsstest.Poll(60*time.Second, func() bool { return l.AckedCount.Load() >= 600 }) {
+		t.Fatalf("only %d acknowledgements after the replacement\n%s", l.AckedCount.Load(), cc.describe())
 	}
-	m.p.kill()
+	m.P.Kill()
 	killed := time.Now()
 	var next *chaosNode
 	if !smsstest.Poll(60*time.Second, func() bool {
@@ -865,18 +789,18 @@ func TestClusterReplaceNode(t *testing.T) {
 		t.Fatalf("no new master after the kill\n%s", cc.describe())
 	}
 	t.Logf("%s replaced with an empty disk and rejoined; master %s killed, %s elected %v later",
-		lost.id, m.id, next.id, time.Since(killed).Round(time.Millisecond))
-	l.setAddr(next.addr())
+		lost.ID, m.ID, next.ID, time.Since(killed).Round(time.Millisecond))
+	l.SetAddr(next.Addr())
 	m.start()
 	final, _ := cc.healthy(90 * time.Second)
-	l.pause()
+	l.Pause()
 	for _, n := range cc.nodes {
 		if n != final {
-			waitRejoined(t, final.clusterNode, n.clusterNode, 60*time.Second)
+			waitRejoined(t, final.ClusterNode, n.ClusterNode, 60*time.Second)
 		}
 	}
-	if lost := l.verify(t, final.data(), 0); lost != 0 {
+	if lost := l.Verify(t, final.Data(), 0); lost != 0 {
 		t.Fatalf("%d acknowledged messages lost", lost)
 	}
-	l.resume()
+	l.Resume()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	smssclient "github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -22,11 +23,11 @@ import (
 // is fenced, steps down and rejoins. Every acknowledged message is on the
 // new master exactly once.
 func TestClusterClientFollowsMaster(t *testing.T) {
-	nodes := startClusterNodes(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
-	master, epoch := waitClusterMaster(t, nodes, 0, 60*time.Second)
+	nodes := kit.StartClusterNodes(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
+	master, epoch := kit.WaitClusterMaster(t, nodes, 0, 60*time.Second)
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
-		addrs[i] = n.addr()
+		addrs[i] = n.Addr()
 	}
 	opts := smssclient.Options{Addrs: addrs, HealthCheckInterval: -1, AttemptTimeout: time.Second,
 		MaxRetries: 30, RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond}
@@ -42,49 +43,49 @@ func TestClusterClientFollowsMaster(t *testing.T) {
 		err := c.CreateTopic(ctx, "t")
 		return err == nil || errors.Is(err, smssclient.ErrTopicExist)
 	}) {
-		t.Fatalf("create never succeeded on the cluster's master %s\n%s", master.id, tail(master.p.out.String(), 4000))
+		t.Fatalf("create never succeeded on the cluster's master %s\n%s", master.ID, kit.Tail(master.P.Out.String(), 4000))
 	}
 	var acked []string
 	pub := func(c *smssclient.Client, body string) {
 		t.Helper()
 		if err := c.Publish(ctx, "t", smssclient.NewMessage([]byte(body))); err != nil {
-			t.Fatalf("publish %s: %v\n%s", body, err, tail(master.p.out.String(), 2000))
+			t.Fatalf("publish %s: %v\n%s", body, err, kit.Tail(master.P.Out.String(), 2000))
 		}
 		acked = append(acked, body)
 	}
 	for i := range 20 {
 		pub(c, fmt.Sprintf("before-%d", i))
 	}
-	if c.Master() != master.addr() {
-		t.Fatalf("the client writes to %s, the cluster's master is %s", c.Master(), master.addr())
+	if c.Master() != master.Addr() {
+		t.Fatalf("the client writes to %s, the cluster's master is %s", c.Master(), master.Addr())
 	}
 	// Frozen once a slave may be elected (before, the cluster rightly
 	// elects nobody).
-	if !smsstest.Poll(30*time.Second, func() bool { return hasEligibleInSync(master.addr()) }) {
-		t.Fatalf("no eligible in-sync slave of %s\n%s", master.id, tail(master.p.out.String(), 4000))
+	if !smsstest.Poll(30*time.Second, func() bool { return kit.HasEligibleInSync(master.Addr()) }) {
+		t.Fatalf("no eligible in-sync slave of %s\n%s", master.ID, kit.Tail(master.P.Out.String(), 4000))
 	}
-	master.p.Stop()
+	master.P.Stop()
 	frozen := true
 	defer func() {
 		if frozen {
-			master.p.Cont()
+			master.P.Cont()
 		}
 	}()
-	if !smsstest.Poll(10*time.Second, func() bool { return procState(master.p.Pid()) == 'T' }) {
-		t.Fatalf("%s did not stop", master.id)
+	if !smsstest.Poll(10*time.Second, func() bool { return kit.ProcState(master.P.Pid()) == 'T' }) {
+		t.Fatalf("%s did not stop", master.ID)
 	}
 	start := time.Now()
 	pub(c, "during") // times out on the frozen master, then finds the new one
-	var rest []*clusterNode
+	var rest []*kit.ClusterNode
 	for _, n := range nodes {
 		if n != master {
 			rest = append(rest, n)
 		}
 	}
-	next, _ := waitClusterMaster(t, rest, epoch, 30*time.Second)
+	next, _ := kit.WaitClusterMaster(t, rest, epoch, 30*time.Second)
 	t.Logf("the publish in flight was acknowledged by %s %v after the freeze", c.Master(), time.Since(start).Round(time.Millisecond))
-	if c.Master() != next.addr() {
-		t.Fatalf("the client writes to %s, the new master is %s", c.Master(), next.addr())
+	if c.Master() != next.Addr() {
+		t.Fatalf("the client writes to %s, the new master is %s", c.Master(), next.Addr())
 	}
 
 	fresh, err := smssclient.Dial(ctx, "", opts)
@@ -101,7 +102,7 @@ func TestClusterClientFollowsMaster(t *testing.T) {
 		pub(c, fmt.Sprintf("after-%d", i))
 	}
 
-	master.p.Cont()
+	master.P.Cont()
 	frozen = false
 	waitRejoined(t, next, master, 60*time.Second)
 	for i := range 5 {
@@ -112,7 +113,7 @@ func TestClusterClientFollowsMaster(t *testing.T) {
 			waitRejoined(t, next, n, 60*time.Second)
 		}
 	}
-	got := readAll(t, next.addr(), "t", len(acked))
+	got := kit.ReadAll(t, next.Addr(), "t", len(acked))
 	slices.Sort(got)
 	want := slices.Clone(acked)
 	slices.Sort(want)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -25,52 +26,52 @@ import (
 func TestClusterIdleMasterFailsOver(t *testing.T) {
 	// The harness's configs send alive frames every 300 ms, which hid the
 	// wait: these nodes keep the default timeout.server.alive (30 s).
-	nodes := make([]*clusterNode, 3)
+	nodes := make([]*kit.ClusterNode, 3)
 	for i := range nodes {
-		nodes[i] = &clusterNode{fnode: fnode{name: string(rune('a' + i)), dir: t.TempDir(), port: freePort(t)},
-			id: string(rune('a' + i)), raft: freePort(t)}
+		nodes[i] = &kit.ClusterNode{Fnode: kit.Fnode{Name: string(rune('a' + i)), Dir: t.TempDir(), Port: kit.FreePort(t)},
+			ID: string(rune('a' + i)), Raft: kit.FreePort(t)}
 	}
 	var peers strings.Builder
 	for _, n := range nodes {
-		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.id, n.raft, n.port)
+		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.ID, n.Raft, n.Port)
 	}
 	for _, n := range nodes {
 		cfg := fmt.Sprintf("host: 127.0.0.1\nport: %d\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n"+
 			"replication:\n  syncSlaves: 1\ncluster:\n  node: %s\n  peers:\n%s",
-			n.port, filepath.Join(n.dir, "data"), n.id, peers.String())
-		if err := os.WriteFile(filepath.Join(n.dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+			n.Port, filepath.Join(n.Dir, "data"), n.ID, peers.String())
+		if err := os.WriteFile(filepath.Join(n.Dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, n := range nodes {
-		n.p = startArgs(t, n.dir, "-role", "auto")
+		n.P = kit.StartArgs(t, n.Dir, "-role", "auto")
 	}
-	master, epoch := waitClusterMaster(t, nodes, 0, 60*time.Second)
+	master, epoch := kit.WaitClusterMaster(t, nodes, 0, 60*time.Second)
 	// Well under timeout.server.alive: the join must wait neither for an
 	// alive frame nor for a write.
-	if !smsstest.Poll(10*time.Second, func() bool { return hasEligibleInSync(master.addr()) }) {
-		st, _ := clusterStatusOf(master.addr())
-		t.Fatalf("no eligible in-sync slave of the idle master %s within 10 s: %+v\n%s", master.id, st.Cluster, tail(master.p.out.String(), 4000))
+	if !smsstest.Poll(10*time.Second, func() bool { return kit.HasEligibleInSync(master.Addr()) }) {
+		st, _ := kit.ClusterStatusOf(master.Addr())
+		t.Fatalf("no eligible in-sync slave of the idle master %s within 10 s: %+v\n%s", master.ID, st.Cluster, kit.Tail(master.P.Out.String(), 4000))
 	}
-	master.p.kill()
-	var rest []*clusterNode
+	master.P.Kill()
+	var rest []*kit.ClusterNode
 	for _, n := range nodes {
 		if n != master {
 			rest = append(rest, n)
 		}
 	}
-	next, e := waitClusterMaster(t, rest, epoch, 30*time.Second)
+	next, e := kit.WaitClusterMaster(t, rest, epoch, 30*time.Second)
 	if !smsstest.Poll(30*time.Second, func() bool {
-		nc, err := net.DialTimeout("tcp", next.addr(), time.Second)
+		nc, err := net.DialTimeout("tcp", next.Addr(), time.Second)
 		if err != nil {
 			return false
 		}
 		defer nc.Close()
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		c := &client{c: nc, r: bufio.NewReader(nc)}
-		err = c.create("after", 0)
+		c := &kit.Client{C: nc, R: bufio.NewReader(nc)}
+		err = c.Create("after", 0)
 		return err == nil || strings.Contains(err.Error(), "topic exist")
 	}) {
-		t.Fatalf("the elected master %s (epoch %d) never accepted a write\n%s", next.id, e, tail(next.p.out.String(), 4000))
+		t.Fatalf("the elected master %s (epoch %d) never accepted a write\n%s", next.ID, e, kit.Tail(next.P.Out.String(), 4000))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -29,14 +30,14 @@ import (
 // command": before the handshake moved out of raft's reads, that is what a
 // refused peer caused).
 
-// tlsClusterNode is a clusterNode with its TLS listener's port (its
+// tlsClusterNode is a kit.ClusterNode with its TLS listener's port (its
 // cluster addr).
 type tlsClusterNode struct {
-	*clusterNode
+	*kit.ClusterNode
 	tlsPort int
 }
 
-func (n *tlsClusterNode) raftAddr() string { return "127.0.0.1:" + strconv.Itoa(n.raft) }
+func (n *tlsClusterNode) raftAddr() string { return "127.0.0.1:" + strconv.Itoa(n.Raft) }
 
 // startTLSClusterNodes starts three -role auto nodes whose consensus and
 // replication use pki's certificates; extra is added to each config.
@@ -45,22 +46,22 @@ func startTLSClusterNodes(t *testing.T, pki *authtest.PKI, extra string) []*tlsC
 	nodes := make([]*tlsClusterNode, 3)
 	for i := range nodes {
 		id := string(rune('a' + i))
-		nodes[i] = &tlsClusterNode{clusterNode: &clusterNode{fnode: fnode{name: id, dir: t.TempDir(), port: freePort(t)},
-			id: id, raft: freePort(t)}, tlsPort: freePort(t)}
+		nodes[i] = &tlsClusterNode{ClusterNode: &kit.ClusterNode{Fnode: kit.Fnode{Name: id, Dir: t.TempDir(), Port: kit.FreePort(t)},
+			ID: id, Raft: kit.FreePort(t)}, tlsPort: kit.FreePort(t)}
 	}
 	var peers strings.Builder
 	for _, n := range nodes {
-		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.id, n.raft, n.tlsPort)
+		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.ID, n.Raft, n.tlsPort)
 	}
 	for _, n := range nodes {
-		replConfig(t, n.dir, n.port, fmt.Sprintf("tls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n"+
+		kit.ReplConfig(t, n.Dir, n.Port, fmt.Sprintf("tls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n"+
 			"replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n"+
 			"  useTLS: true\n  ca: %s\n  cert: %s\n  key: %s\n%s"+
 			"cluster:\n  node: %s\n  peers:\n%s",
-			n.tlsPort, pki.ServerCert, pki.ServerKey, pki.CAFile, pki.ClientCert, pki.ClientKey, extra, n.id, peers.String()))
+			n.tlsPort, pki.ServerCert, pki.ServerKey, pki.CAFile, pki.ClientCert, pki.ClientKey, extra, n.ID, peers.String()))
 	}
 	for _, n := range nodes {
-		n.p = startArgs(t, n.dir, "-role", "auto")
+		n.P = kit.StartArgs(t, n.Dir, "-role", "auto")
 	}
 	return nodes
 }
@@ -74,7 +75,7 @@ func clusterTransportOf(addr string) string {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write(must(protocol.AppendStatus(nil, nil))); err != nil {
+	if _, err := c.Write(kit.Must(protocol.AppendStatus(nil, nil))); err != nil {
 		return ""
 	}
 	body, err := protocol.ReadReply(bufio.NewReader(c), protocol.ReplyJSON, 1<<20)
@@ -111,33 +112,33 @@ func refusedByRaft(t *testing.T, c net.Conn, what string) {
 func TestClusterTLS(t *testing.T) {
 	pki := authtest.NewPKI(t)
 	nodes := startTLSClusterNodes(t, pki, "")
-	all := make([]*clusterNode, len(nodes))
+	all := make([]*kit.ClusterNode, len(nodes))
 	for i, n := range nodes {
-		all[i] = n.clusterNode
-		n.p.waitLog(t, "the consensus (raft) transport is mutual TLS", 1)
+		all[i] = n.ClusterNode
+		n.P.WaitLog(t, "the consensus (raft) transport is mutual TLS", 1)
 	}
-	master, _ := waitClusterMaster(t, all, 0, 60*time.Second)
+	master, _ := kit.WaitClusterMaster(t, all, 0, 60*time.Second)
 	for _, n := range nodes {
-		if got := clusterTransportOf(n.addr()); got != "mutual-tls" {
-			t.Fatalf("%s: status cluster.transport %q, want mutual-tls", n.id, got)
+		if got := clusterTransportOf(n.Addr()); got != "mutual-tls" {
+			t.Fatalf("%s: status cluster.transport %q, want mutual-tls", n.ID, got)
 		}
 	}
 	// A write: refused until a slave (replicating over TLS) is in sync.
 	write := func(topic string) {
 		t.Helper()
 		if !smsstest.Poll(60*time.Second, func() bool {
-			nc, err := net.DialTimeout("tcp", master.addr(), time.Second)
+			nc, err := net.DialTimeout("tcp", master.Addr(), time.Second)
 			if err != nil {
 				return false
 			}
 			defer nc.Close()
-			c := &client{c: nc, r: bufio.NewReader(nc)}
-			if err := c.create(topic, 0); err != nil && !strings.Contains(err.Error(), "topic exist") {
+			c := &kit.Client{C: nc, R: bufio.NewReader(nc)}
+			if err := c.Create(topic, 0); err != nil && !strings.Contains(err.Error(), "topic exist") {
 				return false
 			}
-			return c.pub(topic, record(nil, "over tls")) == nil
+			return c.Pub(topic, kit.Record(nil, "over tls")) == nil
 		}) {
-			t.Fatalf("the cluster's master %s never acknowledged a write to %s\n%s", master.id, topic, tail(master.p.out.String(), 4000))
+			t.Fatalf("the cluster's master %s never acknowledged a write to %s\n%s", master.ID, topic, kit.Tail(master.P.Out.String(), 4000))
 		}
 	}
 	write("tls0")
@@ -157,7 +158,7 @@ func TestClusterTLS(t *testing.T) {
 			// TLS 1.3: the client finishes before the server verified it;
 			// a request then meets the server's refusal.
 			anon.Write([]byte{0, 0x80})
-			refusedByRaft(t, anon, n.id+": TLS without a client certificate")
+			refusedByRaft(t, anon, n.ID+": TLS without a client certificate")
 		}
 		anon.Close()
 
@@ -170,27 +171,27 @@ func TestClusterTLS(t *testing.T) {
 		if _, err := plain.Write([]byte{0, 0x85, 0xa4, 'T', 'e', 'r', 'm', 0x7f}); err != nil {
 			t.Fatal(err)
 		}
-		refusedByRaft(t, plain, n.id+": raw TCP")
+		refusedByRaft(t, plain, n.ID+": raw TCP")
 		plain.Close()
 	}
 	for i, n := range nodes {
 		anon, plain := intruders[2*i], intruders[2*i+1]
 		for _, who := range []string{anon, plain} {
 			if !smsstest.Poll(10*time.Second, func() bool {
-				for _, l := range strings.Split(n.p.out.String(), "\n") {
+				for _, l := range strings.Split(n.P.Out.String(), "\n") {
 					if strings.Contains(l, "refused a connection to the raft port") && strings.Contains(l, who) {
 						return true
 					}
 				}
 				return false
 			}) {
-				t.Fatalf("%s: the refusal of %s is not logged\n%s", n.id, who, tail(n.p.out.String(), 4000))
+				t.Fatalf("%s: the refusal of %s is not logged\n%s", n.ID, who, kit.Tail(n.P.Out.String(), 4000))
 			}
 		}
-		for _, l := range strings.Split(n.p.out.String(), "\n") {
+		for _, l := range strings.Split(n.P.Out.String(), "\n") {
 			if strings.Contains(l, "failed to decode incoming command") ||
 				(!strings.Contains(l, "refused a connection to the raft port") && (strings.Contains(l, anon) || strings.Contains(l, plain))) {
-				t.Fatalf("%s: raft read from an intruder: %s", n.id, l)
+				t.Fatalf("%s: raft read from an intruder: %s", n.ID, l)
 			}
 		}
 	}
@@ -206,13 +207,13 @@ func TestClusterTLSRefused(t *testing.T) {
 		name, extra string
 		keys        []string
 	}{
-		{"listener only", fmt.Sprintf("tls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n", freePort(t), pki.ServerCert, pki.ServerKey),
+		{"listener only", fmt.Sprintf("tls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n", kit.FreePort(t), pki.ServerCert, pki.ServerKey),
 			[]string{"tls.listen", "replication.useTLS"}},
 		{"replication only", fmt.Sprintf("replication:\n  syncSlaves: 1\n  onSyncTimeout: fail\n  useTLS: true\n  ca: %s\n  cert: %s\n  key: %s\n",
 			pki.CAFile, pki.ClientCert, pki.ClientKey), []string{"replication.useTLS", "tls.listen"}},
 		{"no client certificate", fmt.Sprintf("tls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n"+
 			"replication:\n  syncSlaves: 1\n  onSyncTimeout: fail\n  useTLS: true\n  ca: %s\n",
-			freePort(t), pki.ServerCert, pki.ServerKey, pki.CAFile), []string{"replication.cert", "replication.key"}},
+			kit.FreePort(t), pki.ServerCert, pki.ServerKey, pki.CAFile), []string{"replication.cert", "replication.key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -220,10 +221,10 @@ func TestClusterTLSRefused(t *testing.T) {
 			if !strings.Contains(extra, "replication:") {
 				extra += "replication:\n  syncSlaves: 1\n  onSyncTimeout: fail\n"
 			}
-			replConfig(t, dir, freePort(t), extra+fmt.Sprintf("cluster:\n  node: a\n  peers:\n"+
+			kit.ReplConfig(t, dir, kit.FreePort(t), extra+fmt.Sprintf("cluster:\n  node: a\n  peers:\n"+
 				"    a: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:1\"}\n"+
 				"    b: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:2\"}\n"+
-				"    c: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:3\"}\n", freePort(t), freePort(t), freePort(t)))
+				"    c: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:3\"}\n", kit.FreePort(t), kit.FreePort(t), kit.FreePort(t)))
 			cmd := smsstest.SmssCommand(t, dir, "-role", "auto")
 			var out smsstest.SyncBuffer
 			cmd.Stdout, cmd.Stderr = &out, &out

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -25,27 +26,16 @@ type topicJSON struct {
 	TopicRoot          string `json:"topicRoot"`
 }
 
-func bizText(err error) string {
-	var be *protocol.BizError
-	if errors.As(err, &be) {
-		return be.Msg
-	}
-	if err == nil {
-		return "<nil>"
-	}
-	return "non-biz: " + err.Error()
-}
-
 // TestCommandsOverTCP drives every command of the write path through the
 // real binary and checks replies and the files it leaves.
 func TestCommandsOverTCP(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
-	p := start(t, dir)
-	c := dial(t, p.addr)
+	kit.WriteConfig(t, dir, "")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
 
 	// create, duplicate, expiry rules, name rules
-	if err := c.create("order", 0); err != nil {
+	if err := c.Create("order", 0); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	for _, tc := range []struct {
@@ -61,36 +51,36 @@ func TestCommandsOverTCP(t *testing.T) {
 		{"..", 0, "invalid topic name"},
 		{strings.Repeat("x", 129), 0, "invalid topic name"},
 	} {
-		if got := bizText(c.create(tc.name, tc.expireAt)); !strings.HasPrefix(got, tc.want) {
+		if got := kit.BizText(c.Create(tc.name, tc.expireAt)); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("create %q expire %d: %q, want %q", tc.name, tc.expireAt, got, tc.want)
 		}
 	}
-	if err := c.create(strings.Repeat("y", 128), 0); err != nil {
+	if err := c.Create(strings.Repeat("y", 128), 0); err != nil {
 		t.Fatalf("create 128-byte name: %v", err)
 	}
 	expireAt := time.Now().UnixMilli() + 3600_000
-	if err := c.create("life1", expireAt); err != nil {
+	if err := c.Create("life1", expireAt); err != nil {
 		t.Fatalf("create with expiry: %v", err)
 	}
 
 	// publish one record with headers, then 100-record batches
-	one := record([][2]string{{"traceId", "x1"}, {"k", ""}}, "hello")
-	if err := c.pub("order", one); err != nil {
+	one := kit.Record([][2]string{{"traceId", "x1"}, {"k", ""}}, "hello")
+	if err := c.Pub("order", one); err != nil {
 		t.Fatalf("pub: %v", err)
 	}
 	var batch [][]byte
 	for i := 0; i < 100; i++ {
-		batch = append(batch, record([][2]string{{"i", fmt.Sprint(i)}}, fmt.Sprintf("body-%03d", i)))
+		batch = append(batch, kit.Record([][2]string{{"i", fmt.Sprint(i)}}, fmt.Sprintf("body-%03d", i)))
 	}
 	for round := 0; round < 3; round++ {
-		if err := c.pub("order", batch...); err != nil {
+		if err := c.Pub("order", batch...); err != nil {
 			t.Fatalf("batch pub: %v", err)
 		}
 	}
-	if got := bizText(c.pub("missing", one)); got != "topic not exist" {
+	if got := kit.BizText(c.Pub("missing", one)); got != "topic not exist" {
 		t.Errorf("pub to missing topic: %q", got)
 	}
-	if got := bizText(c.pub("bad name", one)); !strings.HasPrefix(got, "invalid topic name") {
+	if got := kit.BizText(c.Pub("bad name", one)); !strings.HasPrefix(got, "invalid topic name") {
 		t.Errorf("pub to invalid name: %q", got)
 	}
 
@@ -103,17 +93,17 @@ func TestCommandsOverTCP(t *testing.T) {
 		{append(one, 1, 2, 3), "invalid pub payload"},
 		{[]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "invalid pub payload"},
 	} {
-		_, err := c.roundTrip(must(protocol.AppendPub(nil, []byte("order"), nil, tc.payload)), protocol.ReplyPlain)
-		if got := bizText(err); got != tc.want {
+		_, err := c.RoundTrip(kit.Must(protocol.AppendPub(nil, []byte("order"), nil, tc.payload)), protocol.ReplyPlain)
+		if got := kit.BizText(err); got != tc.want {
 			t.Errorf("pub payload %x: %q want %q", tc.payload, got, tc.want)
 		}
 	}
-	if _, err := c.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {
+	if _, err := c.RoundTrip(kit.Must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {
 		t.Fatalf("alive after errors: %v", err)
 	}
 
 	// info / list / valid list
-	body, err := c.roundTrip(must(protocol.AppendTopicInfo(nil, []byte("order"), nil)), protocol.ReplyJSON)
+	body, err := c.RoundTrip(kit.Must(protocol.AppendTopicInfo(nil, []byte("order"), nil)), protocol.ReplyJSON)
 	if err != nil {
 		t.Fatalf("info: %v", err)
 	}
@@ -125,56 +115,56 @@ func TestCommandsOverTCP(t *testing.T) {
 	if err := json.Unmarshal(body, &info); err != nil || info.CreateEventID != 1 || info.StateChangeEventID != 1 || info.ExpireAt != 0 {
 		t.Fatalf("info %+v %v", info, err)
 	}
-	if got := bizText(must2(c.roundTrip(must(protocol.AppendTopicInfo(nil, []byte("nope"), nil)), protocol.ReplyJSON))); got != "topic not exist" {
+	if got := kit.BizText(must2(c.RoundTrip(kit.Must(protocol.AppendTopicInfo(nil, []byte("nope"), nil)), protocol.ReplyJSON))); got != "topic not exist" {
 		t.Errorf("info missing: %q", got)
 	}
-	if got := bizText(must2(c.roundTrip(must(protocol.AppendTopicInfo(nil, nil, nil)), protocol.ReplyJSON))); got != "topic name is required" {
+	if got := kit.BizText(must2(c.RoundTrip(kit.Must(protocol.AppendTopicInfo(nil, nil, nil)), protocol.ReplyJSON))); got != "topic name is required" {
 		t.Errorf("info without name: %q", got)
 	}
 	var list []topicJSON
-	body, err = c.roundTrip(must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
+	body, err = c.RoundTrip(kit.Must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
 	if err != nil || json.Unmarshal(body, &list) != nil || len(list) != 3 || list[0].Name != "life1" || list[1].Name != "order" || list[0].ExpireAt != expireAt {
 		t.Fatalf("list %s %v", body, err)
 	}
-	body, err = c.roundTrip(must(protocol.AppendValidList(nil, nil, 1)), protocol.ReplyJSON)
+	body, err = c.RoundTrip(kit.Must(protocol.AppendValidList(nil, nil, 1)), protocol.ReplyJSON)
 	if err != nil || json.Unmarshal(body, &list) != nil || len(list) != 1 || list[0].Name != "order" {
 		t.Fatalf("valid list from 1: %s %v", body, err)
 	}
 
 	// delete, then everything about the topic is gone
-	if err := c.del("order"); err != nil {
+	if err := c.Del("order"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if got := bizText(c.del("order")); got != "topic not exist" {
+	if got := kit.BizText(c.Del("order")); got != "topic not exist" {
 		t.Errorf("second delete: %q", got)
 	}
-	if got := bizText(c.pub("order", one)); got != "topic not exist" {
+	if got := kit.BizText(c.Pub("order", one)); got != "topic not exist" {
 		t.Errorf("pub after delete: %q", got)
 	}
 
 	// unknown commands are refused and the connection is closed
 	req := make([]byte, protocol.HeaderSize)
 	req[0] = 90 // no command: 41..44 are the queue commands (docs/protocol.md §12.6)
-	_, err = c.roundTrip(req, protocol.ReplyPlain)
-	if got := bizText(err); got != "don't support action" {
+	_, err = c.RoundTrip(req, protocol.ReplyPlain)
+	if got := kit.BizText(err); got != "don't support action" {
 		t.Errorf("unknown command: %q", got)
 	}
-	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.r.ReadByte(); !errors.Is(err, io.EOF) && !isReset(err) {
+	c.C.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.R.ReadByte(); !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Errorf("connection after unknown command: %v", err)
 	}
 
-	p.stop()
-	s := readStore(t, dir+"/data", []string{"order"})
+	p.Term()
+	s := kit.ReadStore(t, dir+"/data", []string{"order"})
 	// binlog: create order(1), create y..(2), create life1(3), pub(4), 3×100 (5..304), delete(305)
 	var ids []int64
-	for _, b := range s.binlog {
+	for _, b := range s.Binlog {
 		ids = append(ids, b.EventID)
 	}
 	if fmt.Sprint(ids) != "[1 2 3 4 5 105 205 305]" {
 		t.Fatalf("binlog eventIds %v", ids)
 	}
-	pubBlock := s.binlog[3]
+	pubBlock := s.Binlog[3]
 	if !bytes.Equal(pubBlock.Payload, one) {
 		t.Fatalf("binlog payload %x want %x", pubBlock.Payload, one)
 	}
@@ -191,26 +181,26 @@ func isReset(err error) bool {
 // file: docs/protocol.md §5.6 command line, the record verbatim, a trailing newline.
 func TestTopicFilesByteExact(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("order", 0); err != nil {
+	kit.WriteConfig(t, dir, "")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("order", 0); err != nil {
 		t.Fatal(err)
 	}
 	recs := [][]byte{
-		record([][2]string{{"traceId", "x1"}}, "hello"),
-		record(nil, "a"),
-		record([][2]string{{"k1", "v1"}, {"k2", "v2"}}, string([]byte{0, '\n', '\t', 0xff})),
+		kit.Record([][2]string{{"traceId", "x1"}}, "hello"),
+		kit.Record(nil, "a"),
+		kit.Record([][2]string{{"k1", "v1"}, {"k2", "v2"}}, string([]byte{0, '\n', '\t', 0xff})),
 	}
-	if err := c.pub("order", recs[0]); err != nil {
+	if err := c.Pub("order", recs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.pub("order", recs[1], recs[2]); err != nil {
+	if err := c.Pub("order", recs[1], recs[2]); err != nil {
 		t.Fatal(err)
 	}
-	p.stop()
-	s := readStore(t, dir+"/data", []string{"order"})
-	blocks := s.topics["order"]
+	p.Term()
+	s := kit.ReadStore(t, dir+"/data", []string{"order"})
+	blocks := s.Topics["order"]
 	if len(blocks) != 3 {
 		t.Fatalf("%d topic blocks", len(blocks))
 	}
@@ -226,7 +216,7 @@ func TestTopicFilesByteExact(t *testing.T) {
 	if blocks[0].SrcFileID != 0 || blocks[0].SrcPos != 53 || blocks[1].SrcPos != blocks[2].SrcPos || blocks[2].Index != 1 {
 		t.Fatalf("source positions %+v", blocks)
 	}
-	if len(s.binlog) != 3 || s.binlog[0].Cmd != 2 || !bytes.Equal(s.binlog[0].Payload, make([]byte, 8)) {
-		t.Fatalf("binlog %+v", s.binlog)
+	if len(s.Binlog) != 3 || s.Binlog[0].Cmd != 2 || !bytes.Equal(s.Binlog[0].Payload, make([]byte, 8)) {
+		t.Fatalf("binlog %+v", s.Binlog)
 	}
 }

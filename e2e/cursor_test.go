@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -34,7 +35,7 @@ type consumer struct {
 func startConsumer(t *testing.T, addr string, args ...string) *consumer {
 	t.Helper()
 	c := &consumer{out: &smsstest.SyncBuffer{}, exited: make(chan struct{})}
-	c.cmd = exec.Command(ctlBinary(t), append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
+	c.cmd = exec.Command(kit.CtlBinary(t), append([]string{"--addr", addr, "--timeout", "30s"}, args...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, io.Discard
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -81,12 +82,12 @@ func cursorConfig(flushMs int) string {
 // the runs printed.
 func TestCursorResumeAfterRandomKills(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
-	replConfig(t, dir, port, cursorConfig(50))
-	srv := startArgs(t, dir)
-	addr := srv.addr
-	pub := newPublisher(t, addr)
-	pub.create("t")
+	port := kit.FreePort(t)
+	kit.ReplConfig(t, dir, port, cursorConfig(50))
+	srv := kit.StartArgs(t, dir)
+	addr := srv.Addr
+	pub := kit.NewPublisher(t, addr)
+	pub.Create("t")
 	const total = 1500
 	var pubMu sync.Mutex
 	published := 0
@@ -147,8 +148,8 @@ func TestCursorResumeAfterRandomKills(t *testing.T) {
 			// port; positions written before survive, the last
 			// flushMs of acks may not (redelivery).
 			serverKilled, restarted = true, true
-			srv.kill()
-			srv = startArgs(t, dir)
+			srv.Kill()
+			srv = kit.StartArgs(t, dir)
 		}
 		c.kill()
 		bs := c.bodies()
@@ -282,8 +283,8 @@ func retryPub(addr, topic, body string) (again bool, err error) {
 	for tries := 0; ; tries++ {
 		c, err := dialNoT(addr)
 		if err == nil {
-			err = c.pub(topic, record(nil, body))
-			c.c.Close()
+			err = c.Pub(topic, kit.Record(nil, body))
+			c.C.Close()
 			if err == nil {
 				return tries > 0, nil
 			}
@@ -300,31 +301,31 @@ func retryPub(addr, topic, body string) (again bool, err error) {
 // it had on the master.
 func TestCursorResumeOnPromotedSlave(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
-	mport := freePort(t)
-	replConfig(t, mdir, mport, cursorConfig(100))
-	replConfig(t, sdir, 0, cursorConfig(100))
-	master := startArgs(t, mdir)
-	slave := startReplSlave(t, sdir, mport, 0)
-	pub := newPublisher(t, master.addr)
-	pub.create("t")
+	mport := kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, cursorConfig(100))
+	kit.ReplConfig(t, sdir, 0, cursorConfig(100))
+	master := kit.StartArgs(t, mdir)
+	slave := kit.StartReplSlave(t, sdir, mport, 0)
+	pub := kit.NewPublisher(t, master.Addr)
+	pub.Create("t")
 	for i := 0; i < 50; i++ {
-		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+		pub.Pub("t", kit.Record(nil, fmt.Sprintf("m%02d", i)))
 	}
-	out, errOut, code := smssctl(t, master.addr, "sub", "t", "--who", "w", "--resume", "--count", "20", "--batch", "5")
+	out, errOut, code := kit.Smssctl(t, master.Addr, "sub", "t", "--who", "w", "--resume", "--count", "20", "--batch", "5")
 	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 20 {
 		t.Fatalf("first consumer: exit %d\n%s%s", code, out, errOut)
 	}
 	pos := lastEventID(t, out)
 	// The position reaches the slave like any write.
-	if !smsstest.Poll(30*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == pos }) {
-		t.Fatalf("position %d not on the slave: %v\n%s", pos, cursorsOn(t, slave.addr, "t"), tail(slave.out.String(), 3000))
+	if !smsstest.Poll(30*time.Second, func() bool { return storedOn(t, slave.Addr, "t", "w") == pos }) {
+		t.Fatalf("position %d not on the slave: %v\n%s", pos, cursorsOn(t, slave.Addr, "t"), kit.Tail(slave.Out.String(), 3000))
 	}
-	master.kill()
-	waitMasterGone(t, slave.addr)
-	if out, errOut, code := smssctl(t, slave.addr, "promote"); code != 0 {
+	master.Kill()
+	kit.WaitMasterGone(t, slave.Addr)
+	if out, errOut, code := kit.Smssctl(t, slave.Addr, "promote"); code != 0 {
 		t.Fatalf("promote: exit %d %s%s", code, out, errOut)
 	}
-	out, errOut, code = smssctl(t, slave.addr, "sub", "t", "--who", "w", "--resume", "--count", "30", "--batch", "6")
+	out, errOut, code = kit.Smssctl(t, slave.Addr, "sub", "t", "--who", "w", "--resume", "--count", "30", "--batch", "6")
 	if code != 0 {
 		t.Fatalf("consumer on the promoted slave: exit %d\n%s%s", code, out, errOut)
 	}
@@ -335,8 +336,8 @@ func TestCursorResumeOnPromotedSlave(t *testing.T) {
 		}
 	}
 	// The promoted slave writes positions of its own.
-	if !smsstest.Poll(10*time.Second, func() bool { return storedOn(t, slave.addr, "t", "w") == lastEventID(t, out) }) {
-		t.Fatalf("the promoted slave did not store the new position: %v", cursorsOn(t, slave.addr, "t"))
+	if !smsstest.Poll(10*time.Second, func() bool { return storedOn(t, slave.Addr, "t", "w") == lastEventID(t, out) }) {
+		t.Fatalf("the promoted slave did not store the new position: %v", cursorsOn(t, slave.Addr, "t"))
 	}
 }
 
@@ -345,17 +346,17 @@ func TestCursorResumeOnPromotedSlave(t *testing.T) {
 // set and reset take effect; the system topic is protected and not listed.
 func TestCursorWhosLagDeleteAndCommands(t *testing.T) {
 	dir := t.TempDir()
-	adminPort := freePort(t)
-	replConfig(t, dir, 0, cursorConfig(100)+fmt.Sprintf("admin:\n  listen: 127.0.0.1:%d\n", adminPort))
-	srv := startArgs(t, dir)
-	pub := newPublisher(t, srv.addr)
-	pub.create("t")
+	adminPort := kit.FreePort(t)
+	kit.ReplConfig(t, dir, 0, cursorConfig(100)+fmt.Sprintf("admin:\n  listen: 127.0.0.1:%d\n", adminPort))
+	srv := kit.StartArgs(t, dir)
+	pub := kit.NewPublisher(t, srv.Addr)
+	pub.Create("t")
 	for i := 0; i < 10; i++ {
-		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+		pub.Pub("t", kit.Record(nil, fmt.Sprintf("m%02d", i)))
 	}
 	sub := func(who string, n int) []string {
 		t.Helper()
-		out, errOut, code := smssctl(t, srv.addr, "sub", "t", "--who", who, "--resume", "--count", strconv.Itoa(n), "--batch", "1")
+		out, errOut, code := kit.Smssctl(t, srv.Addr, "sub", "t", "--who", who, "--resume", "--count", strconv.Itoa(n), "--batch", "1")
 		if code != 0 {
 			t.Fatalf("sub %s: %d %s", who, code, errOut)
 		}
@@ -390,7 +391,7 @@ func TestCursorWhosLagDeleteAndCommands(t *testing.T) {
 		t.Fatalf("lag a %v b %v, want 5 and 3", metric("cursor_lag_messages", "a"), metric("cursor_lag_messages", "b"))
 	}
 	for i := 10; i < 14; i++ {
-		pub.pub("t", record(nil, fmt.Sprintf("m%02d", i)))
+		pub.Pub("t", kit.Record(nil, fmt.Sprintf("m%02d", i)))
 	}
 	if !smsstest.Poll(10*time.Second, func() bool { return metric("cursor_lag_messages", "a") == 9 }) {
 		t.Fatalf("lag of a consumer that is away did not grow: %v", metric("cursor_lag_messages", "a"))
@@ -410,48 +411,48 @@ func TestCursorWhosLagDeleteAndCommands(t *testing.T) {
 		t.Fatalf("/api/cursors: %+v", api)
 	}
 	// set and reset.
-	first := storedOn(t, srv.addr, "t", "a")
-	if out, errOut, code := smssctl(t, srv.addr, "cursor", "set", "t", "b", strconv.FormatInt(first, 10)); code != 0 {
+	first := storedOn(t, srv.Addr, "t", "a")
+	if out, errOut, code := kit.Smssctl(t, srv.Addr, "cursor", "set", "t", "b", strconv.FormatInt(first, 10)); code != 0 {
 		t.Fatalf("cursor set: %s%s", out, errOut)
 	}
 	if got := sub("b", 1); got[0] != "m05" {
 		t.Fatalf("b after set to a's position: %v", got)
 	}
-	if out, errOut, code := smssctl(t, srv.addr, "cursor", "reset", "t", "b"); code != 0 {
+	if out, errOut, code := kit.Smssctl(t, srv.Addr, "cursor", "reset", "t", "b"); code != 0 {
 		t.Fatalf("cursor reset: %s%s", out, errOut)
 	}
 	if got := sub("b", 1); got[0] != "m00" {
 		t.Fatalf("b after reset: %v", got)
 	}
 	// The system topic: protected, not listed.
-	if _, errOut, code := smssctl(t, srv.addr, "pub", "__cursors", "x"); code != 1 || !strings.Contains(errOut, "reserved") {
+	if _, errOut, code := kit.Smssctl(t, srv.Addr, "pub", "__cursors", "x"); code != 1 || !strings.Contains(errOut, "reserved") {
 		t.Fatalf("pub to __cursors: %d %s", code, errOut)
 	}
-	if _, errOut, code := smssctl(t, srv.addr, "topic", "delete", "__cursors"); code != 1 || !strings.Contains(errOut, "reserved") {
+	if _, errOut, code := kit.Smssctl(t, srv.Addr, "topic", "delete", "__cursors"); code != 1 || !strings.Contains(errOut, "reserved") {
 		t.Fatalf("delete __cursors: %d %s", code, errOut)
 	}
-	if out, _, _ := smssctl(t, srv.addr, "topic", "list"); strings.Contains(out, "__cursors") {
+	if out, _, _ := kit.Smssctl(t, srv.Addr, "topic", "list"); strings.Contains(out, "__cursors") {
 		t.Fatalf("topic list shows the system topic:\n%s", out)
 	}
 	// Deleting the topic removes its positions (and their metrics);
 	// a re-created topic starts over, also after a restart.
-	if _, errOut, code := smssctl(t, srv.addr, "topic", "delete", "t"); code != 0 {
+	if _, errOut, code := kit.Smssctl(t, srv.Addr, "topic", "delete", "t"); code != 0 {
 		t.Fatal(errOut)
 	}
-	if l := cursorsOn(t, srv.addr, "t"); len(l) != 0 {
+	if l := cursorsOn(t, srv.Addr, "t"); len(l) != 0 {
 		t.Fatalf("positions of a deleted topic: %v", l)
 	}
 	if v := metric("cursor_lag_messages", "a"); v != -1 {
 		t.Fatalf("lag metric of a deleted topic: %v", v)
 	}
-	pub.create("t")
-	pub.pub("t", record(nil, "fresh"))
-	srv.stop()
-	srv = startArgs(t, dir)
-	if l := cursorsOn(t, srv.addr, "t"); len(l) != 0 {
+	pub.Create("t")
+	pub.Pub("t", kit.Record(nil, "fresh"))
+	srv.Term()
+	srv = kit.StartArgs(t, dir)
+	if l := cursorsOn(t, srv.Addr, "t"); len(l) != 0 {
 		t.Fatalf("positions of the deleted incarnation came back after a restart: %v", l)
 	}
-	out, errOut, code := smssctl(t, srv.addr, "sub", "t", "--who", "a", "--resume", "--count", "1")
+	out, errOut, code := kit.Smssctl(t, srv.Addr, "sub", "t", "--who", "a", "--resume", "--count", "1")
 	if code != 0 || strings.Join(bodiesOf(out), ",") != "fresh" {
 		t.Fatalf("a on the re-created topic: %d %s %s", code, out, errOut)
 	}
@@ -466,7 +467,7 @@ type cursorRow struct {
 
 func cursorsOn(t *testing.T, addr, topic string) []cursorRow {
 	t.Helper()
-	out, errOut, code := smssctl(t, addr, "--json", "cursor", "list", topic)
+	out, errOut, code := kit.Smssctl(t, addr, "--json", "cursor", "list", topic)
 	if code != 0 {
 		t.Fatalf("cursor list: %d %s", code, errOut)
 	}
@@ -508,11 +509,11 @@ func lastEventID(t *testing.T, out string) int64 {
 	return id
 }
 
-// dialNoT is dial for goroutines that must not call t.Fatal.
-func dialNoT(addr string) (*client, error) {
+// dialNoT is kit.Dial for goroutines that must not call t.Fatal.
+func dialNoT(addr string) (*kit.Client, error) {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &client{c: c, r: bufio.NewReader(c)}, nil
+	return &kit.Client{C: c, R: bufio.NewReader(c)}, nil
 }

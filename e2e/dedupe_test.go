@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -89,9 +90,9 @@ func (p *retryPublisher) run(stop <-chan struct{}, rng *rand.Rand, count *atomic
 			if i == 0 {
 				hs = [][2]string{{protocol.MsgIDHeader, id}, {"traceId", strconv.Itoa(seq)}}
 			}
-			payload = append(payload, record(hs, bodies[i])...)
+			payload = append(payload, kit.Record(hs, bodies[i])...)
 		}
-		req := must(protocol.AppendPub(nil, []byte(p.topic), nil, payload))
+		req := kit.Must(protocol.AppendPub(nil, []byte(p.topic), nil, payload))
 		deadline := time.Now().Add(p.budget)
 		for attempt := 0; ; attempt++ {
 			err := p.try(req)
@@ -139,17 +140,17 @@ func TestExactlyOnceKill9(t *testing.T) {
 		// Only to show the test catches duplicates: 0 turns dedupe off.
 		extra += "dedupe:\n  window: " + v + "\n"
 	}
-	writeConfig(t, dir, extra)
+	kit.WriteConfig(t, dir, extra)
 	topics := []string{"t0", "t1", "t2"}
-	p := start(t, dir)
-	c := dial(t, p.addr)
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
 	for _, name := range topics {
-		if err := c.create(name, 0); err != nil {
+		if err := c.Create(name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var addr atomic.Pointer[string]
-	addr.Store(&p.addr)
+	addr.Store(&p.Addr)
 	var count atomic.Int64
 	stop := make(chan struct{})
 	const workers = 12
@@ -174,12 +175,12 @@ func TestExactlyOnceKill9(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		if count.Load() < target {
-			t.Fatalf("cycle %d: only %d messages acknowledged\n%s", cycle, count.Load(), p.out.String())
+			t.Fatalf("cycle %d: only %d messages acknowledged\n%s", cycle, count.Load(), p.Out.String())
 		}
-		p.kill()
-		p = start(t, dir)
-		addr.Store(&p.addr)
-		if rebuiltRe.MatchString(p.out.String()) {
+		p.Kill()
+		p = kit.Start(t, dir)
+		addr.Store(&p.Addr)
+		if rebuiltRe.MatchString(p.Out.String()) {
 			rebuilt++
 		}
 	}
@@ -190,7 +191,7 @@ func TestExactlyOnceKill9(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	p.stop()
+	p.Term()
 
 	acked, givenUp, retries := map[string]bool{}, map[string]bool{}, 0
 	for _, pb := range pubs {
@@ -202,23 +203,23 @@ func TestExactlyOnceKill9(t *testing.T) {
 		}
 		retries += pb.retries
 	}
-	s := readStore(t, dir+"/data", topics)
+	s := kit.ReadStore(t, dir+"/data", topics)
 	inBinlog := map[string]int{}
-	for _, blk := range s.binlog {
+	for _, blk := range s.Binlog {
 		if blk.Cmd != 1 {
 			continue
 		}
 		recs := blk.Payload
 		for len(recs) > 0 {
 			rec, rest := protocol.NextRecord(recs)
-			inBinlog[bodyOf(t, rec)]++
+			inBinlog[kit.BodyOf(t, rec)]++
 			recs = rest
 		}
 	}
 	inTopics := map[string]int{}
 	for _, name := range topics {
-		for _, blk := range s.topics[name] {
-			inTopics[bodyOf(t, blk.Record)]++
+		for _, blk := range s.Topics[name] {
+			inTopics[kit.BodyOf(t, blk.Record)]++
 		}
 	}
 	for body := range acked {
@@ -246,21 +247,21 @@ func TestExactlyOnceKill9(t *testing.T) {
 // blocks and topic files.
 func storedBodies(t *testing.T, dataDir string, topics []string) (inBinlog, inTopics map[string]int) {
 	t.Helper()
-	s := readStore(t, dataDir, topics)
+	s := kit.ReadStore(t, dataDir, topics)
 	inBinlog, inTopics = map[string]int{}, map[string]int{}
-	for _, blk := range s.binlog {
+	for _, blk := range s.Binlog {
 		if blk.Cmd != 1 {
 			continue
 		}
 		for recs := blk.Payload; len(recs) > 0; {
 			var rec []byte
 			rec, recs = protocol.NextRecord(recs)
-			inBinlog[bodyOf(t, rec)]++
+			inBinlog[kit.BodyOf(t, rec)]++
 		}
 	}
 	for _, name := range topics {
-		for _, blk := range s.topics[name] {
-			inTopics[bodyOf(t, blk.Record)]++
+		for _, blk := range s.Topics[name] {
+			inTopics[kit.BodyOf(t, blk.Record)]++
 		}
 	}
 	return inBinlog, inTopics
@@ -276,25 +277,25 @@ func storedBodies(t *testing.T, dataDir string, topics []string) (inBinlog, inTo
 // lost with it: counted, not an error.)
 func TestExactlyOnceFailover(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
-	mport := freePort(t)
+	mport := kit.FreePort(t)
 	extra := ""
 	if v := os.Getenv("SMSS_E2E_DEDUPE_WINDOW"); v != "" {
 		extra = "dedupe:\n  window: " + v + "\n" // 0: show the test catches duplicates
 	}
-	replConfig(t, mdir, mport, extra)
-	replConfig(t, sdir, 0, extra)
-	m := startArgs(t, mdir)
-	c := dial(t, m.addr)
+	kit.ReplConfig(t, mdir, mport, extra)
+	kit.ReplConfig(t, sdir, 0, extra)
+	m := kit.StartArgs(t, mdir)
+	c := kit.Dial(t, m.Addr)
 	topics := []string{"t0", "t1"}
 	for _, name := range topics {
-		if err := c.create(name, 0); err != nil {
+		if err := c.Create(name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := startReplSlave(t, sdir, mport, 0)
+	s := kit.StartReplSlave(t, sdir, mport, 0)
 
 	var addr atomic.Pointer[string]
-	addr.Store(&m.addr)
+	addr.Store(&m.Addr)
 	var count atomic.Int64
 	stop := make(chan struct{})
 	const workers = 8
@@ -321,19 +322,19 @@ func TestExactlyOnceFailover(t *testing.T) {
 		}
 	}
 	waitCount(int64(500 + rand.New(rand.NewPCG(seed, 99)).IntN(2000)))
-	m.kill()
+	m.Kill()
 	// The slave has what it received; promote it: restart it on its own
 	// data as a master.
-	s.stop()
-	p := startArgs(t, sdir)
-	if !rebuiltRe.MatchString(p.out.String()) && os.Getenv("SMSS_E2E_DEDUPE_WINDOW") == "" {
-		t.Fatalf("the promoted slave rebuilt no window:\n%s", tail(p.out.String(), 4000))
+	s.Term()
+	p := kit.StartArgs(t, sdir)
+	if !rebuiltRe.MatchString(p.Out.String()) && os.Getenv("SMSS_E2E_DEDUPE_WINDOW") == "" {
+		t.Fatalf("the promoted slave rebuilt no window:\n%s", kit.Tail(p.Out.String(), 4000))
 	}
-	addr.Store(&p.addr)
+	addr.Store(&p.Addr)
 	waitCount(300)
 	close(stop)
 	wg.Wait()
-	p.stop()
+	p.Term()
 
 	inBinlog, inTopics := storedBodies(t, filepath.Join(sdir, "data"), topics)
 	lost, retries, acked := 0, 0, 0
@@ -345,7 +346,7 @@ func TestExactlyOnceFailover(t *testing.T) {
 			switch {
 			case n > 1 || inTopics[body] > 1:
 				t.Errorf("acknowledged message %s stored %d times (topic %d)", body, n, inTopics[body])
-			case pb.ackedBy[i] == p.addr && (n != 1 || inTopics[body] != 1):
+			case pb.ackedBy[i] == p.Addr && (n != 1 || inTopics[body] != 1):
 				t.Errorf("message %s acknowledged by the new master: %d times in its binlog, %d in the topic", body, n, inTopics[body])
 			case n == 0:
 				lost++

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
@@ -37,19 +38,19 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 	// length), so each restart has a backlog of a few hundred to fire.
 	const perCycle = 320
 	dir := t.TempDir()
-	writeConfig(t, dir, "  flushLevel: 1\n  maxLogSize: 65536\nbackground:\n  firstExecSecond: 1\n")
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("dk", 0); err != nil {
+	kit.WriteConfig(t, dir, "  flushLevel: 1\n  maxLogSize: 65536\nbackground:\n  firstExecSecond: 1\n")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("dk", 0); err != nil {
 		t.Fatal(err)
 	}
 	// store adds count delayed messages, due one every 5 ms from 1 s on.
 	n := 0 // delayed messages stored
 	var lastDue time.Time
-	store := func(c *client, count int) {
+	store := func(c *kit.Client, count int) {
 		t.Helper()
 		for i := 0; i < count; i++ {
-			if err := c.delay("dk", int64(1000+5*i), record(nil, dkBody(n))); err != nil {
+			if err := c.Delay("dk", int64(1000+5*i), kit.Record(nil, dkBody(n))); err != nil {
 				t.Fatalf("delay %d: %v", n, err)
 			}
 			n++
@@ -72,22 +73,22 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 		} else {
 			time.Sleep(time.Duration(1000+rng.IntN(400)) * time.Millisecond)
 		}
-		p.kill()
+		p.Kill()
 		if inFlight(t, data) {
 			caught++
 		}
-		p = start(t, dir)
+		p = kit.Start(t, dir)
 		// Checked before the restarted server's first scan (1 s away),
 		// with the server stopped: on a loaded machine the check can take
 		// longer than that, and must not read files the scan is writing.
-		p.cmd.Process.Signal(syscall.SIGSTOP)
+		p.Cmd.Process.Signal(syscall.SIGSTOP)
 		was := fired
 		fired = checkDelayStore(t, data, n, false)
-		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.Cmd.Process.Signal(syscall.SIGCONT)
 		if fired > was && fired < n {
 			firing++ // delays were firing in the cycle the kill ended
 		}
-		if repairRe.MatchString(p.out.String()) {
+		if repairRe.MatchString(p.Out.String()) {
 			repaired++ // recovery completed a write the kill interrupted
 		}
 		// Restarts and checks are slower on a loaded machine: when the
@@ -95,7 +96,7 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 		// cycle's worth, so that every kill still has delays to fire (an
 		// even cycle would otherwise wait for growth that cannot come).
 		if cycle < cycles-1 && time.Until(lastDue) < 2*time.Second {
-			store(dial(t, p.addr), perCycle)
+			store(kit.Dial(t, p.Addr), perCycle)
 			t.Logf("cycle %d: triggers ran short, %d delayed messages stored in all", cycle, n)
 		}
 	}
@@ -105,30 +106,30 @@ func TestDelayKill9ExactlyOnce(t *testing.T) {
 		t.Errorf("only %d of %d kills came while delays were firing", firing, cycles)
 	}
 
-	s := dial(t, p.addr)
-	if err := s.sub("dk", "v", 0, 100, 5*time.Second); err != nil {
+	s := kit.Dial(t, p.Addr)
+	if err := s.Sub("dk", "v", 0, 100, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
 	deadline := lastDue.Add(15 * time.Second)
 	for len(seen) < n {
-		u, err := s.nextData(time.Until(deadline))
+		u, err := s.NextData(time.Until(deadline))
 		if err != nil {
 			t.Fatalf("subscriber got %d of %d delayed messages: %v", len(seen), n, err)
 		}
-		if u.code != protocol.StatusOK {
+		if u.Code != protocol.StatusOK {
 			t.Fatalf("subscriber: %v", u)
 		}
-		for _, m := range u.msgs {
+		for _, m := range u.Msgs {
 			if seen[string(m.Body)]++; seen[string(m.Body)] > 1 {
 				t.Fatalf("delayed message %q delivered twice", m.Body)
 			}
 		}
-		if err := s.ack(0); err != nil {
+		if err := s.Ack(0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p.stop()
+	p.Term()
 	checkDelayStore(t, data, n, true)
 }
 
@@ -141,7 +142,7 @@ func dkBody(i int) string { return fmt.Sprintf("dk-%05d", i) }
 // other message in the topic. It returns how many were applied.
 func checkDelayStore(t *testing.T, dataDir string, n int, complete bool) int {
 	t.Helper()
-	s := readStore(t, dataDir, []string{"dk"})
+	s := kit.ReadStore(t, dataDir, []string{"dk"})
 	type delayed struct {
 		body    string
 		trigger int64
@@ -150,7 +151,7 @@ func checkDelayStore(t *testing.T, dataDir string, n int, complete bool) int {
 	applied := map[int64]int64{}   // delay eventId → first eventId of its apply
 	applyOf := map[int64]delayed{} // published eventId → delay it came from
 	last := int64(0)
-	for _, b := range s.binlog {
+	for _, b := range s.Binlog {
 		if b.EventID <= last {
 			t.Fatalf("binlog eventId %d after %d", b.EventID, last)
 		}
@@ -164,7 +165,7 @@ func checkDelayStore(t *testing.T, dataDir string, n int, complete bool) int {
 		}
 		trigger := int64(binary.LittleEndian.Uint64(b.Payload[0:]))
 		id := int64(binary.LittleEndian.Uint64(b.Payload[8:]))
-		d := delayed{body: bodyOf(t, b.Payload[binlog.DelayPrefixLen:]), trigger: trigger}
+		d := delayed{body: kit.BodyOf(t, b.Payload[binlog.DelayPrefixLen:]), trigger: trigger}
 		if b.Cmd == binlog.CmdDelay {
 			delays[id] = d
 			continue
@@ -186,13 +187,13 @@ func checkDelayStore(t *testing.T, dataDir string, n int, complete bool) int {
 	}
 	prev := int64(0)
 	bodies := map[string]bool{}
-	for _, blk := range s.topics["dk"] {
+	for _, blk := range s.Topics["dk"] {
 		if blk.EventID <= prev {
 			t.Fatalf("topic eventId %d after %d", blk.EventID, prev)
 		}
 		prev = blk.EventID
 		d, ok := applyOf[blk.EventID]
-		body := bodyOf(t, blk.Record)
+		body := kit.BodyOf(t, blk.Record)
 		if !ok || d.body != body {
 			t.Fatalf("topic message %d %q is not the delay-apply's %+v", blk.EventID, body, d)
 		}
@@ -216,7 +217,7 @@ func checkDelayStore(t *testing.T, dataDir string, n int, complete bool) int {
 // then drop the key, not fire it again). A torn binlog tail ends the scan.
 func inFlight(t *testing.T, dataDir string) bool {
 	t.Helper()
-	l, err := segment.Open(segment.Options{Dir: filepath.Join(dataDir, "binlog"), Decode: binlogDecode})
+	l, err := segment.Open(segment.Options{Dir: filepath.Join(dataDir, "binlog"), Decode: kit.BinlogDecode})
 	if err != nil {
 		t.Fatal(err)
 	}

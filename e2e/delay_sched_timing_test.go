@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -16,14 +17,14 @@ const lateTolerance = 3 * time.Second
 // (delays of 1.5 s, 1.7 s and 1.6 s arrive as 1.5, 1.6, 1.7), each once.
 func TestDelayFiresOnTime(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("dly", 0); err != nil {
+	kit.WriteConfig(t, dir, "")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("dly", 0); err != nil {
 		t.Fatal(err)
 	}
-	s := dial(t, p.addr)
-	if err := s.sub("dly", "w", 0, 10, 3*time.Second); err != nil {
+	s := kit.Dial(t, p.Addr)
+	if err := s.Sub("dly", "w", 0, 10, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	type sentDelay struct {
@@ -38,7 +39,7 @@ func TestDelayFiresOnTime(t *testing.T) {
 		ms   int64
 	}{{"a", 1500}, {"c", 1700}, {"b", 1600}} {
 		at := time.Now()
-		if err := c.delay("dly", d.ms, record(nil, d.body)); err != nil {
+		if err := c.Delay("dly", d.ms, kit.Record(nil, d.body)); err != nil {
 			t.Fatalf("delay %s: %v", d.body, err)
 		}
 		sent = append(sent, sentDelay{d.body, time.Duration(d.ms) * time.Millisecond, at, time.Now()})
@@ -49,15 +50,15 @@ func TestDelayFiresOnTime(t *testing.T) {
 	}
 	var got []string
 	for len(got) < 3 {
-		u, err := s.nextData(10 * time.Second)
+		u, err := s.NextData(10 * time.Second)
 		if err != nil {
-			t.Fatalf("waiting for delayed messages (got %v): %v\n%s", got, err, p.out.String())
+			t.Fatalf("waiting for delayed messages (got %v): %v\n%s", got, err, p.Out.String())
 		}
 		arrived := time.Now()
-		if u.code != protocol.StatusOK {
+		if u.Code != protocol.StatusOK {
 			t.Fatalf("unexpected %v", u)
 		}
-		for _, m := range u.msgs {
+		for _, m := range u.Msgs {
 			body := string(m.Body)
 			d, ok := byBody[body]
 			if !ok {
@@ -80,7 +81,7 @@ func TestDelayFiresOnTime(t *testing.T) {
 			}
 			t.Logf("%s: delay %v, arrived after %v (%v late)", body, d.delay, wait.Round(time.Millisecond), (wait - d.delay).Round(time.Millisecond))
 		}
-		if err := s.ack(0); err != nil {
+		if err := s.Ack(0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +102,7 @@ func TestDelayFiresOnTime(t *testing.T) {
 		t.Logf("arrival order %v: the requests' replies were slow enough to allow it", got)
 	}
 	// Nothing more arrives (each delayed message is published once).
-	if u, err := s.next(300 * time.Millisecond); err == nil {
+	if u, err := s.Next(300 * time.Millisecond); err == nil {
 		t.Fatalf("unexpected %v after the three messages", u)
 	}
 }

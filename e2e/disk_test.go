@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -81,34 +82,34 @@ func TestDiskWatermark(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	mountTmpfs(t, data, 128)
-	writeConfig(t, dir, "  minFreeMB: 40\n"+adminConfig(""))
-	p := start(t, dir)
-	admin := adminAddr(t, p)
-	c := dial(t, p.addr)
+	kit.WriteConfig(t, dir, "  minFreeMB: 40\n"+kit.AdminConfig(""))
+	p := kit.Start(t, dir)
+	admin := kit.AdminAddr(t, p)
+	c := kit.Dial(t, p.Addr)
 	for _, topic := range []string{"keep", "doomed"} {
-		if err := c.create(topic, 0); err != nil {
+		if err := c.Create(topic, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	body := strings.Repeat("m", 100<<10)
 	for i := range 10 {
-		if err := c.pub("keep", record(nil, fmt.Sprintf("%02d%s", i, body))); err != nil {
+		if err := c.Pub("keep", kit.Record(nil, fmt.Sprintf("%02d%s", i, body))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitMetric(t, admin, "smss_disk_writes_refused", 0)
+	kit.WaitMetric(t, admin, "smss_disk_writes_refused", 0)
 
 	filler := fillTo(t, data, 45)
 	// Once a reading has seen the filler, the writes that follow are
 	// counted against it and refused before the disk is full.
-	if !smsstest.Poll(10*time.Second, func() bool { return scrape(t, admin)["smss_disk_free_bytes"] < 46<<20 }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return kit.Scrape(t, admin)["smss_disk_free_bytes"] < 46<<20 }) {
 		t.Fatalf("no reading of the free space after the filler")
 	}
 	var refusal string
 	stored, nospace := 10, 0
 	if !smsstest.Poll(20*time.Second, func() bool {
-		err := c.pub("keep", record(nil, fmt.Sprintf("%02d%s", stored, body)))
-		switch text := bizText(err); {
+		err := c.Pub("keep", kit.Record(nil, fmt.Sprintf("%02d%s", stored, body)))
+		switch text := kit.BizText(err); {
 		case err == nil:
 			stored++
 			return false
@@ -122,7 +123,7 @@ func TestDiskWatermark(t *testing.T) {
 			return true
 		}
 	}) {
-		t.Fatalf("publishing was never refused with %d MiB free:\n%s", freeMiB(t, data), p.out.String())
+		t.Fatalf("publishing was never refused with %d MiB free:\n%s", freeMiB(t, data), p.Out.String())
 	}
 	if !strings.HasPrefix(refusal, "disk almost full: ") || !strings.HasSuffix(refusal, " MiB free, store.minFreeMB 40") {
 		t.Fatalf("refusal %q", refusal)
@@ -131,23 +132,23 @@ func TestDiskWatermark(t *testing.T) {
 		t.Errorf("%d writes ran into ENOSPC before the watermark refused them", nospace)
 	}
 	t.Logf("%d messages stored before the refusal %q", stored, refusal)
-	if err := c.create("new", 0); !strings.HasPrefix(bizText(err), "disk almost full") {
-		t.Errorf("create while low: %s", bizText(err))
+	if err := c.Create("new", 0); !strings.HasPrefix(kit.BizText(err), "disk almost full") {
+		t.Errorf("create while low: %s", kit.BizText(err))
 	}
-	if err := c.delay("keep", 5000, record(nil, "later")); !strings.HasPrefix(bizText(err), "disk almost full") {
-		t.Errorf("delay while low: %s", bizText(err))
+	if err := c.Delay("keep", 5000, kit.Record(nil, "later")); !strings.HasPrefix(kit.BizText(err), "disk almost full") {
+		t.Errorf("delay while low: %s", kit.BizText(err))
 	}
-	if err := c.inSync(); err != nil {
+	if err := c.InSync(); err != nil {
 		t.Fatalf("connection after the refusals: %v", err)
 	}
-	if code, text := adminGet(t, admin, "", "/readyz"); code != 503 || !strings.Contains(text, "disk almost full") {
+	if code, text := kit.AdminGet(t, admin, "", "/readyz"); code != 503 || !strings.Contains(text, "disk almost full") {
 		t.Errorf("/readyz while low: %d %q", code, text)
 	}
-	waitMetric(t, admin, "smss_disk_writes_refused", 1)
-	if err := c.del("doomed"); err != nil {
+	kit.WaitMetric(t, admin, "smss_disk_writes_refused", 1)
+	if err := c.Del("doomed"); err != nil {
 		t.Errorf("delete while low: %v", err)
 	}
-	if got := readAll(t, p.addr, "keep", stored); len(got) != stored {
+	if got := kit.ReadAll(t, p.Addr, "keep", stored); len(got) != stored {
 		t.Fatalf("read %d of %d messages while low", len(got), stored)
 	}
 
@@ -155,28 +156,28 @@ func TestDiskWatermark(t *testing.T) {
 	// (0 bytes free) must neither die (SIGBUS in badger's memory-mapped
 	// files) nor refuse to serve reads.
 	fillTo(t, data, 0)
-	p.stop()
-	p = start(t, dir)
-	admin = adminAddr(t, p)
-	c = dial(t, p.addr)
-	if err := c.pub("keep", record(nil, "refused")); !strings.HasPrefix(bizText(err), "disk almost full") {
-		t.Errorf("pub after a restart below the watermark: %s", bizText(err))
+	p.Term()
+	p = kit.Start(t, dir)
+	admin = kit.AdminAddr(t, p)
+	c = kit.Dial(t, p.Addr)
+	if err := c.Pub("keep", kit.Record(nil, "refused")); !strings.HasPrefix(kit.BizText(err), "disk almost full") {
+		t.Errorf("pub after a restart below the watermark: %s", kit.BizText(err))
 	}
-	if got := readAll(t, p.addr, "keep", stored); len(got) != stored {
+	if got := kit.ReadAll(t, p.Addr, "keep", stored); len(got) != stored {
 		t.Fatalf("read %d of %d messages after a restart below the watermark", len(got), stored)
 	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if !smsstest.Poll(20*time.Second, func() bool { return c.pub("keep", record(nil, "after")) == nil }) {
-		t.Fatalf("writes did not resume with %d MiB free:\n%s", freeMiB(t, data), p.out.String())
+	if !smsstest.Poll(20*time.Second, func() bool { return c.Pub("keep", kit.Record(nil, "after")) == nil }) {
+		t.Fatalf("writes did not resume with %d MiB free:\n%s", freeMiB(t, data), p.Out.String())
 	}
-	if code, text := adminGet(t, admin, "", "/readyz"); code != 200 {
+	if code, text := kit.AdminGet(t, admin, "", "/readyz"); code != 200 {
 		t.Errorf("/readyz after space returned: %d %q", code, text)
 	}
-	waitMetric(t, admin, "smss_disk_writes_refused", 0)
-	p.stop()
+	kit.WaitMetric(t, admin, "smss_disk_writes_refused", 0)
+	p.Term()
 }
 
 // TestSlaveDiskFullPausesReplication: a slave whose disk fills pauses
@@ -186,9 +187,9 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	sdata := filepath.Join(sdir, "data")
 	mountTmpfs(t, sdata, 48)
-	mport := freePort(t)
-	replConfig(t, mdir, mport, "")
-	replConfig(t, sdir, 0, "")
+	mport := kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, "")
+	kit.ReplConfig(t, sdir, 0, "")
 	cfgPath := filepath.Join(sdir, "config.yaml")
 	cfg, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -198,32 +199,32 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := startArgs(t, mdir)
-	c := dial(t, m.addr)
-	if err := c.create("r", 0); err != nil {
+	m := kit.StartArgs(t, mdir)
+	c := kit.Dial(t, m.Addr)
+	if err := c.Create("r", 0); err != nil {
 		t.Fatal(err)
 	}
-	s := startReplSlave(t, sdir, mport, 0)
-	waitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
+	s := kit.StartReplSlave(t, sdir, mport, 0)
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
 
 	// Leave 3 MiB; the master then stores 8 MiB, which the slave writes
 	// twice (binlog and topic file): it runs out of space mid-stream.
 	filler := fillTo(t, sdata, 3)
 	body := strings.Repeat("s", 512<<10)
 	for i := range 16 {
-		if err := c.pub("r", record(nil, fmt.Sprintf("%02d%s", i, body))); err != nil {
+		if err := c.Pub("r", kit.Record(nil, fmt.Sprintf("%02d%s", i, body))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !smsstest.Poll(30*time.Second, func() bool {
-		return strings.Contains(s.out.String(), "disk almost full") || strings.Contains(s.out.String(), "replication paused")
+		return strings.Contains(s.Out.String(), "disk almost full") || strings.Contains(s.Out.String(), "replication paused")
 	}) {
-		t.Fatalf("the slave did not pause:\n%s", tail(s.out.String(), 4000))
+		t.Fatalf("the slave did not pause:\n%s", kit.Tail(s.Out.String(), 4000))
 	}
-	if strings.Contains(s.out.String(), "REPLICATION STOPPED") {
-		t.Fatalf("replication stopped for good:\n%s", tail(s.out.String(), 4000))
+	if strings.Contains(s.Out.String(), "REPLICATION STOPPED") {
+		t.Fatalf("replication stopped for good:\n%s", kit.Tail(s.Out.String(), 4000))
 	}
-	for _, line := range strings.Split(s.out.String(), "\n") {
+	for _, line := range strings.Split(s.Out.String(), "\n") {
 		if strings.Contains(line, "disk almost full") || strings.Contains(line, "replication paused") {
 			t.Logf("slave: %.200s", line)
 		}
@@ -231,17 +232,17 @@ func TestSlaveDiskFullPausesReplication(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 60*time.Second)
-	if a, b := subscribeAll(t, m.addr, "r"), subscribeAll(t, s.addr, "r"); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 16 {
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 60*time.Second)
+	if a, b := kit.SubscribeAll(t, m.Addr, "r"), kit.SubscribeAll(t, s.Addr, "r"); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 16 {
 		t.Fatalf("master has %d messages, slave %d (or they differ)", len(a), len(b))
 	}
 	select {
-	case <-s.exited:
-		t.Fatalf("slave exited: %v\n%s", s.Err(), tail(s.out.String(), 4000))
+	case <-s.Exited():
+		t.Fatalf("slave exited: %v\n%s", s.Err(), kit.Tail(s.Out.String(), 4000))
 	default:
 	}
-	s.stop()
-	m.stop()
+	s.Term()
+	m.Term()
 }
 
 // fillToLastPage fills dir's filesystem and gives one page back: less than
@@ -290,78 +291,78 @@ func TestDiskFullStartReadOnly(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	mountTmpfs(t, data, 32)
-	writeConfig(t, dir, "  minFreeMB: 16\n"+adminConfig(""))
-	p := start(t, dir)
-	c := dial(t, p.addr)
+	kit.WriteConfig(t, dir, "  minFreeMB: 16\n"+kit.AdminConfig(""))
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
 	for _, topic := range []string{"keep", "other"} {
-		if err := c.create(topic, 0); err != nil {
+		if err := c.Create(topic, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var want []string
 	for i := range 50 {
 		want = append(want, fmt.Sprintf("m%02d", i))
-		if err := c.pub("keep", record(nil, want[i])); err != nil {
+		if err := c.Pub("keep", kit.Record(nil, want[i])); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p.stop()
+	p.Term()
 	if err := os.Remove(filepath.Join(data, "smss.reserve")); err != nil {
 		t.Fatalf("the reserve file: %v", err)
 	}
 	filler := fillToLastPage(t, data)
 	before := dataState(t, data)
 
-	p = start(t, dir)
-	admin := adminAddr(t, p)
-	if !strings.Contains(p.out.String(), "STARTED READ-ONLY") {
-		t.Errorf("no read-only start line:\n%s", p.out.String())
+	p = kit.Start(t, dir)
+	admin := kit.AdminAddr(t, p)
+	if !strings.Contains(p.Out.String(), "STARTED READ-ONLY") {
+		t.Errorf("no read-only start line:\n%s", p.Out.String())
 	}
-	if got := readAll(t, p.addr, "keep", len(want)); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := kit.ReadAll(t, p.Addr, "keep", len(want)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("read-only start delivered %q, want %q", got, want)
 	}
-	c = dial(t, p.addr)
+	c = kit.Dial(t, p.Addr)
 	for _, w := range []struct {
 		name string
 		call func() error
 	}{
-		{"pub", func() error { return c.pub("keep", record(nil, "refused")) }},
-		{"delay", func() error { return c.delay("keep", 5000, record(nil, "refused")) }},
-		{"create", func() error { return c.create("new", 0) }},
-		{"delete", func() error { return c.del("other") }},
+		{"pub", func() error { return c.Pub("keep", kit.Record(nil, "refused")) }},
+		{"delay", func() error { return c.Delay("keep", 5000, kit.Record(nil, "refused")) }},
+		{"create", func() error { return c.Create("new", 0) }},
+		{"delete", func() error { return c.Del("other") }},
 	} {
-		text := bizText(w.call())
+		text := kit.BizText(w.call())
 		if !strings.HasPrefix(text, "disk almost full: started read-only with ") || !strings.Contains(text, "restart the server to resume writes") {
 			t.Errorf("%s on a read-only start: %q, want the read-only 400", w.name, text)
 		}
 	}
-	if err := c.inSync(); err != nil {
+	if err := c.InSync(); err != nil {
 		t.Fatalf("connection after the refusals: %v", err)
 	}
-	if code, text := adminGet(t, admin, "", "/readyz"); code != 503 || !strings.Contains(text, "started read-only on a full disk, not ready for writes") || !strings.Contains(text, "restart") {
+	if code, text := kit.AdminGet(t, admin, "", "/readyz"); code != 503 || !strings.Contains(text, "started read-only on a full disk, not ready for writes") || !strings.Contains(text, "restart") {
 		t.Errorf("/readyz on a read-only start: %d %q", code, text)
 	}
-	waitMetric(t, admin, "smss_read_only", 1)
-	waitMetric(t, admin, "smss_disk_writes_refused", 1)
+	kit.WaitMetric(t, admin, "smss_read_only", 1)
+	kit.WaitMetric(t, admin, "smss_disk_writes_refused", 1)
 
 	// Space returning does not resume writes: the log and the metric say
 	// to restart.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.out.String(), "restart it to resume writes") }) {
-		t.Fatalf("no restart hint after space returned:\n%s", p.out.String())
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.Out.String(), "restart it to resume writes") }) {
+		t.Fatalf("no restart hint after space returned:\n%s", p.Out.String())
 	}
-	if err := c.pub("keep", record(nil, "refused")); !strings.Contains(bizText(err), "started read-only") {
-		t.Errorf("pub after space returned, before the restart: %s", bizText(err))
+	if err := c.Pub("keep", kit.Record(nil, "refused")); !strings.Contains(kit.BizText(err), "started read-only") {
+		t.Errorf("pub after space returned, before the restart: %s", kit.BizText(err))
 	}
-	waitMetric(t, admin, "smss_read_only", 1)
+	kit.WaitMetric(t, admin, "smss_read_only", 1)
 	select {
-	case <-p.exited:
-		t.Fatalf("the read-only server exited: %v\n%s", p.Err(), p.out.String())
+	case <-p.Exited():
+		t.Fatalf("the read-only server exited: %v\n%s", p.Err(), p.Out.String())
 	default:
 	}
-	p.stop()
+	p.Term()
 	after := dataState(t, data)
 	for path, sum := range before {
 		if after[path] != sum {
@@ -374,15 +375,15 @@ func TestDiskFullStartReadOnly(t *testing.T) {
 		}
 	}
 
-	p = start(t, dir)
-	c = dial(t, p.addr)
-	if err := c.pub("keep", record(nil, "after")); err != nil {
+	p = kit.Start(t, dir)
+	c = kit.Dial(t, p.Addr)
+	if err := c.Pub("keep", kit.Record(nil, "after")); err != nil {
 		t.Fatalf("pub after a restart with space: %v", err)
 	}
-	if got := readAll(t, p.addr, "keep", len(want)+1); len(got) != len(want)+1 || got[len(want)] != "after" {
+	if got := kit.ReadAll(t, p.Addr, "keep", len(want)+1); len(got) != len(want)+1 || got[len(want)] != "after" {
 		t.Fatalf("after the restart: %q", got)
 	}
-	p.stop()
+	p.Term()
 }
 
 // TestDiskFullStartAfterCrashRefused: a read-only start needs a clean
@@ -395,22 +396,22 @@ func TestDiskFullStartAfterCrashRefused(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	mountTmpfs(t, data, 32)
-	writeConfig(t, dir, "  minFreeMB: 0\n")
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("keep", 0); err != nil {
+	kit.WriteConfig(t, dir, "  minFreeMB: 0\n")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("keep", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.pub("keep", record(nil, "kept")); err != nil {
+	if err := c.Pub("keep", kit.Record(nil, "kept")); err != nil {
 		t.Fatal(err)
 	}
-	p.kill()
+	p.Kill()
 	if _, err := os.Stat(filepath.Join(data, "smss.reserve")); !os.IsNotExist(err) {
 		t.Fatalf("a reserve file with the guard off: %v", err)
 	}
 
 	filler := fillToLastPage(t, data)
-	writeConfig(t, dir, "  minFreeMB: 16\n")
+	kit.WriteConfig(t, dir, "  minFreeMB: 16\n")
 	cmd := smsstest.SmssCommand(t, dir)
 	done := make(chan struct{})
 	var out []byte
@@ -440,11 +441,11 @@ func TestDiskFullStartAfterCrashRefused(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	p = start(t, dir)
-	if got := readAll(t, p.addr, "keep", 1); len(got) != 1 || got[0] != "kept" {
+	p = kit.Start(t, dir)
+	if got := kit.ReadAll(t, p.Addr, "keep", 1); len(got) != 1 || got[0] != "kept" {
 		t.Fatalf("after space returned: %q", got)
 	}
-	p.stop()
+	p.Term()
 }
 
 // TestSlaveDiskFullStartReadOnly: a slave stopped cleanly and restarted on
@@ -455,9 +456,9 @@ func TestSlaveDiskFullStartReadOnly(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
 	sdata := filepath.Join(sdir, "data")
 	mountTmpfs(t, sdata, 32)
-	mport := freePort(t)
-	replConfig(t, mdir, mport, "")
-	replConfig(t, sdir, 0, "")
+	mport := kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, "")
+	kit.ReplConfig(t, sdir, 0, "")
 	cfgPath := filepath.Join(sdir, "config.yaml")
 	cfg, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -467,44 +468,44 @@ func TestSlaveDiskFullStartReadOnly(t *testing.T) {
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := startArgs(t, mdir)
-	c := dial(t, m.addr)
-	if err := c.create("r", 0); err != nil {
+	m := kit.StartArgs(t, mdir)
+	c := kit.Dial(t, m.Addr)
+	if err := c.Create("r", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+		if err := c.Pub("r", kit.Record(nil, fmt.Sprintf("r%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := startReplSlave(t, sdir, mport, 0)
-	waitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
-	s.stop()
+	s := kit.StartReplSlave(t, sdir, mport, 0)
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), sdata, s, 30*time.Second)
+	s.Term()
 	if err := os.Remove(filepath.Join(sdata, "smss.reserve")); err != nil {
 		t.Fatalf("the reserve file: %v", err)
 	}
 	fillToLastPage(t, sdata)
 	before := dataState(t, sdata)
 	for i := 10; i < 15; i++ {
-		if err := c.pub("r", record(nil, fmt.Sprintf("r%02d", i))); err != nil {
+		if err := c.Pub("r", kit.Record(nil, fmt.Sprintf("r%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	s = startReplSlave(t, sdir, mport, 0)
-	if !strings.Contains(s.out.String(), "REPLICATION PAUSED: this slave started read-only") {
-		t.Fatalf("no pause line:\n%s", tail(s.out.String(), 4000))
+	s = kit.StartReplSlave(t, sdir, mport, 0)
+	if !strings.Contains(s.Out.String(), "REPLICATION PAUSED: this slave started read-only") {
+		t.Fatalf("no pause line:\n%s", kit.Tail(s.Out.String(), 4000))
 	}
-	if got := readAll(t, s.addr, "r", 10); len(got) != 10 || got[9] != "r09" {
+	if got := kit.ReadAll(t, s.Addr, "r", 10); len(got) != 10 || got[9] != "r09" {
 		t.Fatalf("the read-only slave delivered %q", got)
 	}
-	if strings.Contains(s.out.String(), "REPLICATION STOPPED") {
-		t.Fatalf("replication ran:\n%s", tail(s.out.String(), 4000))
+	if strings.Contains(s.Out.String(), "REPLICATION STOPPED") {
+		t.Fatalf("replication ran:\n%s", kit.Tail(s.Out.String(), 4000))
 	}
-	s.stop()
+	s.Term()
 	after := dataState(t, sdata)
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("the read-only slave changed its data directory")
 	}
-	m.stop()
+	m.Term()
 }

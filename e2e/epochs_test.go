@@ -13,6 +13,7 @@ import (
 	"time"
 
 	smss "github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -21,7 +22,7 @@ import (
 // history among the rest.
 func statusEpochs(t *testing.T, addr string) protocol.NodeStatus {
 	t.Helper()
-	body, err := dial(t, addr).roundTrip(must(protocol.AppendStatus(nil, nil)), protocol.ReplyJSON)
+	body, err := kit.Dial(t, addr).RoundTrip(kit.Must(protocol.AppendStatus(nil, nil)), protocol.ReplyJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,47 +38,47 @@ func statusEpochs(t *testing.T, addr string) protocol.NodeStatus {
 // test checks what did come).
 func takeAll(t *testing.T, addr, topic, who string, after int64, want int) []protocol.SubMessage {
 	t.Helper()
-	c := dial(t, addr)
-	if err := c.sub(topic, who, after, 10, 5*time.Second); err != nil {
+	c := kit.Dial(t, addr)
+	if err := c.Sub(topic, who, after, 10, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var got []protocol.SubMessage
 	for len(got) < want {
-		u, err := c.nextData(2 * time.Second)
+		u, err := c.NextData(2 * time.Second)
 		if err != nil {
 			break
 		}
-		if u.code != protocol.StatusOK {
+		if u.Code != protocol.StatusOK {
 			t.Fatalf("subscription of %s at %s after %d: %v", who, addr, after, u)
 		}
-		got = append(got, u.msgs...)
-		if err := c.ack(0); err != nil {
+		got = append(got, u.Msgs...)
+		if err := c.Ack(0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.c.Close()
+	c.C.Close()
 	return got
 }
 
 // leftBehind starts an asynchronous master a and its slave b, publishes
 // 50 messages to topic ep that both hold (b's last eventId is aLast), cuts
 // b off and publishes 30 more that only a holds.
-func leftBehind(t *testing.T) (a, b *proc, aaddr, baddr string, aLast int64) {
+func leftBehind(t *testing.T) (a, b *kit.Proc, aaddr, baddr string, aLast int64) {
 	t.Helper()
 	adir, bdir := t.TempDir(), t.TempDir()
-	aport, bport := freePort(t), freePort(t)
-	replConfig(t, adir, aport, "")
-	replConfig(t, bdir, bport, "")
-	a = startArgs(t, adir, "-role", "master")
+	aport, bport := kit.FreePort(t), kit.FreePort(t)
+	kit.ReplConfig(t, adir, aport, "")
+	kit.ReplConfig(t, bdir, bport, "")
+	a = kit.StartArgs(t, adir, "-role", "master")
 	link := smsstest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(aport))
-	b = startReplSlave(t, bdir, link.Port(), 0)
+	b = kit.StartReplSlave(t, bdir, link.Port(), 0)
 	aaddr, baddr = "127.0.0.1:"+strconv.Itoa(aport), "127.0.0.1:"+strconv.Itoa(bport)
-	ca := dial(t, aaddr)
-	if err := ca.create("ep", 0); err != nil {
+	ca := kit.Dial(t, aaddr)
+	if err := ca.Create("ep", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 50; i++ {
-		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+		if err := ca.Pub("ep", kit.Record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +88,7 @@ func leftBehind(t *testing.T) (a, b *proc, aaddr, baddr string, aLast int64) {
 	}
 	link.Cut()
 	for i := 51; i <= 80; i++ {
-		if err := ca.pub("ep", record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
+		if err := ca.Pub("ep", kit.Record(nil, fmt.Sprintf("old-%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,8 +104,8 @@ func leftBehind(t *testing.T) (a, b *proc, aaddr, baddr string, aLast int64) {
 // end of the shared history and takes every message of the new one, once.
 // A slave started from the new master adopts its history.
 func TestPositionsAcrossChangedHistory(t *testing.T) {
-	cdir, cport := t.TempDir(), freePort(t)
-	replConfig(t, cdir, cport, "")
+	cdir, cport := t.TempDir(), kit.FreePort(t)
+	kit.ReplConfig(t, cdir, cport, "")
 	a, b, aaddr, baddr, aLast := leftBehind(t)
 	// The consumer takes all 80 from the old master and notes where it is.
 	took := takeAll(t, aaddr, "ep", "old", 0, 80)
@@ -145,7 +146,7 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	}
 
 	// smssctl sub, given the position the way it prints it, does the same.
-	out, stderr, code := smssctl(t, baddr, "sub", "ep", "--who", "cli", "--from", strconv.FormatInt(last, 10),
+	out, stderr, code := kit.Smssctl(t, baddr, "sub", "ep", "--who", "cli", "--from", strconv.FormatInt(last, 10),
 		"--epoch", fmt.Sprintf("%d:%d", pos.Epoch, pos.Start), "--count", "40")
 	if code != 0 || !strings.Contains(stderr, fmt.Sprintf("resuming after %d", aLast)) {
 		t.Fatalf("smssctl sub --epoch: rc %d\n%s", code, stderr)
@@ -162,14 +163,14 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 	// A new slave of the new master adopts its history.
 	_, bportStr, _ := net.SplitHostPort(baddr)
 	bport, _ := strconv.Atoi(bportStr)
-	c := startReplSlave(t, cdir, bport, 0)
-	defer c.stop()
+	c := kit.StartReplSlave(t, cdir, bport, 0)
+	defer c.Term()
 	if !smsstest.Poll(20*time.Second, func() bool {
 		return reflect.DeepEqual(statusEpochs(t, "127.0.0.1:"+strconv.Itoa(cport)).Epochs, stB.Epochs)
 	}) {
 		t.Fatalf("the new slave's history %v, want the master's %v", statusEpochs(t, "127.0.0.1:"+strconv.Itoa(cport)).Epochs, stB.Epochs)
 	}
-	b.stop()
+	b.Term()
 }
 
 // TestSubscriberAcrossChangedHistory: the same failover as
@@ -181,7 +182,7 @@ func TestPositionsAcrossChangedHistory(t *testing.T) {
 // hands the handler every new message once.
 func TestSubscriberAcrossChangedHistory(t *testing.T) {
 	a, b, aaddr, baddr, aLast := leftBehind(t)
-	defer b.stop()
+	defer b.Term()
 
 	var mu sync.Mutex
 	var bodies []string
@@ -247,16 +248,16 @@ func TestSubscriberAcrossChangedHistory(t *testing.T) {
 // failOverToLeftBehind kills the master a, promotes the slave left behind
 // at baddr once it has seen a go, and publishes new-01..new-40 to topic ep
 // there: the new history's messages at eventIds the old one had used.
-func failOverToLeftBehind(t *testing.T, a *proc, baddr string) {
+func failOverToLeftBehind(t *testing.T, a *kit.Proc, baddr string) {
 	t.Helper()
-	a.kill()
-	waitMasterGone(t, baddr)
-	if _, stderr, code := smssctl(t, baddr, "promote"); code != 0 {
+	a.Kill()
+	kit.WaitMasterGone(t, baddr)
+	if _, stderr, code := kit.Smssctl(t, baddr, "promote"); code != 0 {
 		t.Fatalf("promote: rc %d %s", code, stderr)
 	}
-	cb := dial(t, baddr)
+	cb := kit.Dial(t, baddr)
 	for i := 1; i <= 40; i++ {
-		if err := cb.pub("ep", record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
+		if err := cb.Pub("ep", kit.Record(nil, fmt.Sprintf("new-%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}

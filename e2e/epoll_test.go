@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 // TestEpollKillAndSigtermUnderLoad runs the crash and shutdown checks of
@@ -16,42 +18,42 @@ func TestEpollKillAndSigtermUnderLoad(t *testing.T) {
 		t.Skip("server.epoll is Linux only")
 	}
 	dir := t.TempDir()
-	writeConfig(t, dir, "  flushLevel: 1\n  maxLogSize: 65536\nserver:\n  epoll: true\n")
+	kit.WriteConfig(t, dir, "  flushLevel: 1\n  maxLogSize: 65536\nserver:\n  epoll: true\n")
 	topics := []string{"t0", "t1"}
-	p := start(t, dir)
+	p := kit.Start(t, dir)
 	// The loop starts in Serve, after "smss listening" is logged: wait
 	// for its own line (not "epoll loop not used", which also names it).
-	p.out.WaitContains(t, 10*time.Second, "serving plain connections on an epoll loop")
-	c := dial(t, p.addr)
+	p.Out.WaitContains(t, 10*time.Second, "serving plain connections on an epoll loop")
+	c := kit.Dial(t, p.Addr)
 	for _, name := range topics {
-		if err := c.create(name, 0); err != nil {
+		if err := c.Create(name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var all []acked
+	var all []kit.Acked
 	for cycle, target := range []int64{300, 1500, 700, 2000} {
-		l := &load{}
+		l := &kit.Load{}
 		stop := make(chan struct{})
-		l.run(t, p.addr, topics, 16, cycle, stop)
+		l.Run(t, p.Addr, topics, 16, cycle, stop)
 		deadline := time.Now().Add(20 * time.Second)
-		for l.count.Load() < target && time.Now().Before(deadline) {
+		for l.Count.Load() < target && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		if l.count.Load() == 0 {
-			t.Fatalf("cycle %d: no publish acknowledged\n%s", cycle, p.out.String())
+		if l.Count.Load() == 0 {
+			t.Fatalf("cycle %d: no publish acknowledged\n%s", cycle, p.Out.String())
 		}
 		last := cycle == 3
 		if last {
-			p.stop() // SIGTERM: the loop answers what it read, then hands its connections back to drain
+			p.Term() // SIGTERM: the loop answers what it read, then hands its connections back to drain
 		} else {
-			p.kill()
+			p.Kill()
 		}
 		close(stop)
-		l.wg.Wait()
-		all = append(all, l.acked...)
-		p = start(t, dir)
-		verify(t, dir+"/data", topics, all)
+		l.Wg.Wait()
+		all = append(all, l.Acked...)
+		p = kit.Start(t, dir)
+		kit.Verify(t, dir+"/data", topics, all)
 	}
-	p.stop()
-	verify(t, dir+"/data", topics, all)
+	p.Term()
+	kit.Verify(t, dir+"/data", topics, all)
 }

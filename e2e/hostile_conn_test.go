@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -30,13 +31,13 @@ func TestHostileIdleConnections(t *testing.T) {
 		}
 	}
 	p := hostileServer(t)
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	before := rssKB(t, pid)
-	alive := must(protocol.AppendAlive(nil, nil))
-	conns := make([]*client, 0, idle)
+	alive := kit.Must(protocol.AppendAlive(nil, nil))
+	conns := make([]*kit.Client, 0, idle)
 	for i := 0; i < idle; i++ {
-		c := dial(t, p.addr)
-		if _, err := c.roundTrip(alive, protocol.ReplyPlain); err != nil {
+		c := kit.Dial(t, p.Addr)
+		if _, err := c.RoundTrip(alive, protocol.ReplyPlain); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 		conns = append(conns, c)
@@ -47,27 +48,27 @@ func TestHostileIdleConnections(t *testing.T) {
 	var worst time.Duration
 	for i := 0; i < 20; i++ {
 		start := time.Now()
-		c := dial(t, p.addr)
-		if err := c.create("fresh"+string(rune('a'+i)), 0); err != nil {
+		c := kit.Dial(t, p.Addr)
+		if err := c.Create("fresh"+string(rune('a'+i)), 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.pub("fresha", record(nil, "hello")); err != nil {
+		if err := c.Pub("fresha", kit.Record(nil, "hello")); err != nil {
 			t.Fatal(err)
 		}
 		worst = max(worst, time.Since(start))
-		c.c.Close()
+		c.C.Close()
 	}
 	if worst > 2*time.Second {
 		t.Fatalf("a new client took %v to connect, create and publish", worst)
 	}
 	// The idle ones were not dropped (the idle timeout is 30 minutes).
 	for i := 0; i < idle; i += 97 {
-		if _, err := conns[i].roundTrip(alive, protocol.ReplyPlain); err != nil {
+		if _, err := conns[i].RoundTrip(alive, protocol.ReplyPlain); err != nil {
 			t.Fatalf("idle connection %d: %v", i, err)
 		}
 	}
 	for _, c := range conns {
-		c.c.Close()
+		c.C.Close()
 	}
 	t.Logf("%d idle connections held; new client served in %v at worst; server RSS %d KiB before, %d KiB while held (%.1f KiB per connection)",
 		idle, worst.Round(time.Microsecond), before, held, float64(held-before)/idle)
@@ -79,23 +80,23 @@ func TestHostileIdleConnections(t *testing.T) {
 // at all: see TestHostileTricklerDeadline.)
 func TestHostileSlowLoris(t *testing.T) {
 	p := hostileServer(t)
-	by := startBystander(t, p.addr)
+	by := startBystander(t, p.Addr)
 	by.check(t, 0, 0)
-	c := dial(t, p.addr)
-	req := must(protocol.AppendPub(nil, []byte("keep"), nil, record(nil, "slow")))
+	c := kit.Dial(t, p.Addr)
+	req := kit.Must(protocol.AppendPub(nil, []byte("keep"), nil, kit.Record(nil, "slow")))
 	var last time.Time
 	closed := false
 	for i := 0; i < len(req) && !closed; i++ {
 		last = time.Now()
-		if _, err := c.c.Write(req[i : i+1]); err != nil {
+		if _, err := c.C.Write(req[i : i+1]); err != nil {
 			closed = true
 			break
 		}
 		// One byte a second: the next one goes after a second of
 		// waiting for the server to close the connection.
-		c.c.SetReadDeadline(last.Add(time.Second))
+		c.C.SetReadDeadline(last.Add(time.Second))
 		var b [1]byte
-		n, err := c.c.Read(b[:])
+		n, err := c.C.Read(b[:])
 		if n > 0 {
 			t.Fatalf("the server answered a partial request: % x", b[:n])
 		}
@@ -124,20 +125,20 @@ func TestHostileSlowLoris(t *testing.T) {
 func TestHostileTricklerDeadline(t *testing.T) {
 	// timeout.net.request bounds the whole request: 6 × the read timeout.
 	dir := t.TempDir()
-	writeConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n    request: %d\n",
+	kit.WriteConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n    request: %d\n",
 		hostileReadTimeout.Milliseconds(), 6*hostileReadTimeout.Milliseconds()))
-	p := start(t, dir)
-	c := dial(t, p.addr)
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
 	// A pub that announces 1 MiB and then trickles it.
 	hdr := req(protocol.CmdPub, protocol.PayloadArea(1<<20), "keep", nil)
-	if _, err := c.c.Write(hdr); err != nil {
+	if _, err := c.C.Write(hdr); err != nil {
 		t.Fatal(err)
 	}
 	limit := 20 * hostileReadTimeout
 	start := time.Now()
 	for time.Since(start) < limit+2*time.Second {
 		time.Sleep(hostileReadTimeout / 2)
-		if _, err := c.c.Write([]byte{0}); err != nil {
+		if _, err := c.C.Write([]byte{0}); err != nil {
 			t.Logf("closed after %v of trickling", time.Since(start))
 			return
 		}
@@ -151,41 +152,41 @@ func TestHostileTricklerDeadline(t *testing.T) {
 // subscriber of the same topic keeps receiving throughout.
 func TestHostileNeverAcks(t *testing.T) {
 	p := hostileServer(t)
-	by := startBystander(t, p.addr)
+	by := startBystander(t, p.Addr)
 	by.check(t, 0, 0)
-	hang := dial(t, p.addr)
+	hang := kit.Dial(t, p.Addr)
 	// The ack timeout runs from the frame's write, which follows the
 	// request: timed from before it, the lower bound holds however late
 	// this goroutine reads the frame.
 	start := time.Now()
-	if err := hang.sub("keep", "hang", 0, 5, time.Second); err != nil {
+	if err := hang.Sub("keep", "hang", 0, 5, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	u, err := hang.nextData(unitWait)
-	if err != nil || u.code != protocol.StatusOK {
+	u, err := hang.NextData(kit.UnitWait)
+	if err != nil || u.Code != protocol.StatusOK {
 		t.Fatalf("first frame: %v %v", u, err)
 	}
 	// While it hangs, the bystander's subscriber keeps getting frames.
 	for time.Since(start) < 800*time.Millisecond {
 		by.check(t, by.pubs.Load(), by.received.Load())
 	}
-	if err := hang.expectEOF(unitWait); err != nil {
+	if err := hang.ExpectEOF(kit.UnitWait); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d < time.Second || d > 3*time.Second {
 		t.Fatalf("closed %v after the subscribe request, ack timeout 1 s", d)
 	}
-	again := dial(t, p.addr)
-	var last unit
+	again := kit.Dial(t, p.Addr)
+	var last kit.Unit
 	if !smsstest.Poll(2*time.Second, func() bool {
-		if err := again.sub("keep", "hang", 0, 1, time.Second); err != nil {
+		if err := again.Sub("keep", "hang", 0, 1, time.Second); err != nil {
 			t.Fatal(err)
 		}
-		last, err = again.nextData(unitWait)
+		last, err = again.NextData(kit.UnitWait)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return last.code == protocol.StatusOK
+		return last.Code == protocol.StatusOK
 	}) {
 		t.Fatalf("who slot not freed: %v", last)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -22,15 +23,15 @@ import (
 // short, so that stalled requests are closed quickly.
 const hostileReadTimeout = 500 * time.Millisecond
 
-func hostileServer(t *testing.T) *proc {
+func hostileServer(t *testing.T) *kit.Proc {
 	t.Helper()
 	dir := t.TempDir()
 	// Every test client comes from 127.0.0.1: the per-address cap
 	// (limit.maxConnsPerIP, its own tests in security_hardening_test.go) is
 	// raised so that these tests measure the server's capacity as a whole.
-	writeConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n  server:\n    alive: 300\nlimit:\n  maxConnsPerIP: 5000\n",
+	kit.WriteConfig(t, dir, fmt.Sprintf("timeout:\n  net:\n    read: %d\n  server:\n    alive: 300\nlimit:\n  maxConnsPerIP: 5000\n",
 		hostileReadTimeout.Milliseconds()))
-	return start(t, dir)
+	return kit.Start(t, dir)
 }
 
 // rssKB reads a process's resident set size from /proc.
@@ -68,11 +69,11 @@ type bystander struct {
 func startBystander(t *testing.T, addr string) *bystander {
 	t.Helper()
 	b := &bystander{stop: make(chan struct{}), done: make(chan struct{})}
-	pc, sc := dial(t, addr), dial(t, addr)
-	if err := pc.create("keep", 0); err != nil {
+	pc, sc := kit.Dial(t, addr), kit.Dial(t, addr)
+	if err := pc.Create("keep", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.sub("keep", "bystander", 0, 10, 5*time.Second); err != nil {
+	if err := sc.Sub("keep", "bystander", 0, 10, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -85,7 +86,7 @@ func startBystander(t *testing.T, addr string) *bystander {
 				return
 			default:
 			}
-			if err := pc.pub("keep", record(nil, fmt.Sprintf("keep-%d", i))); err != nil {
+			if err := pc.Pub("keep", kit.Record(nil, fmt.Sprintf("keep-%d", i))); err != nil {
 				b.fail(fmt.Errorf("bystander pub %d: %w", i, err))
 				return
 			}
@@ -95,7 +96,7 @@ func startBystander(t *testing.T, addr string) *bystander {
 	go func() {
 		defer wg.Done()
 		for {
-			u, err := sc.next(5 * time.Second)
+			u, err := sc.Next(5 * time.Second)
 			select {
 			case <-b.stop:
 				return
@@ -105,9 +106,9 @@ func startBystander(t *testing.T, addr string) *bystander {
 				b.fail(fmt.Errorf("bystander subscriber: %w", err))
 				return
 			}
-			if u.code == protocol.StatusOK {
-				b.received.Add(int64(len(u.msgs)))
-				if err := sc.ack(0); err != nil {
+			if u.Code == protocol.StatusOK {
+				b.received.Add(int64(len(u.Msgs)))
+				if err := sc.Ack(0); err != nil {
 					b.fail(err)
 					return
 				}
@@ -165,11 +166,11 @@ type hostileCase struct {
 }
 
 func req(cmd protocol.Command, area [16]byte, topic string, body []byte) []byte {
-	return must(protocol.AppendRequest(nil, cmd, area, []byte(topic), nil, body))
+	return kit.Must(protocol.AppendRequest(nil, cmd, area, []byte(topic), nil, body))
 }
 
 func hostileCases() []hostileCase {
-	rec := record(nil, "a body of some length")
+	rec := kit.Record(nil, "a body of some length")
 	pubHdr := func(size uint32, topic string) []byte {
 		return req(protocol.CmdPub, protocol.PayloadArea(size), topic, nil)
 	}
@@ -178,8 +179,8 @@ func hostileCases() []hostileCase {
 		b = binary.LittleEndian.AppendUint64(b, uint64(time.Second))
 		return binary.LittleEndian.AppendUint32(b, whoLen)
 	}
-	many := bytes.Repeat(record(nil, "m"), protocol.DefaultMaxRecords+1)
-	alive := must(protocol.AppendAlive(nil, nil))
+	many := bytes.Repeat(kit.Record(nil, "m"), protocol.DefaultMaxRecords+1)
+	alive := kit.Must(protocol.AppendAlive(nil, nil))
 	cases := []hostileCase{
 		{name: "unknown command 90", send: req(90, [16]byte{}, "", nil), reply: "don't support action", closes: true},
 		{name: "unknown command 255 with a body", send: req(255, [16]byte{}, "keep", []byte("body")), reply: "don't support action", closes: true},
@@ -206,7 +207,7 @@ func hostileCases() []hostileCase {
 		{name: "valid request, then half a header", valid: true, send: append(append([]byte(nil), alive...), pubHdr(9, "keep")[:7]...), closes: true},
 	}
 	for _, name := range []string{"", ".", "..", "../escape", "a b", "tab\there", "nul\x00", "del\x7f", "back\\slash", strings.Repeat("x", 129)} {
-		cases = append(cases, hostileCase{name: fmt.Sprintf("pub to topic %q", name), send: must(protocol.AppendPub(nil, []byte(name), nil, rec)), reply: "invalid topic name"})
+		cases = append(cases, hostileCase{name: fmt.Sprintf("pub to topic %q", name), send: kit.Must(protocol.AppendPub(nil, []byte(name), nil, rec)), reply: "invalid topic name"})
 	}
 	return cases
 }
@@ -218,69 +219,69 @@ func hostileCases() []hostileCase {
 // memory stays bounded.
 func TestHostileRequests(t *testing.T) {
 	p := hostileServer(t)
-	pid := p.cmd.Process.Pid
-	by := startBystander(t, p.addr)
+	pid := p.Cmd.Process.Pid
+	by := startBystander(t, p.Addr)
 	by.check(t, 0, 0)
 	before := rssKB(t, pid)
 	for _, tc := range hostileCases() {
 		pubs, received := by.pubs.Load(), by.received.Load()
-		c := dial(t, p.addr)
-		c.c.SetDeadline(time.Now().Add(20 * time.Second))
+		c := kit.Dial(t, p.Addr)
+		c.C.SetDeadline(time.Now().Add(20 * time.Second))
 		// Large requests are written while the server may already refuse
 		// them: write from a goroutine, never block the reading side.
 		written := make(chan error, 1)
 		go func() {
-			_, err := c.c.Write(tc.send)
+			_, err := c.C.Write(tc.send)
 			if err == nil && tc.halfEnd {
-				err = c.c.(*net.TCPConn).CloseWrite()
+				err = c.C.(*net.TCPConn).CloseWrite()
 			}
 			written <- err
 		}()
 		if tc.valid {
-			if _, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 0); err != nil {
+			if _, err := protocol.ReadReply(c.R, protocol.ReplyPlain, 0); err != nil {
 				t.Fatalf("%s: reply to the valid request: %v", tc.name, err)
 			}
 		}
 		if tc.reply != "" {
-			if _, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 0); !strings.HasPrefix(bizText(err), tc.reply) {
-				t.Fatalf("%s: reply %q, want a 400 starting %q", tc.name, bizText(err), tc.reply)
+			if _, err := protocol.ReadReply(c.R, protocol.ReplyPlain, 0); !strings.HasPrefix(kit.BizText(err), tc.reply) {
+				t.Fatalf("%s: reply %q, want a 400 starting %q", tc.name, kit.BizText(err), tc.reply)
 			}
 		}
 		if tc.closes {
 			start := time.Now()
-			if err := c.expectEOF(3 * time.Second); err != nil {
+			if err := c.ExpectEOF(3 * time.Second); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
 			if d := time.Since(start); !tc.halfEnd && tc.reply == "" && d > hostileReadTimeout+2*time.Second {
 				t.Fatalf("%s: closed after %v, read timeout %v", tc.name, d, hostileReadTimeout)
 			}
-		} else if err := c.inSync(); err != nil {
+		} else if err := c.InSync(); err != nil {
 			t.Fatalf("%s: connection not usable after the refusal: %v", tc.name, err)
 		}
 		if err := <-written; err != nil && !tc.closes {
 			t.Fatalf("%s: write: %v", tc.name, err)
 		}
-		c.c.Close()
+		c.C.Close()
 		by.check(t, pubs, received)
 	}
 
 	// Claims of 4 GiB, and requests at the payload cap abandoned after
 	// their header, from many connections at once: what the server holds
 	// is bounded by what clients actually send, not by what they claim.
-	var conns []*client
+	var conns []*kit.Client
 	for i := 0; i < 100; i++ {
-		c := dial(t, p.addr)
-		c.c.Write(req(protocol.CmdPub, protocol.PayloadArea(0xFFFFFFFF), "keep", nil))
+		c := kit.Dial(t, p.Addr)
+		c.C.Write(req(protocol.CmdPub, protocol.PayloadArea(0xFFFFFFFF), "keep", nil))
 		conns = append(conns, c)
-		c = dial(t, p.addr)
-		c.c.Write(req(protocol.CmdPub, protocol.PayloadArea(protocol.DefaultMaxPayload), "keep", nil))
+		c = kit.Dial(t, p.Addr)
+		c.C.Write(req(protocol.CmdPub, protocol.PayloadArea(protocol.DefaultMaxPayload), "keep", nil))
 		conns = append(conns, c)
 	}
 	for _, c := range conns {
 		// A 400 and the close for a claim over the cap, the close after
 		// the read timeout for an abandoned request.
-		c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.Copy(io.Discard, c.r); err != nil {
+		c.C.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c.R); err != nil {
 			t.Fatalf("abandoned request not closed: %v", err)
 		}
 	}
@@ -291,7 +292,7 @@ func TestHostileRequests(t *testing.T) {
 	if after-before > 64<<10 {
 		t.Fatalf("server RSS grew from %d KiB to %d KiB", before, after)
 	}
-	if strings.Contains(p.out.String(), "panic") {
-		t.Fatalf("the server logged a panic:\n%s", tail(p.out.String(), 4000))
+	if strings.Contains(p.Out.String(), "panic") {
+		t.Fatalf("the server logged a panic:\n%s", kit.Tail(p.Out.String(), 4000))
 	}
 }

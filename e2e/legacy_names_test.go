@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
@@ -34,7 +35,7 @@ func craftOriginalDir(t *testing.T, dataDir string, topics []string) {
 		buf = binlog.AppendBlock(buf, &binlog.Block{WriteTime: now, Cmd: binlog.CmdCreate, EventID: id, Timestamp: now,
 			Topic: []byte(name), Payload: binary.LittleEndian.AppendUint64(nil, 0)})
 		id++
-		recs := append(record(nil, name+"-1"), record(nil, name+"-2")...)
+		recs := append(kit.Record(nil, name+"-1"), kit.Record(nil, name+"-2")...)
 		buf = binlog.AppendBlock(buf, &binlog.Block{WriteTime: now, Cmd: binlog.CmdPub, EventID: id, Timestamp: now,
 			Topic: []byte(name), Payload: recs})
 		id += 2
@@ -59,12 +60,12 @@ func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
 	}
 	legacy := []string{"", ".", `a\b`, "ctl\x01"}
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
+	kit.WriteConfig(t, dir, "")
 	craftOriginalDir(t, filepath.Join(dir, "data"), append(append([]string{}, legacy...), mate))
-	p := start(t, dir)
-	c := dial(t, p.addr)
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
 
-	body, err := c.roundTrip(must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
+	body, err := c.RoundTrip(kit.Must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,43 +75,43 @@ func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
 	}
 	for _, name := range legacy {
 		if name != "" { // info needs a topic name on the wire (§1.5.8)
-			body, err := c.roundTrip(must(protocol.AppendTopicInfo(nil, []byte(name), nil)), protocol.ReplyJSON)
+			body, err := c.RoundTrip(kit.Must(protocol.AppendTopicInfo(nil, []byte(name), nil)), protocol.ReplyJSON)
 			if err != nil || !strings.Contains(string(body), "topicRoot") {
 				t.Errorf("info %q: %s %v", name, body, err)
 			}
 		}
-		s := dial(t, p.addr)
-		if err := s.sub(name, "w", 0, 10, 5*time.Second); err != nil {
+		s := kit.Dial(t, p.Addr)
+		if err := s.Sub(name, "w", 0, 10, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		u, err := s.nextData(10 * time.Second)
-		if err != nil || len(u.msgs) != 2 || string(u.msgs[1].Body) != name+"-2" {
+		u, err := s.NextData(10 * time.Second)
+		if err != nil || len(u.Msgs) != 2 || string(u.Msgs[1].Body) != name+"-2" {
 			t.Errorf("sub %q: %v %v", name, u, err)
 		}
-		s.c.Close()
-		if err := c.create(name+"\x02", 0); err == nil || !strings.Contains(err.Error(), "invalid topic name") {
+		s.C.Close()
+		if err := c.Create(name+"\x02", 0); err == nil || !strings.Contains(err.Error(), "invalid topic name") {
 			t.Errorf("create of a refused name: %v", err)
 		}
-		if err := c.del(name); err != nil {
+		if err := c.Del(name); err != nil {
 			t.Errorf("delete %q: %v", name, err)
 		}
 	}
 	// The bucket mate of "" kept its messages through the delete of "".
-	s := dial(t, p.addr)
-	if err := s.sub(mate, "w", 0, 10, 5*time.Second); err != nil {
+	s := kit.Dial(t, p.Addr)
+	if err := s.Sub(mate, "w", 0, 10, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if u, err := s.nextData(10 * time.Second); err != nil || len(u.msgs) != 2 {
+	if u, err := s.NextData(10 * time.Second); err != nil || len(u.Msgs) != 2 {
 		t.Fatalf("bucket mate %s after deleting \"\": %v %v", mate, u, err)
 	}
-	p.stop()
+	p.Term()
 	// And after a restart.
-	p = start(t, dir)
-	s = dial(t, p.addr)
-	if err := s.sub(mate, "w2", 0, 10, 5*time.Second); err != nil {
+	p = kit.Start(t, dir)
+	s = kit.Dial(t, p.Addr)
+	if err := s.Sub(mate, "w2", 0, 10, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if u, err := s.nextData(10 * time.Second); err != nil || len(u.msgs) != 2 {
+	if u, err := s.NextData(10 * time.Second); err != nil || len(u.Msgs) != 2 {
 		t.Fatalf("bucket mate %s after a restart: %v %v", mate, u, err)
 	}
 }
@@ -126,29 +127,29 @@ func TestOriginalDirWithRefusedTopicNames(t *testing.T) {
 func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
 	legacy := []string{"", ".", `a\b`, "ctl\x01", "with space"}
 	mdir := t.TempDir()
-	mport := freePort(t)
-	replConfig(t, mdir, mport, "")
+	mport := kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, "")
 	craftOriginalDir(t, filepath.Join(mdir, "data"), legacy)
-	master := startArgs(t, mdir, "-role", "master")
-	last := rawStatus(t, dial(t, master.addr)).LastEventID
+	master := kit.StartArgs(t, mdir, "-role", "master")
+	last := rawStatus(t, kit.Dial(t, master.Addr)).LastEventID
 
 	fromStart, later := t.TempDir(), t.TempDir()
-	replConfig(t, fromStart, freePort(t), "replication:\n  promoteQuietMs: 200\n")
-	replConfig(t, later, freePort(t), "")
-	s1 := startReplSlave(t, fromStart, mport, 0)
-	s2 := startReplSlave(t, later, mport, last)
-	waitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(fromStart, "data"), s1, 30*time.Second)
-	listed := func(p *proc) map[string]protocol.TopicInfo {
-		body, err := dial(t, p.addr).roundTrip(must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
+	kit.ReplConfig(t, fromStart, kit.FreePort(t), "replication:\n  promoteQuietMs: 200\n")
+	kit.ReplConfig(t, later, kit.FreePort(t), "")
+	s1 := kit.StartReplSlave(t, fromStart, mport, 0)
+	s2 := kit.StartReplSlave(t, later, mport, last)
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(fromStart, "data"), s1, 30*time.Second)
+	listed := func(p *kit.Proc) map[string]protocol.TopicInfo {
+		body, err := kit.Dial(t, p.Addr).RoundTrip(kit.Must(protocol.AppendList(nil, nil)), protocol.ReplyJSON)
 		if err != nil {
-			t.Fatalf("list on %s: %v", p.addr, err)
+			t.Fatalf("list on %s: %v", p.Addr, err)
 		}
 		var list []protocol.TopicInfo
 		if len(body) == 0 {
 			return nil // no topic yet
 		}
 		if err := json.Unmarshal(body, &list); err != nil {
-			t.Fatalf("list on %s: %s: %v", p.addr, body, err)
+			t.Fatalf("list on %s: %s: %v", p.Addr, body, err)
 		}
 		out := map[string]protocol.TopicInfo{}
 		for _, ti := range list {
@@ -158,16 +159,16 @@ func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
 	}
 	var got map[string]protocol.TopicInfo
 	if !smsstest.Poll(30*time.Second, func() bool { got = listed(s2); return len(got) == len(legacy) }) {
-		t.Fatalf("the slave that started at eventId %d lists %v, want %q\n%s", last, got, legacy, tail(s2.out.String(), 3000))
+		t.Fatalf("the slave that started at eventId %d lists %v, want %q\n%s", last, got, legacy, kit.Tail(s2.Out.String(), 3000))
 	}
 	// The README's steps: the stream is quiet (no write is missing here)
 	// before the master goes and the slave is promoted.
-	if !smsstest.Poll(30*time.Second, func() bool { st := slaveStreamOf(t, s1.addr); return st != nil && st.CaughtUp }) {
-		t.Fatalf("the slave never caught up: %+v", slaveStreamOf(t, s1.addr))
+	if !smsstest.Poll(30*time.Second, func() bool { st := slaveStreamOf(t, s1.Addr); return st != nil && st.CaughtUp }) {
+		t.Fatalf("the slave never caught up: %+v", slaveStreamOf(t, s1.Addr))
 	}
-	master.kill()
-	sc := dial(t, s1.addr)
-	if body, err := sc.roundTrip(must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON); err != nil {
+	master.Kill()
+	sc := kit.Dial(t, s1.Addr)
+	if body, err := sc.RoundTrip(kit.Must(protocol.AppendPromote(nil, nil)), protocol.ReplyJSON); err != nil {
 		t.Fatalf("promote: %s %v", body, err)
 	}
 	got = listed(s1)
@@ -185,14 +186,14 @@ func TestRollingUpgradeKeepsLegacyTopicNames(t *testing.T) {
 		if ti.TopicRoot != want {
 			t.Errorf("topicRoot of %q is %q, the original prints %q", name, ti.TopicRoot, want)
 		}
-		s := dial(t, s1.addr)
-		if err := s.sub(name, "w", 0, 10, 5*time.Second); err != nil {
+		s := kit.Dial(t, s1.Addr)
+		if err := s.Sub(name, "w", 0, 10, 5*time.Second); err != nil {
 			t.Fatalf("sub %q on the promoted slave: %v", name, err)
 		}
-		u, err := s.nextData(10 * time.Second)
-		if err != nil || len(u.msgs) != 2 || string(u.msgs[0].Body) != name+"-1" || string(u.msgs[1].Body) != name+"-2" {
+		u, err := s.NextData(10 * time.Second)
+		if err != nil || len(u.Msgs) != 2 || string(u.Msgs[0].Body) != name+"-1" || string(u.Msgs[1].Body) != name+"-2" {
 			t.Errorf("sub %q on the promoted slave: %v %v", name, u, err)
 		}
-		s.c.Close()
+		s.C.Close()
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-
+	"github.com/dgraph-io/badger/v4"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/meta"
 	"github.com/smssmq/smss/protocol"
@@ -30,8 +30,8 @@ func TestUnknownRoleRefused(t *testing.T) {
 	for _, role := range []string{"slav", "primary", "Slave", ""} {
 		t.Run(role, func(t *testing.T) {
 			dir := t.TempDir()
-			writeConfig(t, dir, "")
-			code, out := runToExit(t, dir, 30*time.Second, "-role", role)
+			kit.WriteConfig(t, dir, "")
+			code, out := kit.RunToExit(t, dir, 30*time.Second, "-role", role)
 			if code != 2 {
 				t.Fatalf("exit %d, want 2; output:\n%s", code, out)
 			}
@@ -48,39 +48,39 @@ func TestUnknownRoleRefused(t *testing.T) {
 // end the process.
 func TestSIGHUPWithoutReloadables(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("hup", 0); err != nil {
+	kit.WriteConfig(t, dir, "")
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("hup", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.pub("hup", record(nil, "before")); err != nil {
+	if err := c.Pub("hup", kit.Record(nil, "before")); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 { // twice: the handler must stay installed
-		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		if !smsstest.Poll(15*time.Second, func() bool {
 			select {
-			case <-p.exited:
+			case <-p.Exited():
 				return true
 			default:
-				return strings.Count(p.out.String(), "SIGHUP: nothing to reload") > i
+				return strings.Count(p.Out.String(), "SIGHUP: nothing to reload") > i
 			}
-		}) || strings.Count(p.out.String(), "SIGHUP: nothing to reload") <= i {
+		}) || strings.Count(p.Out.String(), "SIGHUP: nothing to reload") <= i {
 			select {
-			case <-p.exited:
-				t.Fatalf("server ended on SIGHUP: %v\n%s", p.Err(), p.out.String())
+			case <-p.Exited():
+				t.Fatalf("server ended on SIGHUP: %v\n%s", p.Err(), p.Out.String())
 			default:
-				t.Fatalf("SIGHUP %d not logged:\n%s", i+1, p.out.String())
+				t.Fatalf("SIGHUP %d not logged:\n%s", i+1, p.Out.String())
 			}
 		}
 	}
-	if err := c.pub("hup", record(nil, "after")); err != nil {
-		t.Fatalf("publish after SIGHUP: %v\n%s", err, p.out.String())
+	if err := c.Pub("hup", kit.Record(nil, "after")); err != nil {
+		t.Fatalf("publish after SIGHUP: %v\n%s", err, p.Out.String())
 	}
-	p.stop()
+	p.Term()
 }
 
 // TestNonIntegerConfigRefused: numbers that are not integers used to be
@@ -94,9 +94,9 @@ func TestNonIntegerConfigRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeConfig(t, dir, tc.config)
+			kit.WriteConfig(t, dir, tc.config)
 			if tc.name == "float port" {
-				// writeConfig writes port: 0 and a duplicate key is
+				// kit.WriteConfig writes port: 0 and a duplicate key is
 				// refused, so replace the line.
 				path := filepath.Join(dir, "config.yaml")
 				b, err := os.ReadFile(path)
@@ -107,40 +107,12 @@ func TestNonIntegerConfigRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			code, out := runToExit(t, dir, 30*time.Second)
+			code, out := kit.RunToExit(t, dir, 30*time.Second)
 			if code != 2 || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want 2 with %q; output:\n%s", code, tc.want, out)
 			}
 		})
 	}
-}
-
-// readAll subscribes to topic from the start and returns the bodies of the
-// messages delivered until want have arrived or 20 s passed.
-func readAll(t *testing.T, addr, topic string, want int) []string {
-	t.Helper()
-	c := dial(t, addr)
-	if err := c.sub(topic, "reader", 0, 100, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	var bodies []string
-	deadline := time.Now().Add(20 * time.Second)
-	for len(bodies) < want && time.Now().Before(deadline) {
-		u, err := c.nextData(time.Until(deadline))
-		if err != nil {
-			t.Fatalf("after %d messages: %v", len(bodies), err)
-		}
-		if u.code != protocol.StatusOK {
-			t.Fatalf("after %d messages: %v", len(bodies), u)
-		}
-		for _, m := range u.msgs {
-			bodies = append(bodies, string(m.Body))
-		}
-		if err := c.ack(0); err != nil { // 0: continue (§2.5)
-			t.Fatal(err)
-		}
-	}
-	return bodies
 }
 
 // TestFolderCountRecorded: changing store.folderCount used to hide every
@@ -152,24 +124,24 @@ func TestFolderCountRecorded(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	const n = 100
-	writeConfig(t, dir, "  folderCount: 10\n")
-	p := start(t, dir)
-	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
-		t.Errorf("first start did not record folderCount:\n%s", p.out.String())
+	kit.WriteConfig(t, dir, "  folderCount: 10\n")
+	p := kit.Start(t, dir)
+	if !strings.Contains(p.Out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("first start did not record folderCount:\n%s", p.Out.String())
 	}
-	c := dial(t, p.addr)
-	if err := c.create("fc", 0); err != nil {
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("fc", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := c.pub("fc", record(nil, fmt.Sprintf("m%03d", i))); err != nil {
+		if err := c.Pub("fc", kit.Record(nil, fmt.Sprintf("m%03d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p.stop()
+	p.Term()
 
-	writeConfig(t, dir, "  folderCount: 20\n")
-	code, out := runToExit(t, dir, 30*time.Second)
+	kit.WriteConfig(t, dir, "  folderCount: 20\n")
+	code, out := kit.RunToExit(t, dir, 30*time.Second)
 	if want := "store.folderCount is 20 but this data directory was laid out with 10"; code != 1 || !strings.Contains(out, want) {
 		t.Fatalf("restart with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
 	}
@@ -186,21 +158,21 @@ func TestFolderCountRecorded(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	code, out = runToExit(t, dir, 30*time.Second)
+	code, out = kit.RunToExit(t, dir, 30*time.Second)
 	if want := "the directory was probably laid out with store.folderCount 10"; code != 1 ||
 		!strings.Contains(out, want) || !strings.Contains(out, `topic \"fc\" is in topic/`) {
 		t.Fatalf("original directory with folderCount 20: exit %d, want 1 with %q; output:\n%s", code, want, out)
 	}
 
-	writeConfig(t, dir, "  folderCount: 10\n")
-	p = start(t, dir)
-	if !strings.Contains(p.out.String(), "recorded store.folderCount in meta") {
-		t.Errorf("original directory: folderCount not recorded:\n%s", p.out.String())
+	kit.WriteConfig(t, dir, "  folderCount: 10\n")
+	p = kit.Start(t, dir)
+	if !strings.Contains(p.Out.String(), "recorded store.folderCount in meta") {
+		t.Errorf("original directory: folderCount not recorded:\n%s", p.Out.String())
 	}
-	if got := readAll(t, p.addr, "fc", n); len(got) != n {
+	if got := kit.ReadAll(t, p.Addr, "fc", n); len(got) != n {
 		t.Fatalf("delivered %d of %d messages", len(got), n)
 	}
-	p.stop()
+	p.Term()
 }
 
 // waitStopped waits until the process is in the stopped state (SIGSTOP).
@@ -228,22 +200,22 @@ func waitStopped(t *testing.T, pid int) {
 // that SIGTERM finds the connections idle with requests pending.
 func TestShutdownDrains(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
-	p := start(t, dir)
+	kit.WriteConfig(t, dir, "")
+	p := kit.Start(t, dir)
 	const conns, perConn = 40, 3
-	cs := make([]*client, conns)
+	cs := make([]*kit.Client, conns)
 	for i := range cs {
-		cs[i] = dial(t, p.addr)
+		cs[i] = kit.Dial(t, p.Addr)
 		if i == 0 {
-			if err := cs[i].create("drain", 0); err != nil {
+			if err := cs[i].Create("drain", 0); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := cs[i].pub("drain", record(nil, fmt.Sprintf("warm-%d", i))); err != nil {
+		if err := cs[i].Pub("drain", kit.Record(nil, fmt.Sprintf("warm-%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +224,11 @@ func TestShutdownDrains(t *testing.T) {
 	for i, c := range cs {
 		var reqs []byte
 		for j := range perConn {
-			reqs = append(reqs, must(protocol.AppendPub(nil, []byte("drain"), []byte("trace"),
-				record(nil, fmt.Sprintf("m-%d-%d", i, j))))...)
+			reqs = append(reqs, kit.Must(protocol.AppendPub(nil, []byte("drain"), []byte("trace"),
+				kit.Record(nil, fmt.Sprintf("m-%d-%d", i, j))))...)
 		}
-		c.c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := c.c.Write(reqs); err != nil {
+		c.C.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.C.Write(reqs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,7 +242,7 @@ func TestShutdownDrains(t *testing.T) {
 	var lost []string
 	for i, c := range cs {
 		for j := range perConn {
-			_, err := protocol.ReadReply(c.r, protocol.ReplyPlain, 1<<20)
+			_, err := protocol.ReadReply(c.R, protocol.ReplyPlain, 1<<20)
 			var be *protocol.BizError
 			switch {
 			case err == nil:
@@ -284,21 +256,21 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	if len(lost) > 0 {
 		t.Errorf("%d of %d requests got no reply:\n%s", len(lost), conns*perConn, strings.Join(lost[:min(len(lost), 9)], "\n"))
-		defer func() { t.Logf("server output:\n%s", tail(p.out.String(), 6000)) }()
+		defer func() { t.Logf("server output:\n%s", kit.Tail(p.Out.String(), 6000)) }()
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(30 * time.Second):
-		t.Fatalf("server did not exit after SIGTERM:\n%s", p.out.String())
+		t.Fatalf("server did not exit after SIGTERM:\n%s", p.Out.String())
 	}
 	if p.Err() != nil {
-		t.Fatalf("exit: %v\n%s", p.Err(), p.out.String())
+		t.Fatalf("exit: %v\n%s", p.Err(), p.Out.String())
 	}
 	t.Logf("%d of %d requests acknowledged during the drain", len(acked), conns*perConn)
 
-	p = start(t, dir)
+	p = kit.Start(t, dir)
 	got := map[string]bool{}
-	for _, b := range readAll(t, p.addr, "drain", conns+len(acked)) {
+	for _, b := range kit.ReadAll(t, p.Addr, "drain", conns+len(acked)) {
 		got[b] = true
 	}
 	for _, a := range acked {
@@ -306,7 +278,7 @@ func TestShutdownDrains(t *testing.T) {
 			t.Errorf("acknowledged %s is not stored", a)
 		}
 	}
-	p.stop()
+	p.Term()
 }
 
 // TestSubscriptionFrameBytes: frames are bounded by limit.maxFrameBytes,
@@ -315,10 +287,10 @@ func TestShutdownDrains(t *testing.T) {
 func TestSubscriptionFrameBytes(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 1 << 20
-	writeConfig(t, dir, fmt.Sprintf("limit:\n  maxFrameBytes: %d\n", limit))
-	p := start(t, dir)
-	c := dial(t, p.addr)
-	if err := c.create("big", 0); err != nil {
+	kit.WriteConfig(t, dir, fmt.Sprintf("limit:\n  maxFrameBytes: %d\n", limit))
+	p := kit.Start(t, dir)
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("big", 0); err != nil {
 		t.Fatal(err)
 	}
 	sizes := make([]int, 0, 41)
@@ -330,36 +302,36 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 	}
 	for i, n := range sizes {
 		body := fmt.Sprintf("%04d", i) + strings.Repeat("x", n-4)
-		if err := c.pub("big", record(nil, body)); err != nil {
+		if err := c.Pub("big", kit.Record(nil, body)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := dial(t, p.addr)
-	if err := s.sub("big", "w", 0, 255, 10*time.Second); err != nil {
+	s := kit.Dial(t, p.Addr)
+	if err := s.Sub("big", "w", 0, 255, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	got, frames := 0, 0
 	for got < len(sizes) {
-		u, err := s.nextData(20 * time.Second)
+		u, err := s.NextData(20 * time.Second)
 		if err != nil {
 			t.Fatalf("after %d messages: %v", got, err)
 		}
-		if u.code != protocol.StatusOK {
+		if u.Code != protocol.StatusOK {
 			t.Fatalf("after %d messages: %v", got, u)
 		}
 		bytes := 0
-		for j, m := range u.msgs {
+		for j, m := range u.Msgs {
 			bytes += protocol.SubMessageFixedSize + len(m.Raw)
 			if want := fmt.Sprintf("%04d", got+j); !strings.HasPrefix(string(m.Body), want) || len(m.Body) != sizes[got+j] {
 				t.Fatalf("message %d: %.8q of %d bytes", got+j, m.Body, len(m.Body))
 			}
 		}
-		if len(u.msgs) > 1 && bytes > limit {
-			t.Errorf("frame %d: %d messages in about %d bytes > limit.maxFrameBytes %d", frames, len(u.msgs), bytes, limit)
+		if len(u.Msgs) > 1 && bytes > limit {
+			t.Errorf("frame %d: %d messages in about %d bytes > limit.maxFrameBytes %d", frames, len(u.Msgs), bytes, limit)
 		}
-		got += len(u.msgs)
+		got += len(u.Msgs)
 		frames++
-		if err := s.ack(0); err != nil {
+		if err := s.Ack(0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -367,7 +339,7 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 	if frames < 9 {
 		t.Errorf("%d messages in %d frames", got, frames)
 	}
-	p.stop()
+	p.Term()
 }
 
 // TestManyTopicsFewDescriptors: every topic written used to keep two files
@@ -376,34 +348,34 @@ func TestSubscriptionFrameBytes(t *testing.T) {
 // sized from the file limit: 400 topics are written, then read back.
 func TestManyTopicsFewDescriptors(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
+	kit.WriteConfig(t, dir, "")
 	p := startLimited(t, dir, 128)
-	c := dial(t, p.addr)
+	c := kit.Dial(t, p.Addr)
 	const topics = 400
 	for i := range topics {
 		name := fmt.Sprintf("many-%03d", i)
-		if err := c.create(name, 0); err != nil {
+		if err := c.Create(name, 0); err != nil {
 			t.Fatalf("create topic %d: %v", i, err)
 		}
-		if err := c.pub(name, record(nil, name)); err != nil {
+		if err := c.Pub(name, kit.Record(nil, name)); err != nil {
 			t.Fatalf("publish to topic %d: %v", i, err)
 		}
 	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d descriptors open after writing %d topics", len(fds), topics)
 	for _, i := range []int{0, 199, 399} {
 		name := fmt.Sprintf("many-%03d", i)
-		if got := readAll(t, p.addr, name, 1); len(got) != 1 || got[0] != name {
+		if got := kit.ReadAll(t, p.Addr, name, 1); len(got) != 1 || got[0] != name {
 			t.Fatalf("topic %s: %q", name, got)
 		}
-		if err := c.pub(name, record(nil, "again")); err != nil {
+		if err := c.Pub(name, kit.Record(nil, "again")); err != nil {
 			t.Fatalf("publish again to %s: %v", name, err)
 		}
 	}
-	p.stop()
+	p.Term()
 
 	// Recovery replays every topic (the checkpoint put back to the start,
 	// as after a crash long after it): it used to hold a reader per topic
@@ -422,25 +394,25 @@ func TestManyTopicsFewDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = startLimited(t, dir, 128)
-	if !strings.Contains(p.out.String(), "binlog replayed") {
-		t.Fatalf("no replay at the restart:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "binlog replayed") {
+		t.Fatalf("no replay at the restart:\n%s", p.Out.String())
 	}
 	for _, i := range []int{0, 199, 399} {
 		name := fmt.Sprintf("many-%03d", i)
-		if got := readAll(t, p.addr, name, 2); len(got) != 2 || got[0] != name || got[1] != "again" {
+		if got := kit.ReadAll(t, p.Addr, name, 2); len(got) != 2 || got[0] != name || got[1] != "again" {
 			t.Fatalf("topic %s after the replay: %q", name, got)
 		}
 	}
-	p.stop()
+	p.Term()
 }
 
 // startLimited starts the server on dir's config under ulimit -n nofile
 // and waits until it listens.
-func startLimited(t *testing.T, dir string, nofile int) *proc {
+func startLimited(t *testing.T, dir string, nofile int) *kit.Proc {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", `ulimit -n "$2" && exec "$0" -config "$1"`, smsstest.SmssBinary(t), filepath.Join(dir, "config.yaml"), fmt.Sprint(nofile))
 	cmd.Dir = dir
-	return startCmd(t, dir, cmd)
+	return kit.StartCmd(t, dir, cmd)
 }
 
 // TestDescriptorLimitAnswers: a server at its descriptor limit must go on
@@ -450,20 +422,20 @@ func startLimited(t *testing.T, dir string, nofile int) *proc {
 // ulimit -n 64 take every descriptor.
 func TestDescriptorLimitAnswers(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
+	kit.WriteConfig(t, dir, "")
 	p := startLimited(t, dir, 64)
-	c := dial(t, p.addr)
+	c := kit.Dial(t, p.Addr)
 	for i := range 3 {
 		name := fmt.Sprintf("fd-%d", i)
-		if err := c.create(name, 0); err != nil {
+		if err := c.Create(name, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.pub(name, record(nil, "before")); err != nil {
+		if err := c.Pub(name, kit.Record(nil, "before")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	alive := must(protocol.AppendAlive(nil, []byte("trace")))
-	info := must(protocol.AppendTopicInfo(nil, []byte("fd-0"), []byte("trace")))
+	alive := kit.Must(protocol.AppendAlive(nil, []byte("trace")))
+	info := kit.Must(protocol.AppendTopicInfo(nil, []byte("fd-0"), []byte("trace")))
 
 	// Open idle connections until the server has accepted all it can: more
 	// than the limit, so the rest wait in the listen backlog.
@@ -474,53 +446,53 @@ func TestDescriptorLimitAnswers(t *testing.T) {
 		}
 	}()
 	for range 80 {
-		ic, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		ic, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		idle = append(idle, ic)
 	}
 	fdCount := func() int {
-		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(fds)
 	}
-	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.out.String(), "too many open files") }) {
-		t.Fatalf("server never reached its descriptor limit (%d open):\n%s", fdCount(), p.out.String())
+	if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(p.Out.String(), "too many open files") }) {
+		t.Fatalf("server never reached its descriptor limit (%d open):\n%s", fdCount(), p.Out.String())
 	}
 	t.Logf("%d descriptors open at the limit", fdCount())
 
 	// The connection it has is answered: alive, info, a write to a topic
 	// whose files are open; a write that needs a new file is refused with
 	// the reason, and the connection stays usable.
-	if _, err := c.roundTrip(alive, protocol.ReplyPlain); err != nil {
+	if _, err := c.RoundTrip(alive, protocol.ReplyPlain); err != nil {
 		t.Fatalf("alive at the limit: %v", err)
 	}
-	if _, err := c.roundTrip(info, protocol.ReplyJSON); err != nil {
+	if _, err := c.RoundTrip(info, protocol.ReplyJSON); err != nil {
 		t.Fatalf("info at the limit: %v", err)
 	}
-	if err := c.pub("fd-1", record(nil, "at limit")); err != nil {
+	if err := c.Pub("fd-1", kit.Record(nil, "at limit")); err != nil {
 		t.Fatalf("publish to an open topic at the limit: %v", err)
 	}
-	err := c.create("fd-new", 0)
+	err := c.Create("fd-new", 0)
 	if err != nil && !strings.Contains(err.Error(), "too many open files") {
 		t.Fatalf("create at the limit: %v, want success or \"too many open files\"", err)
 	}
 	t.Logf("create at the limit: %v", err)
-	err = c.pub("fd-new", record(nil, "new"))
+	err = c.Pub("fd-new", kit.Record(nil, "new"))
 	if err != nil && (!strings.Contains(err.Error(), "too many open files: the server is at its descriptor limit") || strings.Contains(err.Error(), dir)) {
 		t.Fatalf("publish needing a new file at the limit: %v, want success or a refusal naming the descriptor limit (and no server path)", err)
 	}
 	t.Logf("publish needing a new file at the limit: %v", err)
-	if _, err := c.roundTrip(alive, protocol.ReplyPlain); err != nil {
+	if _, err := c.RoundTrip(alive, protocol.ReplyPlain); err != nil {
 		t.Fatalf("alive after a refused write: %v", err)
 	}
 
 	// A new client is answered or closed at once, never left hanging in
 	// the backlog.
-	nc, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	nc, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,28 +512,28 @@ func TestDescriptorLimitAnswers(t *testing.T) {
 		ic.Close()
 	}
 	idle = nil
-	var c2 *client
+	var c2 *kit.Client
 	if !smsstest.Poll(20*time.Second, func() bool {
-		nc, err := net.DialTimeout("tcp", p.addr, time.Second)
+		nc, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err != nil {
 			return false
 		}
-		cc := &client{c: nc, r: bufio.NewReader(nc)}
-		if _, err := cc.roundTrip(alive, protocol.ReplyPlain); err != nil {
+		cc := &kit.Client{C: nc, R: bufio.NewReader(nc)}
+		if _, err := cc.RoundTrip(alive, protocol.ReplyPlain); err != nil {
 			nc.Close()
 			return false
 		}
 		c2 = cc
 		return true
 	}) {
-		t.Fatalf("no new connection answered after the idle ones closed:\n%s", p.out.String())
+		t.Fatalf("no new connection answered after the idle ones closed:\n%s", p.Out.String())
 	}
-	defer c2.c.Close()
-	if err := c2.pub("fd-new", record(nil, "after")); err != nil {
+	defer c2.C.Close()
+	if err := c2.Pub("fd-new", kit.Record(nil, "after")); err != nil {
 		t.Fatalf("publish to a new topic after recovery: %v", err)
 	}
-	if err := c.pub("fd-2", record(nil, "after")); err != nil {
+	if err := c.Pub("fd-2", kit.Record(nil, "after")); err != nil {
 		t.Fatalf("publish on the old connection after recovery: %v", err)
 	}
-	p.stop()
+	p.Term()
 }

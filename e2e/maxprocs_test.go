@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -39,7 +40,7 @@ func TestMaxProcs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeConfig(t, dir, fmt.Sprintf("server:\n  maxProcs: %d\n", tc.key))
+			kit.WriteConfig(t, dir, fmt.Sprintf("server:\n  maxProcs: %d\n", tc.key))
 			env := []string{"GODEBUG=schedtrace=20"}
 			if tc.env != "" {
 				env = append(env, "GOMAXPROCS="+tc.env)
@@ -58,7 +59,7 @@ func TestMaxProcs(t *testing.T) {
 			}
 			// The first trace lines can predate main; take one printed
 			// after the server listened.
-			at := strings.Index(p.out.String(), "smss listening")
+			at := strings.Index(p.Out.String(), "smss listening")
 			traced := waitOutput(t, p, func(out string) string {
 				m := schedRe.FindStringSubmatch(out[at:])
 				if m == nil {
@@ -73,34 +74,34 @@ func TestMaxProcs(t *testing.T) {
 			if !strings.Contains(line, fmt.Sprintf("value=%d ", got)) {
 				t.Errorf("start-up line %q does not show the runtime's gomaxprocs=%d", line, got)
 			}
-			p.stop()
+			p.Term()
 		})
 	}
 }
 
 // startWithEnv is start (harness_test.go) with extra environment
 // variables for the server process.
-func startWithEnv(t *testing.T, dir string, env []string) *proc {
+func startWithEnv(t *testing.T, dir string, env []string) *kit.Proc {
 	t.Helper()
 	cmd := smsstest.SmssCommand(t, dir)
 	cmd.Env = append(os.Environ(), env...)
-	return startCmd(t, dir, cmd)
+	return kit.StartCmd(t, dir, cmd)
 }
 
 // waitOutput polls p's output until find returns something, failing the
 // test if the server exits or 30 s pass first.
-func waitOutput(t *testing.T, p *proc, find func(string) string) string {
+func waitOutput(t *testing.T, p *kit.Proc, find func(string) string) string {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
-		if s := find(p.out.String()); s != "" {
+		if s := find(p.Out.String()); s != "" {
 			return s
 		}
 		select {
-		case <-p.exited:
-			t.Fatalf("server exited: %v\n%s", p.Err(), p.out.String())
+		case <-p.Exited():
+			t.Fatalf("server exited: %v\n%s", p.Err(), p.Out.String())
 		case <-deadline:
-			t.Fatalf("condition not met within 30 s:\n%s", p.out.String())
+			t.Fatalf("condition not met within 30 s:\n%s", p.Out.String())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

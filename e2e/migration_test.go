@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -15,7 +16,7 @@ import (
 // slaveStreamOf is the stream part of smssctl status --json on addr.
 func slaveStreamOf(t *testing.T, addr string) *protocol.SlaveStream {
 	t.Helper()
-	out, errOut, code := smssctl(t, addr, "status", "--json")
+	out, errOut, code := kit.Smssctl(t, addr, "status", "--json")
 	var st struct {
 		Stream *protocol.SlaveStream `json:"stream"`
 	}
@@ -23,22 +24,6 @@ func slaveStreamOf(t *testing.T, addr string) *protocol.SlaveStream {
 		t.Fatalf("smssctl status of %s: exit %d\n%s%s", addr, code, out, errOut)
 	}
 	return st.Stream
-}
-
-// waitMasterGone waits until the slave at addr has read the end of its
-// stream from a master just killed, so that a promote is not refused as
-// "still streaming" (env: the credentials, with auth on).
-func waitMasterGone(t *testing.T, addr string, env ...string) {
-	t.Helper()
-	var st struct {
-		Stream *protocol.SlaveStream `json:"stream"`
-	}
-	if !smsstest.Poll(30*time.Second, func() bool {
-		out, _, code := smssctlEnv(t, env, addr, "status", "--json")
-		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Stream != nil && st.Stream.State != "streaming"
-	}) {
-		t.Fatalf("the slave at %s still streams from its killed master: %+v", addr, st.Stream)
-	}
 }
 
 // migrationSub consumes topic as an original client does: from the last
@@ -56,22 +41,22 @@ type migrationSub struct {
 // it holds want messages in all.
 func (s *migrationSub) consume(addr string, want int) {
 	s.t.Helper()
-	c := dial(s.t, addr)
-	defer c.c.Close()
-	if err := c.sub(s.topic, s.who, s.last, 50, 10*time.Second); err != nil {
+	c := kit.Dial(s.t, addr)
+	defer c.C.Close()
+	if err := c.Sub(s.topic, s.who, s.last, 50, 10*time.Second); err != nil {
 		s.t.Fatal(err)
 	}
 	for len(s.order) < want {
-		u, err := c.nextData(20 * time.Second)
-		if err != nil || u.code != protocol.StatusOK {
+		u, err := c.NextData(20 * time.Second)
+		if err != nil || u.Code != protocol.StatusOK {
 			s.t.Fatalf("subscriber at %s after eventId %d, %d of %d messages: %v %v", addr, s.last, len(s.order), want, u, err)
 		}
-		for _, m := range u.msgs {
+		for _, m := range u.Msgs {
 			s.got[string(m.Body)]++
 			s.order = append(s.order, m.EventID)
 			s.last = m.EventID
 		}
-		if err := c.ack(0); err != nil { // 0: go on
+		if err := c.Ack(0); err != nil { // 0: go on
 			s.t.Fatal(err)
 		}
 	}
@@ -89,17 +74,17 @@ func (s *migrationSub) consume(addr string, want int) {
 func TestMigrationStepsLoseNothing(t *testing.T) {
 	const topic = "orders"
 	mdir, sdir := t.TempDir(), t.TempDir()
-	mport := freePort(t)
+	mport := kit.FreePort(t)
 	// Like the original, the stand-in stores no positions: its readers
 	// write nothing (docs/upgrading.md: cursor.enabled false while original nodes
 	// remain).
-	replConfig(t, mdir, mport, "cursor:\n  enabled: false\n")
-	master := startArgs(t, mdir, "-role", "master")
-	replConfig(t, sdir, freePort(t), "replication:\n  promoteQuietMs: 1000\n")
-	if err := dial(t, master.addr).create(topic, 0); err != nil {
+	kit.ReplConfig(t, mdir, mport, "cursor:\n  enabled: false\n")
+	master := kit.StartArgs(t, mdir, "-role", "master")
+	kit.ReplConfig(t, sdir, kit.FreePort(t), "replication:\n  promoteQuietMs: 1000\n")
+	if err := kit.Dial(t, master.Addr).Create(topic, 0); err != nil {
 		t.Fatal(err)
 	}
-	slave := startReplSlave(t, sdir, mport, 0)
+	slave := kit.StartReplSlave(t, sdir, mport, 0)
 
 	var mu sync.Mutex
 	acked := map[string]bool{}
@@ -110,8 +95,8 @@ func TestMigrationStepsLoseNothing(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := dial(t, addr)
-				defer c.c.Close()
+				c := kit.Dial(t, addr)
+				defer c.C.Close()
 				for i := 0; n == 0 || i < n; i++ {
 					select {
 					case <-stop:
@@ -119,7 +104,7 @@ func TestMigrationStepsLoseNothing(t *testing.T) {
 					default:
 					}
 					body := fmt.Sprintf("%s-p%d-%d", phase, g, i)
-					if err := c.pub(topic, record(nil, body)); err != nil {
+					if err := c.Pub(topic, kit.Record(nil, body)); err != nil {
 						errs <- fmt.Errorf("publish %s at %s: %w", body, addr, err)
 						return
 					}
@@ -140,38 +125,38 @@ func TestMigrationStepsLoseNothing(t *testing.T) {
 	// Writes flow to the old master; the new node replicates them.
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); publish(master.addr, "old", stop, 0) }()
+	go func() { defer close(done); publish(master.Addr, "old", stop, 0) }()
 	if !smsstest.Poll(30*time.Second, func() bool { return count() >= 400 }) {
 		t.Fatalf("only %d messages published to the old master", count())
 	}
-	if st := slaveStreamOf(t, slave.addr); st == nil || st.CaughtUp || st.State != "streaming" {
+	if st := slaveStreamOf(t, slave.Addr); st == nil || st.CaughtUp || st.State != "streaming" {
 		t.Fatalf("status of the new node while writes stream: %+v, want streaming, not caught up", st)
 	}
-	out, errOut, code := smssctl(t, slave.addr, "promote")
+	out, errOut, code := kit.Smssctl(t, slave.Addr, "promote")
 	if code == 0 || !strings.Contains(out+errOut, "its master is still streaming writes") {
 		t.Fatalf("promote while the master streams writes: exit %d\n%s%s", code, out, errOut)
 	}
 	// Step: stop writes; wait until status says the stream caught up.
 	close(stop)
 	<-done
-	if !smsstest.Poll(30*time.Second, func() bool { st := slaveStreamOf(t, slave.addr); return st != nil && st.CaughtUp }) {
-		t.Fatalf("the new node never reported caught up: %+v", slaveStreamOf(t, slave.addr))
+	if !smsstest.Poll(30*time.Second, func() bool { st := slaveStreamOf(t, slave.Addr); return st != nil && st.CaughtUp }) {
+		t.Fatalf("the new node never reported caught up: %+v", slaveStreamOf(t, slave.Addr))
 	}
 	// The subscriber has read part of the history on the old master.
 	sub := &migrationSub{t: t, topic: topic, who: "migrating", got: map[string]int{}}
-	sub.consume(master.addr, count()/2)
+	sub.consume(master.Addr, count()/2)
 	// Step: promote (no --force needed now), stop the old master, move
 	// writes and the subscriber.
-	if out, errOut, code := smssctl(t, slave.addr, "promote"); code != 0 {
-		t.Fatalf("promote after the stream caught up: exit %d\n%q%q\n%s", code, out, errOut, tail(slave.out.String(), 2000))
+	if out, errOut, code := kit.Smssctl(t, slave.Addr, "promote"); code != 0 {
+		t.Fatalf("promote after the stream caught up: exit %d\n%q%q\n%s", code, out, errOut, kit.Tail(slave.Out.String(), 2000))
 	}
-	master.stop()
-	publish(slave.addr, "new", nil, 100)
+	master.Term()
+	publish(slave.Addr, "new", nil, 100)
 	total := count()
-	sub.consume(slave.addr, total)
+	sub.consume(slave.Addr, total)
 
 	all := &migrationSub{t: t, topic: topic, who: "check", got: map[string]int{}}
-	all.consume(slave.addr, total)
+	all.consume(slave.Addr, total)
 	held := all.got
 	mu.Lock()
 	defer mu.Unlock()

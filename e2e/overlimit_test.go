@@ -8,6 +8,7 @@ import (
 	"time"
 
 	smssclient "github.com/smssmq/smss/client"
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 // A Go client publishing more than limit.maxPayload writes its whole body
@@ -16,11 +17,11 @@ import (
 // server.TestOversizeBodyRefusalIsReadable.)
 func TestPublishOverLimitGetsTheReason(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "limit:\n  maxPayload: 1024\n  maxDiscard: 8388608\n")
-	p := start(t, dir)
+	kit.WriteConfig(t, dir, "limit:\n  maxPayload: 1024\n  maxDiscard: 8388608\n")
+	p := kit.Start(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := smssclient.Dial(ctx, p.addr, smssclient.Options{MaxConns: 1})
+	c, err := smssclient.Dial(ctx, p.Addr, smssclient.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

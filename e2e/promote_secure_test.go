@@ -11,6 +11,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -31,72 +32,72 @@ func TestSecurityPromoteAndFollow(t *testing.T) {
 		port, tlsPrt int
 	}
 	mk := func() node {
-		n := node{dir: t.TempDir(), port: freePort(t), tlsPrt: freePort(t)}
+		n := node{dir: t.TempDir(), port: kit.FreePort(t), tlsPrt: kit.FreePort(t)}
 		pw := filepath.Join(n.dir, "master.pw")
 		if err := os.WriteFile(pw, []byte("sl\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		replConfig(t, n.dir, n.port, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n"+
+		kit.ReplConfig(t, n.dir, n.port, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n"+
 			"replication:\n  user: slave\n  passwordFile: %s\n  useTLS: true\n  ca: %s\n  serverName: localhost\n",
 			users, n.tlsPrt, pki.ServerCert, pki.ServerKey, pw, pki.CAFile))
 		return n
 	}
 	m, n1, n2 := mk(), mk(), mk()
-	master := startArgs(t, m.dir)
-	c := dial(t, master.addr)
-	if err := c.login(t, "ops", "ops"); err != nil {
+	master := kit.StartArgs(t, m.dir)
+	c := kit.Dial(t, master.Addr)
+	if err := c.Login(t, "ops", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.create("orders", 0); err != nil {
+	if err := c.Create("orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if err := c.pub("orders", record(nil, fmt.Sprint("m", i))); err != nil {
+		if err := c.Pub("orders", kit.Record(nil, fmt.Sprint("m", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s1 := startReplSlave(t, n1.dir, m.tlsPrt, 0)
-	s2 := startReplSlave(t, n2.dir, m.tlsPrt, 0)
+	s1 := kit.StartReplSlave(t, n1.dir, m.tlsPrt, 0)
+	s2 := kit.StartReplSlave(t, n2.dir, m.tlsPrt, 0)
 	mdata, s1data, s2data := filepath.Join(m.dir, "data"), filepath.Join(n1.dir, "data"), filepath.Join(n2.dir, "data")
-	waitReplicated(t, mdata, s1data, s1, 30*time.Second)
-	waitReplicated(t, mdata, s2data, s2, 30*time.Second)
-	master.kill()
+	kit.WaitReplicated(t, mdata, s1data, s1, 30*time.Second)
+	kit.WaitReplicated(t, mdata, s2data, s2, 30*time.Second)
+	master.Kill()
 
 	ops := []string{"SMSS_USER=ops", "SMSS_PASSWORD=ops"}
 	admin := []string{"SMSS_USER=admin", "SMSS_PASSWORD=adm"}
-	waitMasterGone(t, s1.addr, admin...)
+	kit.WaitMasterGone(t, s1.Addr, admin...)
 	const denied = `permission denied: user "ops" may not promote or re-point this node (needs the admin role)`
-	if _, errOut, code := smssctlEnv(t, ops, s1.addr, "promote"); code != 1 || !strings.Contains(errOut, denied) {
+	if _, errOut, code := kit.SmssctlEnv(t, ops, s1.Addr, "promote"); code != 1 || !strings.Contains(errOut, denied) {
 		t.Fatalf("promote as ops: exit %d %s", code, errOut)
 	}
-	if out, _, code := smssctlEnv(t, ops, s1.addr, "status"); code != 0 || !strings.Contains(out, "slave, epoch 0") {
+	if out, _, code := kit.SmssctlEnv(t, ops, s1.Addr, "status"); code != 0 || !strings.Contains(out, "slave, epoch 0") {
 		t.Fatalf("status as ops: exit %d %s", code, out)
 	}
-	if out, errOut, code := smssctlEnv(t, admin, s1.addr, "promote"); code != 0 || !strings.Contains(out, "epoch 1") {
+	if out, errOut, code := kit.SmssctlEnv(t, admin, s1.Addr, "promote"); code != 0 || !strings.Contains(out, "epoch 1") {
 		t.Fatalf("promote as admin: exit %d %s%s", code, out, errOut)
 	}
 	newMaster := "127.0.0.1:" + strconv.Itoa(n1.tlsPrt)
-	if _, errOut, code := smssctlEnv(t, ops, s2.addr, "follow", newMaster); code != 1 || !strings.Contains(errOut, denied) {
+	if _, errOut, code := kit.SmssctlEnv(t, ops, s2.Addr, "follow", newMaster); code != 1 || !strings.Contains(errOut, denied) {
 		t.Fatalf("follow as ops: exit %d %s", code, errOut)
 	}
-	if out, errOut, code := smssctlEnv(t, admin, s2.addr, "follow", newMaster); code != 0 {
+	if out, errOut, code := kit.SmssctlEnv(t, admin, s2.Addr, "follow", newMaster); code != 0 {
 		t.Fatalf("follow as admin: exit %d %s%s", code, out, errOut)
 	}
-	c1 := dial(t, s1.addr)
-	if err := c1.login(t, "ops", "ops"); err != nil {
+	c1 := kit.Dial(t, s1.Addr)
+	if err := c1.Login(t, "ops", "ops"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if err := c1.pub("orders", record(nil, fmt.Sprint("n", i))); err != nil {
+		if err := c1.Pub("orders", kit.Record(nil, fmt.Sprint("n", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitReplicated(t, s1data, s2data, s2, 30*time.Second)
+	kit.WaitReplicated(t, s1data, s2data, s2, 30*time.Second)
 	if !smsstest.Poll(10*time.Second, func() bool {
-		out, _, _ := smssctlEnv(t, ops, s2.addr, "status")
+		out, _, _ := kit.SmssctlEnv(t, ops, s2.Addr, "status")
 		return strings.Contains(out, "slave, epoch 1") && strings.Contains(out, "following "+newMaster)
 	}) {
-		out, errOut, _ := smssctlEnv(t, ops, s2.addr, "status")
-		t.Fatalf("the re-pointed slave's status: %s%s\n%s", out, errOut, tail(s2.out.String(), 3000))
+		out, errOut, _ := kit.SmssctlEnv(t, ops, s2.Addr, "status")
+		t.Fatalf("the re-pointed slave's status: %s%s\n%s", out, errOut, kit.Tail(s2.Out.String(), 3000))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
@@ -77,7 +78,7 @@ func (w *qworker) count(t *testing.T, kind string) int {
 
 func queueInfo(t *testing.T, addr string) protocol.QueueInfo {
 	t.Helper()
-	out, errOut, code := smssctl(t, addr, "queue", "info", "jobs", "g", "--json")
+	out, errOut, code := kit.Smssctl(t, addr, "queue", "info", "jobs", "g", "--json")
 	var qi protocol.QueueInfo
 	if code != 0 || json.Unmarshal([]byte(out), &qi) != nil {
 		t.Fatalf("queue info on %s: code %d %q %q", addr, code, out, errOut)
@@ -101,29 +102,29 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 		first   = 1000
 		later   = 200
 	)
-	extra := "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n" + adminConfig("")
-	a := &fnode{name: "A", dir: t.TempDir(), port: freePort(t)}
-	b := &fnode{name: "B", dir: t.TempDir(), port: freePort(t)}
-	replConfig(t, a.dir, a.port, extra)
-	replConfig(t, b.dir, b.port, extra)
-	a.p = startArgs(t, a.dir, "-role", "master")
-	b.p = startReplSlave(t, b.dir, a.port, 0)
-	c := dial(t, a.addr())
-	if err := c.create("jobs", 0); err != nil {
+	extra := "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n" + kit.AdminConfig("")
+	a := &kit.Fnode{Name: "A", Dir: t.TempDir(), Port: kit.FreePort(t)}
+	b := &kit.Fnode{Name: "B", Dir: t.TempDir(), Port: kit.FreePort(t)}
+	kit.ReplConfig(t, a.Dir, a.Port, extra)
+	kit.ReplConfig(t, b.Dir, b.Port, extra)
+	a.P = kit.StartArgs(t, a.Dir, "-role", "master")
+	b.P = kit.StartReplSlave(t, b.Dir, a.Port, 0)
+	c := kit.Dial(t, a.Addr())
+	if err := c.Create("jobs", 0); err != nil {
 		t.Fatal(err)
 	}
-	if out, errOut, code := smssctl(t, a.addr(), "queue", "create", "jobs", "g", "--ack-wait", ackWait.String(),
+	if out, errOut, code := kit.Smssctl(t, a.Addr(), "queue", "create", "jobs", "g", "--ack-wait", ackWait.String(),
 		"--max-deliver", "3", "--dead-letter", "jobs-dead", "--from", "oldest"); code != 0 {
 		t.Fatalf("queue create: %d %s %s", code, out, errOut)
 	}
 	for i := 0; i < first; i++ {
-		if err := c.pub("jobs", record(nil, fmt.Sprintf("m-%d", i))); err != nil {
+		if err := c.Pub("jobs", kit.Record(nil, fmt.Sprintf("m-%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.c.Close()
+	c.C.Close()
 
-	addrs := a.addr() + "," + b.addr()
+	addrs := a.Addr() + "," + b.Addr()
 	ws := []*qworker{startQWorker(t, "w1", addrs, "20ms"), startQWorker(t, "w2", addrs, "20ms"), startQWorker(t, "w3", addrs, "20ms")}
 	acked := func() int {
 		n := 0
@@ -154,8 +155,8 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 
 	// The master is SIGKILLed and comes back.
 	smsstest.WaitFor(t, 60*time.Second, "300 acks", func() bool { return acked() >= 300 })
-	a.p.kill()
-	a.p = startArgs(t, a.dir, "-role", "master")
+	a.P.Kill()
+	a.P = kit.StartArgs(t, a.Dir, "-role", "master")
 
 	// Then it dies for good and its slave is promoted; the old master
 	// rejoins as the new one's slave (syncSlaves 1 needs one).
@@ -163,36 +164,36 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 		t.Helper()
 		msg := what + "\n"
 		for _, w := range ws {
-			msg += fmt.Sprintf("--- %s\n%s\n", w.name, tail(w.p.Out.String(), 1500))
+			msg += fmt.Sprintf("--- %s\n%s\n", w.name, kit.Tail(w.p.Out.String(), 1500))
 		}
-		t.Fatalf("%s--- A\n%s\n--- B\n%s", msg, tail(a.p.out.String(), 3000), tail(b.p.out.String(), 2000))
+		t.Fatalf("%s--- A\n%s\n--- B\n%s", msg, kit.Tail(a.P.Out.String(), 3000), kit.Tail(b.P.Out.String(), 2000))
 	}
 	if !smsstest.Poll(60*time.Second, func() bool { return acked() >= 600 }) {
 		dump("no 600 acks within 60 s")
 	}
-	interrupted := strings.Count(b.p.Out.String(), "replication interrupted")
-	a.p.kill()
+	interrupted := strings.Count(b.P.Out.String(), "replication interrupted")
+	a.P.Kill()
 	smsstest.WaitFor(t, 30*time.Second, "B noticing the master's death", func() bool {
-		return strings.Count(b.p.Out.String(), "replication interrupted") > interrupted
+		return strings.Count(b.P.Out.String(), "replication interrupted") > interrupted
 	})
-	if st := adminCommand(t, b.addr(), protocol.CmdPromote, ""); st.Role != "master" {
+	if st := kit.AdminCommand(t, b.Addr(), protocol.CmdPromote, ""); st.Role != "master" {
 		t.Fatalf("promote answered %+v", st)
 	}
-	a.p = startArgs(t, a.dir, "-role", "slave", "-host", "127.0.0.1", "-port", strconv.Itoa(b.port), "-event", "0", "-rejoin")
+	a.P = kit.StartArgs(t, a.Dir, "-role", "slave", "-host", "127.0.0.1", "-port", strconv.Itoa(b.Port), "-event", "0", "-rejoin")
 
-	c = dial(t, b.addr())
+	c = kit.Dial(t, b.Addr())
 	for i := first; i < first+later; i++ {
-		if err := c.pub("jobs", record(nil, fmt.Sprintf("m-%d", i))); err != nil {
+		if err := c.Pub("jobs", kit.Record(nil, fmt.Sprintf("m-%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.pub("jobs", record(nil, "poison-1")); err != nil {
+	if err := c.Pub("jobs", kit.Record(nil, "poison-1")); err != nil {
 		t.Fatal(err)
 	}
 	total := int64(first + later + 1)
 	var qi protocol.QueueInfo
 	smsstest.WaitFor(t, 90*time.Second, "every message done", func() bool {
-		qi = queueInfo(t, b.addr())
+		qi = queueInfo(t, b.Addr())
 		return qi.Pending == 0 && qi.Acked+qi.DeadLettered+qi.Dropped >= total
 	})
 	for _, w := range ws[1:] {
@@ -204,19 +205,19 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 
 	// The group in status, the admin API and the metrics of the master,
 	// and on no slave.
-	if out, _, _ := smssctl(t, b.addr(), "status"); !strings.Contains(out, "1 queue group(s)") {
+	if out, _, _ := kit.Smssctl(t, b.Addr(), "status"); !strings.Contains(out, "1 queue group(s)") {
 		t.Errorf("status of the master: %q", out)
 	}
 	var api []protocol.QueueInfo
-	adminJSON(t, adminAddr(t, b.p), "/api/queues", &api)
+	kit.AdminJSON(t, kit.AdminAddr(t, b.P), "/api/queues", &api)
 	if len(api) != 1 || api[0].Acked != total-1 || api[0].Topic != "jobs" || api[0].Config.Group != "g" {
 		t.Errorf("/api/queues on the master: %+v", api)
 	}
-	adminJSON(t, adminAddr(t, a.p), "/api/queues", &api)
+	kit.AdminJSON(t, kit.AdminAddr(t, a.P), "/api/queues", &api)
 	if len(api) != 0 {
 		t.Errorf("/api/queues on a slave: %+v", api)
 	}
-	_, prom := adminGet(t, adminAddr(t, b.p), "", "/metrics")
+	_, prom := kit.AdminGet(t, kit.AdminAddr(t, b.P), "", "/metrics")
 	for _, want := range []string{
 		fmt.Sprintf(`smss_queue_acked_total{group="g",topic="jobs"} %d`, total-1),
 		`smss_queue_dead_lettered_total{group="g",topic="jobs"} 1`,
@@ -266,7 +267,7 @@ func TestQueueWorkersSurviveKillsAndFailover(t *testing.T) {
 		}
 	}
 	// The dead letter, on the new master, with its headers.
-	dead := readStore(t, b.data(), []string{"jobs-dead"}).topics["jobs-dead"]
+	dead := kit.ReadStore(t, b.Data(), []string{"jobs-dead"}).Topics["jobs-dead"]
 	if len(dead) != 1 {
 		t.Fatalf("%d messages in the dead-letter topic, want 1", len(dead))
 	}
@@ -329,40 +330,40 @@ func noDeliveryAfterConfirmedAck(t *testing.T, ws []*qworker) map[string]int {
 func TestQueueWorkersFollowClusterFailover(t *testing.T) {
 	t.Parallel() // waits on an election and an ack wait; owns its ports and directories
 	const total = 600
-	nodes := startClusterNodes(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
-	master, epoch := waitClusterMaster(t, nodes, 0, 60*time.Second)
+	nodes := kit.StartClusterNodes(t, "replication:\n  syncSlaves: 1\n  syncTimeoutMs: 2000\n  onSyncTimeout: fail\n")
+	master, epoch := kit.WaitClusterMaster(t, nodes, 0, 60*time.Second)
 	// Refused until the cluster has a slave in sync.
 	smsstest.WaitFor(t, 60*time.Second, "the topic and the group on the cluster's master", func() bool {
-		_, _, code := smssctl(t, master.addr(), "topic", "create", "jobs")
-		_, _, code2 := smssctl(t, master.addr(), "queue", "create", "jobs", "g", "--ack-wait", "2s", "--from", "oldest")
+		_, _, code := kit.Smssctl(t, master.Addr(), "topic", "create", "jobs")
+		_, _, code2 := kit.Smssctl(t, master.Addr(), "queue", "create", "jobs", "g", "--ack-wait", "2s", "--from", "oldest")
 		return (code == 0 || code == 1) && code2 == 0
 	})
-	c := dial(t, master.addr())
+	c := kit.Dial(t, master.Addr())
 	for i := 0; i < total; i++ {
-		if err := c.pub("jobs", record(nil, fmt.Sprintf("m-%d", i))); err != nil {
+		if err := c.Pub("jobs", kit.Record(nil, fmt.Sprintf("m-%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.c.Close()
+	c.C.Close()
 	var addrs []string
 	for _, n := range nodes {
-		addrs = append(addrs, n.addr())
+		addrs = append(addrs, n.Addr())
 	}
 	ws := []*qworker{startQWorker(t, "w1", strings.Join(addrs, ","), "10ms"), startQWorker(t, "w2", strings.Join(addrs, ","), "10ms")}
 	smsstest.WaitFor(t, 60*time.Second, "150 acks", func() bool { return ws[0].count(t, "acked")+ws[1].count(t, "acked") >= 150 })
-	smsstest.WaitFor(t, 30*time.Second, "an eligible in-sync slave", func() bool { return hasEligibleInSync(master.addr()) })
-	master.p.kill()
-	var rest []*clusterNode
+	smsstest.WaitFor(t, 30*time.Second, "an eligible in-sync slave", func() bool { return kit.HasEligibleInSync(master.Addr()) })
+	master.P.Kill()
+	var rest []*kit.ClusterNode
 	for _, n := range nodes {
 		if n != master {
 			rest = append(rest, n)
 		}
 	}
-	next, _ := waitClusterMaster(t, rest, epoch, 30*time.Second)
-	master.p = startArgs(t, master.dir, "-role", "auto") // rejoins by itself
+	next, _ := kit.WaitClusterMaster(t, rest, epoch, 30*time.Second)
+	master.P = kit.StartArgs(t, master.Dir, "-role", "auto") // rejoins by itself
 	var qi protocol.QueueInfo
 	smsstest.WaitFor(t, 90*time.Second, "every message acknowledged on the new master", func() bool {
-		out, _, code := smssctl(t, next.addr(), "queue", "info", "jobs", "g", "--json")
+		out, _, code := kit.Smssctl(t, next.Addr(), "queue", "info", "jobs", "g", "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &qi) != nil {
 			return false
 		}
@@ -372,8 +373,8 @@ func TestQueueWorkersFollowClusterFailover(t *testing.T) {
 		w.p.Term()
 	}
 	if qi.Acked != total || qi.DeadLettered != 0 || qi.Dropped != 0 {
-		t.Fatalf("final group on %s: %+v", next.id, qi)
+		t.Fatalf("final group on %s: %+v", next.ID, qi)
 	}
 	per := noDeliveryAfterConfirmedAck(t, ws)
-	t.Logf("%d messages through a master kill (%s → %s): deliveries %v", total, master.id, next.id, per)
+	t.Logf("%d messages through a master kill (%s → %s): deliveries %v", total, master.ID, next.ID, per)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
@@ -86,85 +87,6 @@ func startMuteProxy(t *testing.T, target string) *muteProxy {
 
 func (p *muteProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
-// liveSub is a subscriber that records every body it is handed.
-type liveSub struct {
-	name string
-	mu   sync.Mutex
-	got  []string
-	err  error
-}
-
-func startLiveSub(t *testing.T, addr, topic, name string) *liveSub {
-	t.Helper()
-	s := &liveSub{name: name}
-	// The topic may not have reached a slave yet: subscribe until the
-	// first unit is not a refusal (an idle stream's first unit is an
-	// alive within the alive interval).
-	var c *client
-	var first unit
-	if !smsstest.Poll(20*time.Second, func() bool {
-		c = dial(t, addr)
-		if err := c.sub(topic, "rc-"+name, 0, 10, 5*time.Second); err != nil {
-			return false
-		}
-		u, err := c.next(10 * time.Second)
-		first = u
-		return err == nil && u.code != protocol.StatusError
-	}) {
-		t.Fatalf("%s: cannot subscribe to %s at %s: %v", name, topic, addr, first)
-	}
-	s.add(first)
-	if first.code == protocol.StatusOK {
-		if err := c.ack(0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	go func() {
-		for {
-			u, err := c.next(60 * time.Second)
-			if err != nil {
-				s.mu.Lock()
-				s.err = err
-				s.mu.Unlock()
-				return
-			}
-			if u.code != protocol.StatusOK {
-				continue
-			}
-			s.add(u)
-			if err := c.ack(0); err != nil {
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *liveSub) add(u unit) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range u.msgs {
-		s.got = append(s.got, string(m.Record.Body))
-	}
-}
-
-func (s *liveSub) has(body string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, g := range s.got {
-		if g == body {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *liveSub) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.got)
-}
-
 // TestReadCommittedRefusedInvisible: writes the slaves hold but did not
 // confirm to the master are refused, and no subscriber on the master or
 // on either slave is handed them, although both slaves' binlogs hold
@@ -181,35 +103,35 @@ func TestReadCommittedRefusedInvisible(t *testing.T) {
 
 func readCommittedRefused(t *testing.T, restart bool) {
 	mdir := t.TempDir()
-	replConfig(t, mdir, 0, semiSyncConfig("fail"))
-	master := startArgs(t, mdir)
-	madm := adminAddr(t, master)
-	var slaves []*proc
+	kit.ReplConfig(t, mdir, 0, kit.SemiSyncConfig("fail"))
+	master := kit.StartArgs(t, mdir)
+	madm := kit.AdminAddr(t, master)
+	var slaves []*kit.Proc
 	var proxies []*muteProxy
 	for range 2 {
 		sdir := t.TempDir()
-		replConfig(t, sdir, 0, "replication:\n  syncSlaves: 1\n"+adminConfig(adminToken))
-		p := startMuteProxy(t, master.addr)
+		kit.ReplConfig(t, sdir, 0, "replication:\n  syncSlaves: 1\n"+kit.AdminConfig(kit.AdminToken))
+		p := startMuteProxy(t, master.Addr)
 		proxies = append(proxies, p)
-		slaves = append(slaves, startReplSlave(t, sdir, p.port(), 0))
+		slaves = append(slaves, kit.StartReplSlave(t, sdir, p.port(), 0))
 	}
-	waitConfirming(t, madm, 2)
-	pub := dial(t, master.addr)
-	if err := pub.create("rc", 0); err != nil {
+	kit.WaitConfirming(t, madm, 2)
+	pub := kit.Dial(t, master.Addr)
+	if err := pub.Create("rc", 0); err != nil {
 		t.Fatal(err)
 	}
-	subs := []*liveSub{startLiveSub(t, master.addr, "rc", "master")}
+	subs := []*kit.LiveSub{kit.StartLiveSub(t, master.Addr, "rc", "master")}
 	for i, s := range slaves {
-		subs = append(subs, startLiveSub(t, s.addr, "rc", fmt.Sprintf("slave%d", i)))
+		subs = append(subs, kit.StartLiveSub(t, s.Addr, "rc", fmt.Sprintf("slave%d", i)))
 	}
 	for i := range 5 {
-		if err := pub.pub("rc", record(nil, fmt.Sprintf("ok-%d", i))); err != nil {
+		if err := pub.Pub("rc", kit.Record(nil, fmt.Sprintf("ok-%d", i))); err != nil {
 			t.Fatalf("healthy write %d: %v", i, err)
 		}
 	}
 	for _, s := range subs {
-		if !smsstest.Poll(20*time.Second, func() bool { return s.has("ok-4") }) {
-			t.Fatalf("%s never got the confirmed writes (has %d)\n%s", s.name, s.count(), slaveLogs(slaves))
+		if !smsstest.Poll(20*time.Second, func() bool { return s.Has("ok-4") }) {
+			t.Fatalf("%s never got the confirmed writes (has %d)\n%s", s.Name, s.Count(), slaveLogs(slaves))
 		}
 	}
 
@@ -220,7 +142,7 @@ func readCommittedRefused(t *testing.T, restart bool) {
 	var refused []string
 	for i := range 5 {
 		body := fmt.Sprintf("unconfirmed-%d", i)
-		err := pub.pub("rc", record(nil, body))
+		err := pub.Pub("rc", kit.Record(nil, body))
 		var be *protocol.BizError
 		if !errors.As(err, &be) || !strings.HasPrefix(be.Msg, "write not confirmed") {
 			t.Fatalf("write %q with muted slaves: %v, want write not confirmed", body, err)
@@ -229,19 +151,19 @@ func readCommittedRefused(t *testing.T, restart bool) {
 	}
 	last := refused[len(refused)-1]
 	for i, s := range slaves {
-		data := filepath.Join(s.dir, "data")
-		if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(string(replBinlog(t, data)), last) }) {
+		data := filepath.Join(s.Dir, "data")
+		if !smsstest.Poll(20*time.Second, func() bool { return strings.Contains(string(kit.ReplBinlog(t, data)), last) }) {
 			t.Fatalf("slave %d never applied the refused writes", i)
 		}
 	}
 	// Every subscriber has read up to the commit point and waits for it:
 	// each node says so (heldByCommit), so a refused write it could be
 	// handed would have been handed by now.
-	for i, p := range append([]*proc{master}, slaves...) {
-		adm := adminAddr(t, p)
+	for i, p := range append([]*kit.Proc{master}, slaves...) {
+		adm := kit.AdminAddr(t, p)
 		if !smsstest.Poll(20*time.Second, func() bool {
 			var r metrics.ReplicationInfo
-			adminJSON(t, adm, "/api/replication", &r)
+			kit.AdminJSON(t, adm, "/api/replication", &r)
 			return r.ReadCommitted && r.HeldByCommit >= 1
 		}) {
 			t.Fatalf("node %d: its subscriber never waited on the commit point", i)
@@ -249,8 +171,8 @@ func readCommittedRefused(t *testing.T, restart bool) {
 	}
 	for _, s := range subs {
 		for _, b := range refused {
-			if s.has(b) {
-				t.Fatalf("%s was handed %q, a write refused as not confirmed (dirty read)", s.name, b)
+			if s.Has(b) {
+				t.Fatalf("%s was handed %q, a write refused as not confirmed (dirty read)", s.Name, b)
 			}
 		}
 	}
@@ -260,42 +182,42 @@ func readCommittedRefused(t *testing.T, restart bool) {
 	if restart {
 		// The slave comes back from its own data directory; its
 		// subscriber went with it, a new one reads it from the start.
-		slaves[0].kill()
+		slaves[0].Kill()
 		proxies[0].muted.Store(false)
-		slaves[0] = startReplSlave(t, slaves[0].dir, proxies[0].port(), 0)
-		subs[1] = startLiveSub(t, slaves[0].addr, "rc", "slave0-restarted")
+		slaves[0] = kit.StartReplSlave(t, slaves[0].Dir, proxies[0].port(), 0)
+		subs[1] = kit.StartLiveSub(t, slaves[0].Addr, "rc", "slave0-restarted")
 	} else {
 		proxies[0].muted.Store(false)
 	}
-	if !smsstest.Poll(20*time.Second, func() bool { return pub.pub("rc", record(nil, "after")) == nil }) {
+	if !smsstest.Poll(20*time.Second, func() bool { return pub.Pub("rc", kit.Record(nil, "after")) == nil }) {
 		t.Fatal("writes never confirmed again after the slave was unmuted")
 	}
 	for _, s := range subs {
-		if !smsstest.Poll(20*time.Second, func() bool { return s.has(last) && s.has("after") }) {
-			t.Fatalf("%s never got the writes confirmed after the slave came back (has %d)", s.name, s.count())
+		if !smsstest.Poll(20*time.Second, func() bool { return s.Has(last) && s.Has("after") }) {
+			t.Fatalf("%s never got the writes confirmed after the slave came back (has %d)", s.Name, s.Count())
 		}
-		s.mu.Lock()
+		s.Mu.Lock()
 		seen := map[string]int{}
-		for _, g := range s.got {
+		for _, g := range s.Got {
 			seen[g]++
 		}
-		s.mu.Unlock()
+		s.Mu.Unlock()
 		for _, b := range refused {
 			if seen[b] != 1 {
-				t.Fatalf("%s got %q %d times", s.name, b, seen[b])
+				t.Fatalf("%s got %q %d times", s.Name, b, seen[b])
 			}
 		}
-		if s.err != nil {
-			t.Fatalf("%s: %v", s.name, s.err)
+		if s.Err != nil {
+			t.Fatalf("%s: %v", s.Name, s.Err)
 		}
 	}
 }
 
-func slaveLogs(ps []*proc) string {
+func slaveLogs(ps []*kit.Proc) string {
 	var b strings.Builder
 	for i, p := range ps {
 		fmt.Fprintf(&b, "--- slave %d\n", i)
-		for _, l := range strings.Split(p.out.String(), "\n") {
+		for _, l := range strings.Split(p.Out.String(), "\n") {
 			if strings.Contains(l, "replication") || strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") {
 				if !strings.Contains(l, "config.source") {
 					b.WriteString(l + "\n")

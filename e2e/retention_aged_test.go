@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/broker"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
@@ -41,7 +42,7 @@ func TestRetentionOfAgedData(t *testing.T) {
 	}
 	var ids []int64 // eventIds of the topic's messages, in order
 	pub := func(i int) {
-		id, err := b.Publish(ctx, []byte("r"), record(nil, fmt.Sprintf("r-%03d", i)), 1)
+		id, err := b.Publish(ctx, []byte("r"), kit.Record(nil, fmt.Sprintf("r-%03d", i)), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,13 +77,13 @@ func TestRetentionOfAgedData(t *testing.T) {
 		oldFiles[id] = true
 	}
 
-	writeConfig(t, dir, "  maxLogSize: 1024\n  maxDays: 1\n  clearInterval: 1\ntimeout:\n  server:\n    alive: 500\n")
-	p := start(t, dir)
+	kit.WriteConfig(t, dir, "  maxLogSize: 1024\n  maxDays: 1\n  clearInterval: 1\ntimeout:\n  server:\n    alive: 500\n")
+	p := kit.Start(t, dir)
 	runRe := regexp.MustCompile(`retention run finished.*topicFilesRemoved=(\d+)`)
-	if !smsstest.Poll(10*time.Second, func() bool { return runRe.MatchString(p.out.String()) }) {
-		t.Fatalf("no retention run within 10 s:\n%s", p.out.String())
+	if !smsstest.Poll(10*time.Second, func() bool { return runRe.MatchString(p.Out.String()) }) {
+		t.Fatalf("no retention run within 10 s:\n%s", p.Out.String())
 	}
-	removed, _ := strconv.Atoi(runRe.FindStringSubmatch(p.out.String())[1])
+	removed, _ := strconv.Atoi(runRe.FindStringSubmatch(p.Out.String())[1])
 	after := logFileIDs(t, topicDir)
 	for _, id := range before {
 		gone := !contains(after, id)
@@ -105,28 +106,28 @@ func TestRetentionOfAgedData(t *testing.T) {
 			oldest = id
 		}
 	})
-	c := dial(t, p.addr)
-	if err := c.sub("r", "late", ids[2], 10, 3*time.Second); err != nil {
+	c := kit.Dial(t, p.Addr)
+	if err := c.Sub("r", "late", ids[2], 10, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	u, err := c.next(5 * time.Second)
+	u, err := c.Next(5 * time.Second)
 	want := fmt.Sprintf("the oldest retained eventId is %d", oldest)
-	if err != nil || u.code != protocol.StatusError || !strings.Contains(u.text, "removed by retention") || !strings.Contains(u.text, want) {
+	if err != nil || u.Code != protocol.StatusError || !strings.Contains(u.Text, "removed by retention") || !strings.Contains(u.Text, want) {
 		t.Fatalf("subscribe after a removed message: %v %v, want a 400 with %q", u, err, want)
 	}
-	if err := c.sub("r", "fresh", 0, 255, 3*time.Second); err != nil {
+	if err := c.Sub("r", "fresh", 0, 255, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var got []int64
 	for len(got) == 0 || got[len(got)-1] != ids[len(ids)-1] {
-		u, err := c.nextData(5 * time.Second)
-		if err != nil || u.code != protocol.StatusOK {
+		u, err := c.NextData(5 * time.Second)
+		if err != nil || u.Code != protocol.StatusOK {
 			t.Fatalf("subscriber from 0: %v %v (got %v)", u, err, got)
 		}
-		for _, m := range u.msgs {
+		for _, m := range u.Msgs {
 			got = append(got, m.EventID)
 		}
-		if err := c.ack(0); err != nil {
+		if err := c.Ack(0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -189,7 +190,7 @@ func scanLogFiles(t *testing.T, dir string, fn func(file, ts int64)) {
 
 func scanLogEvents(t *testing.T, dir string, fn func(id int64)) {
 	t.Helper()
-	scanLog(t, dir, topicDecode, func(raw []byte) error {
+	kit.ScanLog(t, dir, kit.TopicDecode, func(raw []byte) error {
 		blk, _, err := topicblock.DecodeBlock(raw)
 		fn(blk.EventID)
 		return err

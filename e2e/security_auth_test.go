@@ -18,6 +18,7 @@ import (
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -40,13 +41,13 @@ func TestSecurityLoginRefusalsAndSecrets(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/tls=%v", tc.name, useTLS), func(t *testing.T) {
 				var rec *recorder
 				c := s.connect(t, useTLS, &rec)
-				err := c.login(t, tc.user, tc.pw)
+				err := c.Login(t, tc.user, tc.pw)
 				wire = append(wire, rec.bytes()...)
 				if tc.want == "" {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if err := c.create("orders-"+fmt.Sprint(useTLS), 0); err != nil {
+					if err := c.Create("orders-"+fmt.Sprint(useTLS), 0); err != nil {
 						t.Fatal(err)
 					}
 					return
@@ -55,7 +56,7 @@ func TestSecurityLoginRefusalsAndSecrets(t *testing.T) {
 				if !errors.As(err, &be) || be.Msg != tc.want {
 					t.Fatalf("login: %v, want %q", err, tc.want)
 				}
-				if err := c.create("x", 0); err == nil || err.Error() != "authentication required" {
+				if err := c.Create("x", 0); err == nil || err.Error() != "authentication required" {
 					t.Fatalf("create after a refused login: %v", err)
 				}
 			})
@@ -66,21 +67,21 @@ func TestSecurityLoginRefusalsAndSecrets(t *testing.T) {
 	// on a new connection. The server nonce differs: refused.
 	var rec *recorder
 	c := s.connect(t, false, &rec)
-	if err := c.login(t, "alice", e2ePassword); err != nil {
+	if err := c.Login(t, "alice", e2ePassword); err != nil {
 		t.Fatal(err)
 	}
 	sent := clientBytes(t, rec.bytes())
 	replay := s.connect(t, false, nil)
-	if _, err := replay.c.Write(sent); err != nil {
+	if _, err := replay.C.Write(sent); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := protocol.ReadReply(replay.r, protocol.ReplyJSON, protocol.MaxAuthMessage); err != nil {
+	if _, err := protocol.ReadReply(replay.R, protocol.ReplyJSON, protocol.MaxAuthMessage); err != nil {
 		t.Fatalf("replayed client-first: %v", err)
 	}
-	if _, err := protocol.ReadReply(replay.r, protocol.ReplyJSON, protocol.MaxAuthMessage); !errors.Is(err, protocol.ErrAuthFailed) {
+	if _, err := protocol.ReadReply(replay.R, protocol.ReplyJSON, protocol.MaxAuthMessage); !errors.Is(err, protocol.ErrAuthFailed) {
 		t.Fatalf("replayed client-final: %v, want authentication failed", err)
 	}
-	if err := replay.create("x", 0); err == nil || err.Error() != "authentication required" {
+	if err := replay.Create("x", 0); err == nil || err.Error() != "authentication required" {
 		t.Fatalf("command after a replayed handshake: %v", err)
 	}
 
@@ -101,9 +102,9 @@ func TestSecurityLoginRefusalsAndSecrets(t *testing.T) {
 	// The log reaches us through a pipe, after the replies: wait for the
 	// lines that must be there, then search everything logged so far.
 	for _, want := range []string{`reason="unknown user"`, `reason="user disabled"`, "authenticated"} {
-		s.waitLog(t, want, 1)
+		s.WaitLog(t, want, 1)
 	}
-	logs := []byte(s.out.String())
+	logs := []byte(s.Out.String())
 	for _, secret := range [][]byte{[]byte(e2ePassword), salted, []byte(base64.StdEncoding.EncodeToString(salted)),
 		[]byte(fmt.Sprintf("%x", salted)), []byte(base64.StdEncoding.EncodeToString(cr.StoredKey))} {
 		if bytes.Contains(wire, secret) {
@@ -126,7 +127,7 @@ func clientBytes(t *testing.T, capture []byte) []byte {
 		if err != nil {
 			t.Fatalf("capture: %v", err)
 		}
-		out = append(out, must(protocol.AppendRequest(nil, req.Header.Cmd, req.Header.Area, req.Topic, req.TraceID, req.Payload))...)
+		out = append(out, kit.Must(protocol.AppendRequest(nil, req.Header.Cmd, req.Header.Area, req.Topic, req.TraceID, req.Payload))...)
 		if _, err := protocol.ReadReply(r, protocol.ReplyJSON, protocol.MaxAuthMessage); err != nil && !protocol.IsBizError(err) {
 			t.Fatalf("capture reply: %v", err)
 		}
@@ -138,17 +139,17 @@ func TestSecurityRateLimitedLogins(t *testing.T) {
 	s := startSecured(t, 3, "", authtest.User{Name: "alice", Password: e2ePassword})
 	for i := range 3 {
 		c := s.connect(t, i%2 == 1, nil)
-		if err := c.login(t, "alice", "wrong"); !errors.Is(err, protocol.ErrAuthFailed) {
+		if err := c.Login(t, "alice", "wrong"); !errors.Is(err, protocol.ErrAuthFailed) {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 	}
 	c := s.connect(t, false, nil)
-	err := c.login(t, "alice", e2ePassword)
+	err := c.Login(t, "alice", e2ePassword)
 	if err == nil || !strings.HasPrefix(err.Error(), "too many failed authentication attempts; retry in ") {
 		t.Fatalf("login during the lockout: %v", err)
 	}
 	// Logged with the third failure; the log reaches us through a pipe.
-	s.waitLog(t, "lockout=1m0s", 1)
+	s.WaitLog(t, "lockout=1m0s", 1)
 }
 
 // SIGHUP to the real binary applies an edited users file to the next
@@ -158,35 +159,35 @@ func TestSecurityReloadOnSIGHUP(t *testing.T) {
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "bob", Password: "bob-pw", Publish: []string{"orders"}})
 	admin := s.connect(t, false, nil)
-	if err := admin.login(t, "admin", "adm"); err != nil {
+	if err := admin.Login(t, "admin", "adm"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range []string{"orders", "other"} {
-		if err := admin.create(tp, 0); err != nil {
+		if err := admin.Create(tp, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bob := s.connect(t, true, nil)
-	if err := bob.login(t, "bob", "bob-pw"); err != nil {
+	if err := bob.Login(t, "bob", "bob-pw"); err != nil {
 		t.Fatal(err)
 	}
-	rec := record(nil, "m")
-	if err := bob.pub("orders", rec); err != nil {
+	rec := kit.Record(nil, "m")
+	if err := bob.Pub("orders", rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := bob.pub("other", rec); err == nil || !strings.Contains(err.Error(), `may not publish to "other"`) {
+	if err := bob.Pub("other", rec); err == nil || !strings.Contains(err.Error(), `may not publish to "other"`) {
 		t.Fatalf("pub to other before the reload: %v", err)
 	}
 
 	authtest.WriteUsers(t, s.users,
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "bob", Password: "bob-pw", Publish: []string{"other"}})
-	s.cmd.Process.Signal(syscall.SIGHUP)
-	s.waitLog(t, "SIGHUP: users file reloaded", 1)
-	if err := bob.pub("orders", rec); err == nil || err.Error() != `permission denied: user "bob" may not publish to "orders"` {
+	s.Cmd.Process.Signal(syscall.SIGHUP)
+	s.WaitLog(t, "SIGHUP: users file reloaded", 1)
+	if err := bob.Pub("orders", rec); err == nil || err.Error() != `permission denied: user "bob" may not publish to "orders"` {
 		t.Fatalf("pub to orders after the reload: %v", err)
 	}
-	if err := bob.pub("other", rec); err != nil {
+	if err := bob.Pub("other", rec); err != nil {
 		t.Fatalf("pub to other after the reload: %v", err)
 	}
 
@@ -194,9 +195,9 @@ func TestSecurityReloadOnSIGHUP(t *testing.T) {
 	if err := os.WriteFile(s.users, []byte(`{"version":1,"users":[{"name":`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd.Process.Signal(syscall.SIGHUP)
-	s.waitLog(t, "users file not reloaded", 1)
-	if err := bob.pub("other", rec); err != nil {
+	s.Cmd.Process.Signal(syscall.SIGHUP)
+	s.WaitLog(t, "users file not reloaded", 1)
+	if err := bob.Pub("other", rec); err != nil {
 		t.Fatalf("pub after a failed reload: %v", err)
 	}
 
@@ -204,20 +205,20 @@ func TestSecurityReloadOnSIGHUP(t *testing.T) {
 	authtest.WriteUsers(t, s.users,
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "bob", Password: "bob-pw", Publish: []string{"other"}, Disabled: true})
-	s.cmd.Process.Signal(syscall.SIGHUP)
-	s.waitLog(t, "SIGHUP: users file reloaded", 2)
-	if err := bob.pub("other", rec); err == nil || err.Error() != `user "bob" is disabled` {
+	s.Cmd.Process.Signal(syscall.SIGHUP)
+	s.WaitLog(t, "SIGHUP: users file reloaded", 2)
+	if err := bob.Pub("other", rec); err == nil || err.Error() != `user "bob" is disabled` {
 		t.Fatalf("pub by a disabled user: %v", err)
 	}
-	if _, err := bob.r.ReadByte(); !errors.Is(err, io.EOF) {
+	if _, err := bob.R.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("the disabled user's connection is still open: %v", err)
 	}
-	if err := admin.pub("orders", rec); err != nil {
+	if err := admin.Pub("orders", rec); err != nil {
 		t.Fatalf("admin after the reloads: %v", err)
 	}
 	select {
-	case <-s.exited:
-		t.Fatalf("the server exited on SIGHUP:\n%s", s.out.String())
+	case <-s.Exited():
+		t.Fatalf("the server exited on SIGHUP:\n%s", s.Out.String())
 	default:
 	}
 }
@@ -237,22 +238,24 @@ func TestSecurityPermissionsAgainstBinary(t *testing.T) {
 		req        func(topic string) []byte
 	}
 	cmds := []command{
-		{"pub", "pub", func(tp string) []byte { return must(protocol.AppendPub(nil, []byte(tp), nil, record(nil, "x"))) }},
+		{"pub", "pub", func(tp string) []byte {
+			return kit.Must(protocol.AppendPub(nil, []byte(tp), nil, kit.Record(nil, "x")))
+		}},
 		{"delay", "pub", func(tp string) []byte {
-			return must(protocol.AppendDelay(nil, []byte(tp), nil, 60000, record(nil, "x")))
+			return kit.Must(protocol.AppendDelay(nil, []byte(tp), nil, 60000, kit.Record(nil, "x")))
 		}},
 		{"sub", "sub", func(tp string) []byte {
-			return must(protocol.AppendSub(nil, []byte(tp), nil, 0, 1, 0, []byte("w-"+tp)))
+			return kit.Must(protocol.AppendSub(nil, []byte(tp), nil, 0, 1, 0, []byte("w-"+tp)))
 		}},
-		{"create", "manage", func(tp string) []byte { return must(protocol.AppendCreate(nil, []byte(tp), nil, 0)) }},
-		{"info", "info", func(tp string) []byte { return must(protocol.AppendTopicInfo(nil, []byte(tp), nil)) }},
+		{"create", "manage", func(tp string) []byte { return kit.Must(protocol.AppendCreate(nil, []byte(tp), nil, 0)) }},
+		{"info", "info", func(tp string) []byte { return kit.Must(protocol.AppendTopicInfo(nil, []byte(tp), nil)) }},
 	}
 	admin := s.connect(t, false, nil)
-	if err := admin.login(t, "admin", "pw"); err != nil {
+	if err := admin.Login(t, "admin", "pw"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range []string{"orders", "other"} {
-		if err := admin.create(tp, 0); err != nil {
+		if err := admin.Create(tp, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -261,21 +264,21 @@ func TestSecurityPermissionsAgainstBinary(t *testing.T) {
 			for _, tp := range []string{"orders", "other"} {
 				want := strings.Contains(" "+grants[u.Name]+" ", " "+cmd.perm+" ") && (u.Name == "admin" || tp == "orders")
 				c := s.connect(t, false, nil)
-				if err := c.login(t, u.Name, u.Password); err != nil {
+				if err := c.Login(t, u.Name, u.Password); err != nil {
 					t.Fatal(err)
 				}
 				topic := tp
-				if _, err := c.c.Write(cmd.req(tp)); err != nil {
+				if _, err := c.C.Write(cmd.req(tp)); err != nil {
 					t.Fatal(err)
 				}
 				var err error
 				if cmd.name == "sub" {
-					var u unit
-					if u, err = c.next(10 * time.Second); err == nil && u.code == protocol.StatusError {
-						err = errors.New(u.text)
+					var u kit.Unit
+					if u, err = c.Next(10 * time.Second); err == nil && u.Code == protocol.StatusError {
+						err = errors.New(u.Text)
 					}
 				} else {
-					_, err = protocol.ReadReply(c.r, protocol.ReplyJSON, 1<<20)
+					_, err = protocol.ReadReply(c.R, protocol.ReplyJSON, 1<<20)
 				}
 				denied := err != nil && strings.HasPrefix(err.Error(), "permission denied")
 				if denied == want {
@@ -284,7 +287,7 @@ func TestSecurityPermissionsAgainstBinary(t *testing.T) {
 				if denied && !strings.Contains(err.Error(), fmt.Sprintf("%q", topic)) {
 					t.Errorf("%s %s %s: the refusal does not name the topic: %v", u.Name, cmd.name, topic, err)
 				}
-				c.c.Close()
+				c.C.Close()
 			}
 		}
 	}
@@ -292,7 +295,7 @@ func TestSecurityPermissionsAgainstBinary(t *testing.T) {
 	// exactly the allowed writes (pub and delay to other by admin only;
 	// the allowed creates found the topics existing).
 	got := map[string]int{}
-	for _, b := range readStore(t, filepath.Join(s.dir, "data"), nil).binlog {
+	for _, b := range kit.ReadStore(t, filepath.Join(s.Dir, "data"), nil).Binlog {
 		got[fmt.Sprintf("%d %s", b.Cmd, b.Topic)]++
 	}
 	want := map[string]int{
@@ -307,22 +310,22 @@ func TestSecurityPermissionsAgainstBinary(t *testing.T) {
 
 func TestSecurityStartupWarning(t *testing.T) {
 	dir := t.TempDir()
-	writeConfig(t, dir, "")
+	kit.WriteConfig(t, dir, "")
 	cfg, _ := os.ReadFile(filepath.Join(dir, "config.yaml"))
 	os.WriteFile(filepath.Join(dir, "config.yaml"), bytes.Replace(cfg, []byte("host: 127.0.0.1"), []byte("host: 0.0.0.0"), 1), 0o644)
-	p := start(t, dir)
-	if !strings.Contains(p.out.String(), "without authentication") {
-		t.Fatalf("no warning for a listener beyond loopback without auth:\n%s", p.out.String())
+	p := kit.Start(t, dir)
+	if !strings.Contains(p.Out.String(), "without authentication") {
+		t.Fatalf("no warning for a listener beyond loopback without auth:\n%s", p.Out.String())
 	}
-	p.stop()
+	p.Term()
 
 	users := filepath.Join(dir, "users.json")
 	authtest.WriteUsers(t, users, authtest.User{Name: "a", Password: "pw"})
 	cfg, _ = os.ReadFile(filepath.Join(dir, "config.yaml"))
 	cfg = append(cfg, []byte(fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n", users))...)
 	os.WriteFile(filepath.Join(dir, "config.yaml"), cfg, 0o644)
-	p = start(t, dir)
-	if strings.Contains(p.out.String(), "without authentication") {
-		t.Fatalf("warning despite auth:\n%s", p.out.String())
+	p = kit.Start(t, dir)
+	if strings.Contains(p.Out.String(), "without authentication") {
+		t.Fatalf("warning despite auth:\n%s", p.Out.String())
 	}
 }

@@ -12,18 +12,19 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
 )
 
 // startWithNoFile is start with the process's file descriptor limit (soft
 // and hard: Go raises the soft one to the hard one) set to nofile.
-func startWithNoFile(t *testing.T, dir string, nofile int) *proc {
+func startWithNoFile(t *testing.T, dir string, nofile int) *kit.Proc {
 	t.Helper()
 	script := fmt.Sprintf(`ulimit -S -n %d && ulimit -H -n %d && exec "$0" -config "$1"`, nofile, nofile)
 	cmd := exec.Command("/bin/sh", "-c", script, smsstest.SmssBinary(t), filepath.Join(dir, "config.yaml"))
 	cmd.Dir = dir
-	return startCmd(t, dir, cmd)
+	return kit.StartCmd(t, dir, cmd)
 }
 
 // High 2 of issue 18: a flood of the admin port (connections that send
@@ -35,12 +36,12 @@ func TestAdminFloodLeavesMessagePortAlone(t *testing.T) {
 	}
 	const nofile = 256
 	dir := t.TempDir()
-	writeConfig(t, dir, adminConfig(adminToken))
+	kit.WriteConfig(t, dir, kit.AdminConfig(kit.AdminToken))
 	p := startWithNoFile(t, dir, nofile)
-	admin := adminAddr(t, p)
+	admin := kit.AdminAddr(t, p)
 
-	c := dial(t, p.addr)
-	if err := c.create("flood", 0); err != nil {
+	c := kit.Dial(t, p.Addr)
+	if err := c.Create("flood", 0); err != nil {
 		t.Fatal(err)
 	}
 	var flood []net.Conn
@@ -59,23 +60,23 @@ func TestAdminFloodLeavesMessagePortAlone(t *testing.T) {
 	// Give the admin server time to accept all it will: the log line of
 	// its refusals, or of its failures, shows it got to them.
 	if !smsstest.Poll(10*time.Second, func() bool {
-		out := p.out.String()
+		out := p.Out.String()
 		return strings.Contains(out, "admin connection refused") || strings.Contains(out, "too many open files")
 	}) {
-		t.Fatalf("the admin server never reached its cap or the process limit:\n%s", p.out.String())
+		t.Fatalf("the admin server never reached its cap or the process limit:\n%s", p.Out.String())
 	}
 	// The message port still serves new clients and writes.
 	for i := range 20 {
-		cl := dial(t, p.addr)
-		if err := cl.pub("flood", record(nil, fmt.Sprint("m", i))); err != nil {
-			t.Fatalf("publish %d during the admin flood: %v\n%s", i, err, tail(p.out.String(), 3000))
+		cl := kit.Dial(t, p.Addr)
+		if err := cl.Pub("flood", kit.Record(nil, fmt.Sprint("m", i))); err != nil {
+			t.Fatalf("publish %d during the admin flood: %v\n%s", i, err, kit.Tail(p.Out.String(), 3000))
 		}
-		if err := cl.create(fmt.Sprint("t", i), 0); err != nil {
+		if err := cl.Create(fmt.Sprint("t", i), 0); err != nil {
 			t.Fatalf("create %d during the admin flood: %v", i, err)
 		}
 	}
-	if strings.Contains(p.out.String(), "too many open files") {
-		t.Fatalf("the process ran out of file descriptors:\n%s", tail(p.out.String(), 3000))
+	if strings.Contains(p.Out.String(), "too many open files") {
+		t.Fatalf("the process ran out of file descriptors:\n%s", kit.Tail(p.Out.String(), 3000))
 	}
 }
 
@@ -107,17 +108,17 @@ func TestDataFilesPrivate(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			p := start(t, dir)
-			c := dial(t, p.addr)
-			if err := c.create("orders", 0); err != nil {
+			p := kit.Start(t, dir)
+			c := kit.Dial(t, p.Addr)
+			if err := c.Create("orders", 0); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				if err := c.pub("orders", record(nil, fmt.Sprint("secret message ", i))); err != nil {
+				if err := c.Pub("orders", kit.Record(nil, fmt.Sprint("secret message ", i))); err != nil {
 					t.Fatal(err)
 				}
 			}
-			p.stop()
+			p.Term()
 			info, err := os.Stat(data)
 			if err != nil {
 				t.Fatal(err)
@@ -166,16 +167,16 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.json")
 	authtest.WriteUsers(t, users, authtest.User{Name: "alice", Password: "pw", Roles: []string{"admin"}})
-	writeConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n  loginTimeoutMs: 400\n  maxStartsPerSecond: 3\n"+
+	kit.WriteConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n  loginTimeoutMs: 400\n  maxStartsPerSecond: 3\n"+
 		"limit:\n  maxConnsPerIP: 3\n", users))
-	p := start(t, dir)
-	s := &secured{proc: p, users: users}
+	p := kit.Start(t, dir)
+	s := &secured{Proc: p, users: users}
 
 	// An unknown user's salt, and the secret's mode.
 	saltOf := func(s *secured) string {
 		t.Helper()
 		c := s.connect(t, false, nil)
-		reply, err := c.roundTrip(must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=mallory,r=abcdefgh"))), protocol.ReplyJSON)
+		reply, err := c.RoundTrip(kit.Must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=mallory,r=abcdefgh"))), protocol.ReplyJSON)
 		if err != nil {
 			t.Fatalf("auth start: %v", err)
 		}
@@ -195,10 +196,10 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 
 	// Starts past the rate are refused (two used above and below).
 	c := s.connect(t, false, nil)
-	authStart := must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=alice,r=abcdefgh")))
+	authStart := kit.Must(protocol.AppendAuthStart(nil, protocol.MechSCRAMSHA256, []byte("n,,n=alice,r=abcdefgh")))
 	refused := false
 	for range 4 {
-		if _, err := c.roundTrip(authStart, protocol.ReplyJSON); err != nil {
+		if _, err := c.RoundTrip(authStart, protocol.ReplyJSON); err != nil {
 			if !strings.Contains(err.Error(), "too many failed authentication attempts") {
 				t.Fatalf("start: %v", err)
 			}
@@ -215,20 +216,20 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 	began := time.Now()
 	var aliveErr error
 	for aliveErr == nil && time.Since(began) < 20*time.Second {
-		_, aliveErr = c.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain)
+		_, aliveErr = c.RoundTrip(kit.Must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain)
 	}
 	if el := time.Since(began); aliveErr == nil || el < 350*time.Millisecond || el > 5*time.Second {
 		t.Fatalf("alive-only connection: %v after %v, want closed after 400ms", aliveErr, el)
 	}
 
 	// Three connections from this address; the fourth is refused at accept.
-	var held []*client
+	var held []*kit.Client
 	for range 3 {
-		var h *client
+		var h *kit.Client
 		if !smsstest.Poll(10*time.Second, func() bool {
 			// The closed ones above may not be counted out yet.
 			h = s.connect(t, false, nil)
-			if _, err := h.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {
+			if _, err := h.RoundTrip(kit.Must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err != nil {
 				return false
 			}
 			return true
@@ -238,17 +239,17 @@ func TestSecurityHardeningKeysWired(t *testing.T) {
 		held = append(held, h)
 	}
 	over := s.connect(t, false, nil)
-	if _, err := over.roundTrip(must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err == nil {
+	if _, err := over.RoundTrip(kit.Must(protocol.AppendAlive(nil, nil)), protocol.ReplyPlain); err == nil {
 		t.Fatal("a 4th connection from one address was served with maxConnsPerIP 3")
 	}
 	for _, h := range held {
-		h.c.Close()
+		h.C.Close()
 	}
 
 	// After a restart, the unknown user's salt is the same.
-	p.stop()
-	p2 := start(t, dir)
-	if got := saltOf(&secured{proc: p2, users: users}); got != salt {
+	p.Term()
+	p2 := kit.Start(t, dir)
+	if got := saltOf(&secured{Proc: p2, users: users}); got != salt {
 		t.Fatalf("unknown user's salt %s, %s before the restart", got, salt)
 	}
 }
@@ -281,9 +282,9 @@ func TestStalledPreAuthRequestsDoNotGrowMemory(t *testing.T) {
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.json")
 	authtest.WriteUsers(t, users, authtest.User{Name: "alice", Password: "pw"})
-	writeConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\nlimit:\n  maxConnsPerIP: 5000\n", users))
-	p := start(t, dir)
-	base := vmHWM(t, p.cmd.Process.Pid)
+	kit.WriteConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\nlimit:\n  maxConnsPerIP: 5000\n", users))
+	p := kit.Start(t, dir)
+	base := vmHWM(t, p.Cmd.Process.Pid)
 	// The header and most of the topic field, then a stall: an unfixed
 	// server reads what came into the buffer it allocated for the field,
 	// which makes it resident.
@@ -296,7 +297,7 @@ func TestStalledPreAuthRequestsDoNotGrowMemory(t *testing.T) {
 		}
 	}()
 	for range n {
-		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		c, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +313,7 @@ func TestStalledPreAuthRequestsDoNotGrowMemory(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
 		io.Copy(io.Discard, c)
 	}
-	if grew := vmHWM(t, p.cmd.Process.Pid) - base; grew > budget {
+	if grew := vmHWM(t, p.Cmd.Process.Pid) - base; grew > budget {
 		t.Fatalf("%d stalled unauthenticated requests raised the peak RSS by %d MiB (budget %d MiB)", n, grew>>20, budget>>20)
 	} else {
 		t.Logf("peak RSS grew by %d MiB for %d stalled requests", grew>>20, n)

@@ -8,21 +8,19 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
-	"github.com/smssmq/smss/internal/smsstest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 var tlsListenRe = regexp.MustCompile(`listening \(TLS\).*addr=(\S+)`)
 
 // secured is a real server with authentication on and a TLS listener.
 type secured struct {
-	*proc
+	*kit.Proc
 	users   string
 	pki     *authtest.PKI
 	tlsAddr string
@@ -37,14 +35,14 @@ func startSecured(t *testing.T, maxFailures int, extra string, users ...authtest
 	pki := authtest.NewPKI(t)
 	path := filepath.Join(dir, "users.json")
 	authtest.WriteUsers(t, path, users...)
-	writeConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n  maxFailures: %d\n  lockoutMs: 60000\n"+
+	kit.WriteConfig(t, dir, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\n  maxFailures: %d\n  lockoutMs: 60000\n"+
 		"tls:\n  listen: 127.0.0.1:0\n  cert: %s\n  key: %s\n%s", path, maxFailures, pki.ServerCert, pki.ServerKey, extra))
-	p := start(t, dir)
-	m := tlsListenRe.FindStringSubmatch(p.out.String())
+	p := kit.Start(t, dir)
+	m := tlsListenRe.FindStringSubmatch(p.Out.String())
 	if m == nil {
-		t.Fatalf("no TLS listener in the log:\n%s", p.out.String())
+		t.Fatalf("no TLS listener in the log:\n%s", p.Out.String())
 	}
-	return &secured{proc: p, users: path, pki: pki, tlsAddr: m[1]}
+	return &secured{Proc: p, users: path, pki: pki, tlsAddr: m[1]}
 }
 
 // recorder keeps both directions of a connection's bytes.
@@ -77,9 +75,9 @@ func (r *recorder) bytes() []byte {
 
 // connect opens a raw protocol connection to the plain or TLS listener;
 // rec, when set, records the bytes below TLS.
-func (s *secured) connect(t *testing.T, useTLS bool, rec **recorder) *client {
+func (s *secured) connect(t *testing.T, useTLS bool, rec **recorder) *kit.Client {
 	t.Helper()
-	addr := s.addr
+	addr := s.Addr
 	if useTLS {
 		addr = s.tlsAddr
 	}
@@ -100,23 +98,5 @@ func (s *secured) connect(t *testing.T, useTLS bool, rec **recorder) *client {
 		}
 		nc = tc
 	}
-	return &client{c: nc, r: bufio.NewReader(nc)}
-}
-
-// login runs the SCRAM handshake on a fresh connection.
-func (c *client) login(t *testing.T, user, password string) error {
-	t.Helper()
-	cl, err := auth.NewClient(user, password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl.Login(c.c)
-}
-
-// waitLog waits until the server log holds n occurrences of s.
-func (p *proc) waitLog(t *testing.T, s string, n int) {
-	t.Helper()
-	if !smsstest.Poll(20*time.Second, func() bool { return strings.Count(p.out.String(), s) >= n }) {
-		t.Fatalf("the log did not show %q %d times:\n%s", s, n, tail(p.out.String(), 4000))
-	}
+	return &kit.Client{C: nc, R: bufio.NewReader(nc)}
 }

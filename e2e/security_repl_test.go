@@ -10,6 +10,7 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 )
 
 // A slave must log in as a user with the replication role: one without it
@@ -23,19 +24,19 @@ func TestSecuritySlaveNeedsReplicationRole(t *testing.T) {
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "reader", Password: "rd", Subscribe: []string{"*"}},
 		authtest.User{Name: "slave", Password: "sl", Roles: []string{auth.RoleReplication}})
-	mport, tport := freePort(t), freePort(t)
-	replConfig(t, mdir, mport, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n",
+	mport, tport := kit.FreePort(t), kit.FreePort(t)
+	kit.ReplConfig(t, mdir, mport, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n",
 		users, tport, pki.ServerCert, pki.ServerKey))
-	master := start(t, mdir)
-	admin := dial(t, master.addr)
-	if err := admin.login(t, "admin", "adm"); err != nil {
+	master := kit.Start(t, mdir)
+	admin := kit.Dial(t, master.Addr)
+	if err := admin.Login(t, "admin", "adm"); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.create("orders", 0); err != nil {
+	if err := admin.Create("orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := admin.pub("orders", record(nil, fmt.Sprint("m", i))); err != nil {
+		if err := admin.Pub("orders", kit.Record(nil, fmt.Sprint("m", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,40 +50,40 @@ func TestSecuritySlaveNeedsReplicationRole(t *testing.T) {
 		if useTLS {
 			extra += fmt.Sprintf("  useTLS: true\n  ca: %s\n  serverName: localhost\n", pki.CAFile)
 		}
-		replConfig(t, dir, freePort(t), extra)
+		kit.ReplConfig(t, dir, kit.FreePort(t), extra)
 	}
 
 	// Without the replication role: replication stops with the refusal,
 	// and nothing is copied.
 	ndir := t.TempDir()
 	slaveCfg(ndir, "reader", "rd", false)
-	denied := startReplSlave(t, ndir, mport, 0)
-	denied.waitLog(t, "REPLICATION STOPPED", 1)
-	if !strings.Contains(denied.out.String(), `permission denied: user \"reader\" may not replicate`) {
-		t.Fatalf("the stop does not name the missing permission:\n%s", tail(denied.out.String(), 3000))
+	denied := kit.StartReplSlave(t, ndir, mport, 0)
+	denied.WaitLog(t, "REPLICATION STOPPED", 1)
+	if !strings.Contains(denied.Out.String(), `permission denied: user \"reader\" may not replicate`) {
+		t.Fatalf("the stop does not name the missing permission:\n%s", kit.Tail(denied.Out.String(), 3000))
 	}
-	if b := replBinlog(t, filepath.Join(ndir, "data")); len(b) != 0 {
+	if b := kit.ReplBinlog(t, filepath.Join(ndir, "data")); len(b) != 0 {
 		t.Fatalf("a slave without the replication role copied %d binlog bytes", len(b))
 	}
 
 	// A wrong password: refused at login, retried (never copies anything).
 	wdir := t.TempDir()
 	slaveCfg(wdir, "slave", "wrong", false)
-	wrong := startReplSlave(t, wdir, mport, 0)
-	wrong.waitLog(t, "authentication failed", 1)
-	if b := replBinlog(t, filepath.Join(wdir, "data")); len(b) != 0 {
+	wrong := kit.StartReplSlave(t, wdir, mport, 0)
+	wrong.WaitLog(t, "authentication failed", 1)
+	if b := kit.ReplBinlog(t, filepath.Join(wdir, "data")); len(b) != 0 {
 		t.Fatalf("a slave with a wrong password copied %d binlog bytes", len(b))
 	}
 
 	// With the role, over the master's TLS listener.
 	sdir := t.TempDir()
 	slaveCfg(sdir, "slave", "sl", true)
-	slave := startReplSlave(t, sdir, tport, 0)
-	waitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), slave, 30*time.Second)
-	if got := subscribeAll(t, slave.addr, "orders"); len(got) != 3 {
+	slave := kit.StartReplSlave(t, sdir, tport, 0)
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), filepath.Join(sdir, "data"), slave, 30*time.Second)
+	if got := kit.SubscribeAll(t, slave.Addr, "orders"); len(got) != 3 {
 		t.Fatalf("the slave serves %d messages, want 3", len(got))
 	}
-	if strings.Contains(slave.out.String(), "\"sl\"") || strings.Contains(master.out.String(), "adm\"") {
+	if strings.Contains(slave.Out.String(), "\"sl\"") || strings.Contains(master.Out.String(), "adm\"") {
 		t.Fatal("a password reached a log")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
@@ -109,23 +110,23 @@ func slaveByAddr(r metrics.ReplicationInfo, addr string) (metrics.SlaveInfo, boo
 // distinct slaves.
 func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 	mdir, adir, bdir := t.TempDir(), t.TempDir(), t.TempDir()
-	replConfig(t, mdir, 0, fmt.Sprintf("replication:\n  syncSlaves: 2\n  syncTimeoutMs: %d\n  onSyncTimeout: fail\n%s",
-		semiSyncTimeout.Milliseconds(), adminConfig(adminToken)))
-	replConfig(t, adir, 0, "")
-	replConfig(t, bdir, 0, "")
-	master := startArgs(t, mdir)
-	madm := adminAddr(t, master)
-	mport := master.addr[strings.LastIndexByte(master.addr, ':')+1:]
-	proxy := startHoldProxy(t, master.addr)
-	a := startReplSlave(t, adir, proxy.port(), 0)
-	b := startArgs(t, bdir, "-role", "slave", "-host", "127.0.0.1", "-port", mport, "-event", "0")
-	defer b.cmd.Process.Signal(syscall.SIGCONT) // the cleanup's SIGKILL needs no SIGCONT, but a failed test's stop does
-	waitConfirming(t, madm, 2)
-	c := dial(t, master.addr)
-	if err := c.create("rs", 0); err != nil {
+	kit.ReplConfig(t, mdir, 0, fmt.Sprintf("replication:\n  syncSlaves: 2\n  syncTimeoutMs: %d\n  onSyncTimeout: fail\n%s",
+		kit.SemiSyncTimeout.Milliseconds(), kit.AdminConfig(kit.AdminToken)))
+	kit.ReplConfig(t, adir, 0, "")
+	kit.ReplConfig(t, bdir, 0, "")
+	master := kit.StartArgs(t, mdir)
+	madm := kit.AdminAddr(t, master)
+	mport := master.Addr[strings.LastIndexByte(master.Addr, ':')+1:]
+	proxy := startHoldProxy(t, master.Addr)
+	a := kit.StartReplSlave(t, adir, proxy.port(), 0)
+	b := kit.StartArgs(t, bdir, "-role", "slave", "-host", "127.0.0.1", "-port", mport, "-event", "0")
+	defer b.Cmd.Process.Signal(syscall.SIGCONT) // the cleanup's SIGKILL needs no SIGCONT, but a failed test's stop does
+	kit.WaitConfirming(t, madm, 2)
+	c := kit.Dial(t, master.Addr)
+	if err := c.Create("rs", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.pub("rs", record(nil, "both")); err != nil {
+	if err := c.Pub("rs", kit.Record(nil, "both")); err != nil {
 		t.Fatalf("with both slaves: %v", err)
 	}
 	idFile := filepath.Join(adir, "data", "instance.id")
@@ -134,22 +135,22 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 		t.Fatalf("the slave kept no instance id: %v", err)
 	}
 
-	w := record([][2]string{{"smss-msg-id", "restart-1"}}, "only on A")
+	w := kit.Record([][2]string{{"smss-msg-id", "restart-1"}}, "only on A")
 	notConfirmed := func(err error) bool {
 		var be *protocol.BizError
 		return errors.As(err, &be) && strings.HasPrefix(be.Msg, "write not confirmed")
 	}
-	b.cmd.Process.Signal(syscall.SIGSTOP)
+	b.Cmd.Process.Signal(syscall.SIGSTOP)
 	// The stop takes effect asynchronously: B must not apply the write.
-	if !smsstest.Poll(10*time.Second, func() bool { return allThreadsStopped(b.cmd.Process.Pid) }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return allThreadsStopped(b.Cmd.Process.Pid) }) {
 		t.Fatal("B did not stop")
 	}
-	if err := c.pub("rs", w); !notConfirmed(err) {
+	if err := c.Pub("rs", w); !notConfirmed(err) {
 		t.Fatalf("a write only A has: %v, want write not confirmed", err)
 	}
 	var oldAddr string
 	if !smsstest.Poll(30*time.Second, func() bool {
-		r := syncInfo(t, madm)
+		r := kit.SyncInfo(t, madm)
 		for _, s := range r.Slaves {
 			if s.Confirming && s.Confirmed == r.LastEventID {
 				oldAddr = s.RemoteAddr
@@ -158,14 +159,14 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 		}
 		return false
 	}) {
-		t.Fatalf("A never confirmed the write: %+v", syncInfo(t, madm))
+		t.Fatalf("A never confirmed the write: %+v", kit.SyncInfo(t, madm))
 	}
 
-	a.kill()
-	a = startReplSlave(t, adir, proxy.port(), 0)
+	a.Kill()
+	a = kit.StartReplSlave(t, adir, proxy.port(), 0)
 	var newAddr string
 	if !smsstest.Poll(30*time.Second, func() bool {
-		r := syncInfo(t, madm)
+		r := kit.SyncInfo(t, madm)
 		for _, s := range r.Slaves {
 			if s.Confirming && s.RemoteAddr != oldAddr && s.Confirmed == r.LastEventID {
 				newAddr = s.RemoteAddr
@@ -174,9 +175,9 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 		}
 		return false
 	}) {
-		t.Fatalf("the restarted A never confirmed: %+v", syncInfo(t, madm))
+		t.Fatalf("the restarted A never confirmed: %+v", kit.SyncInfo(t, madm))
 	}
-	r := syncInfo(t, madm)
+	r := kit.SyncInfo(t, madm)
 	if old, ok := slaveByAddr(r, oldAddr); !ok {
 		t.Fatalf("the master dropped A's old connection (the test needs it held): %+v", r.Slaves)
 	} else if old.Confirming {
@@ -186,23 +187,23 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 	if nw, ok := slaveByAddr(r, newAddr); !ok || nw.InstanceID != strings.TrimSpace(string(id)) {
 		t.Errorf("A's new connection shows instance id %q, want %q (its instance.id)", nw.InstanceID, strings.TrimSpace(string(id)))
 	}
-	if err := c.pub("rs", w); !notConfirmed(err) {
+	if err := c.Pub("rs", w); !notConfirmed(err) {
 		t.Fatalf("the retry after A restarted: %v, want write not confirmed (A counted twice)", err)
 	}
-	if r := syncInfo(t, madm); r.Sync.Confirming != 2 {
+	if r := kit.SyncInfo(t, madm); r.Sync.Confirming != 2 {
 		t.Errorf("confirming slaves %d, want 2 (A once, B)", r.Sync.Confirming)
 	}
 	if again, _ := os.ReadFile(idFile); string(again) != string(id) {
 		t.Errorf("the instance id changed across the restart: %q, was %q", again, id)
 	}
-	if !strings.Contains(master.out.String(), "replaces the older one") {
-		t.Errorf("the master did not log the replacement:\n%s", tail(master.out.String(), 4000))
+	if !strings.Contains(master.Out.String(), "replaces the older one") {
+		t.Errorf("the master did not log the replacement:\n%s", kit.Tail(master.Out.String(), 4000))
 	}
 
 	// B back: the write is confirmed by two distinct slaves.
-	b.cmd.Process.Signal(syscall.SIGCONT)
-	if !smsstest.Poll(30*time.Second, func() bool { return c.pub("rs", w) == nil }) {
-		t.Fatalf("the retry never confirmed after B returned: %+v", syncInfo(t, madm).Sync)
+	b.Cmd.Process.Signal(syscall.SIGCONT)
+	if !smsstest.Poll(30*time.Second, func() bool { return c.Pub("rs", w) == nil }) {
+		t.Fatalf("the retry never confirmed after B returned: %+v", kit.SyncInfo(t, madm).Sync)
 	}
 }
 
@@ -214,62 +215,62 @@ func TestSemiSyncRestartedSlaveCountsOnce(t *testing.T) {
 // slave of its own, and writes are confirmed by both.
 func TestSemiSyncCopiedSlaveDirectory(t *testing.T) {
 	mdir, adir, cdir := t.TempDir(), t.TempDir(), t.TempDir()
-	replConfig(t, mdir, 0, fmt.Sprintf("replication:\n  syncSlaves: 2\n  syncTimeoutMs: %d\n  onSyncTimeout: fail\n%s",
-		semiSyncTimeout.Milliseconds(), adminConfig(adminToken)))
-	replConfig(t, adir, 0, "")
-	replConfig(t, cdir, 0, "")
-	master := startArgs(t, mdir)
-	madm := adminAddr(t, master)
-	mport := master.addr[strings.LastIndexByte(master.addr, ':')+1:]
-	startSlave := func(dir string) *proc {
-		return startArgs(t, dir, "-role", "slave", "-host", "127.0.0.1", "-port", mport, "-event", "0")
+	kit.ReplConfig(t, mdir, 0, fmt.Sprintf("replication:\n  syncSlaves: 2\n  syncTimeoutMs: %d\n  onSyncTimeout: fail\n%s",
+		kit.SemiSyncTimeout.Milliseconds(), kit.AdminConfig(kit.AdminToken)))
+	kit.ReplConfig(t, adir, 0, "")
+	kit.ReplConfig(t, cdir, 0, "")
+	master := kit.StartArgs(t, mdir)
+	madm := kit.AdminAddr(t, master)
+	mport := master.Addr[strings.LastIndexByte(master.Addr, ':')+1:]
+	startSlave := func(dir string) *kit.Proc {
+		return kit.StartArgs(t, dir, "-role", "slave", "-host", "127.0.0.1", "-port", mport, "-event", "0")
 	}
 	a := startSlave(adir)
-	waitConfirming(t, madm, 1)
+	kit.WaitConfirming(t, madm, 1)
 	notConfirmed := func(err error) bool {
 		var be *protocol.BizError
 		return errors.As(err, &be) && strings.HasPrefix(be.Msg, "write not confirmed")
 	}
-	c := dial(t, master.addr)
+	c := kit.Dial(t, master.Addr)
 	// Stored, but one slave of two confirms it.
-	if err := c.create("cp", 0); !notConfirmed(err) {
+	if err := c.Create("cp", 0); !notConfirmed(err) {
 		t.Fatalf("create with one slave: %v, want write not confirmed", err)
 	}
-	a.stop()
+	a.Term()
 	if err := os.CopyFS(filepath.Join(cdir, "data"), os.DirFS(filepath.Join(adir, "data"))); err != nil {
 		t.Fatal(err)
 	}
 	a = startSlave(adir)
 	copied := startSlave(cdir)
-	if !smsstest.Poll(30*time.Second, func() bool { return len(syncInfo(t, madm).Slaves) == 2 }) {
-		t.Fatalf("two replica streams never seen: %+v", syncInfo(t, madm).Slaves)
+	if !smsstest.Poll(30*time.Second, func() bool { return len(kit.SyncInfo(t, madm).Slaves) == 2 }) {
+		t.Fatalf("two replica streams never seen: %+v", kit.SyncInfo(t, madm).Slaves)
 	}
-	waitConfirming(t, madm, 1)
+	kit.WaitConfirming(t, madm, 1)
 	// Each write makes both slaves confirm; the replaced one's
 	// confirmations a second after its replacement are the warning.
 	const warning = "two live slaves send the same instance id"
 	if !smsstest.Poll(30*time.Second, func() bool {
-		if err := c.pub("cp", record(nil, "one id, two slaves")); !notConfirmed(err) {
+		if err := c.Pub("cp", kit.Record(nil, "one id, two slaves")); !notConfirmed(err) {
 			t.Fatalf("two slaves with one id: %v, want write not confirmed", err)
 		}
-		return strings.Contains(master.out.String(), warning)
+		return strings.Contains(master.Out.String(), warning)
 	}) {
-		t.Fatalf("no warning about the shared id:\n%s", tail(master.out.String(), 4000))
+		t.Fatalf("no warning about the shared id:\n%s", kit.Tail(master.Out.String(), 4000))
 	}
 
 	// The fix the warning names: the copy gets its own id.
-	copied.stop()
+	copied.Term()
 	if err := os.Remove(filepath.Join(cdir, "data", "instance.id")); err != nil {
 		t.Fatal(err)
 	}
 	copied = startSlave(cdir)
 	// The original's connection, replaced by the copy's old one, counts
 	// again at its next confirmation: the next write.
-	if !smsstest.Poll(30*time.Second, func() bool { return c.pub("cp", record(nil, "two ids")) == nil }) {
-		t.Fatalf("the copy with its own id never counted: %+v\ncopy:\n%s\nmaster:\n%s", syncInfo(t, madm),
-			tail(copied.out.String(), 3000), tail(master.out.String(), 3000))
+	if !smsstest.Poll(30*time.Second, func() bool { return c.Pub("cp", kit.Record(nil, "two ids")) == nil }) {
+		t.Fatalf("the copy with its own id never counted: %+v\ncopy:\n%s\nmaster:\n%s", kit.SyncInfo(t, madm),
+			kit.Tail(copied.Out.String(), 3000), kit.Tail(master.Out.String(), 3000))
 	}
-	if in := syncInfo(t, madm).Sync; in.Confirming != 2 {
+	if in := kit.SyncInfo(t, madm).Sync; in.Confirming != 2 {
 		t.Fatalf("confirming %d, want 2", in.Confirming)
 	}
 	ida, _ := os.ReadFile(filepath.Join(adir, "data", "instance.id"))

@@ -16,8 +16,8 @@ import (
 
 	"github.com/smssmq/smss/auth"
 	"github.com/smssmq/smss/auth/authtest"
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
-	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -27,16 +27,9 @@ import (
 // in the slave's binlog, read from the slave's files while the slave can
 // no longer write (stopped, killed or cut off).
 
-const semiSyncTimeout = 300 * time.Millisecond
-
 // semiSyncMargin is how late past the timeout a refusal may come on a
 // loaded machine.
 const semiSyncMargin = 2 * time.Second
-
-func semiSyncConfig(mode string) string {
-	return fmt.Sprintf("replication:\n  syncSlaves: 1\n  syncTimeoutMs: %d\n  onSyncTimeout: %s\n%s",
-		semiSyncTimeout.Milliseconds(), mode, adminConfig(adminToken))
-}
 
 // semiSyncWriters publish unique single-record messages on several
 // connections and record each answer.
@@ -59,14 +52,14 @@ func (w *semiSyncWriters) run(n int, d time.Duration, tag string) (acked, refuse
 	stop := time.Now().Add(d)
 	var a, r atomic.Int64
 	for i := range n {
-		c := dial(w.t, w.addr)
+		c := kit.Dial(w.t, w.addr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
 				body := fmt.Sprintf("semisync-%s-%d-%d.", tag, i, w.seq.Add(1))
 				start := time.Now()
-				err := c.pub(w.topic, record(nil, body))
+				err := c.Pub(w.topic, kit.Record(nil, body))
 				took := time.Since(start)
 				w.mu.Lock()
 				w.slowest = max(w.slowest, took)
@@ -103,7 +96,7 @@ func (w *semiSyncWriters) checkAcked(slaveData, when string) {
 	w.t.Helper()
 	// The bodies in the binlog: "semisync-" up to the first ".".
 	have := map[string]bool{}
-	bin := replBinlog(w.t, slaveData)
+	bin := kit.ReplBinlog(w.t, slaveData)
 	for {
 		i := bytes.Index(bin, []byte("semisync-"))
 		if i < 0 {
@@ -136,25 +129,8 @@ func (w *semiSyncWriters) checkLatency() {
 	w.t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.slowest > semiSyncTimeout+semiSyncMargin {
-		w.t.Fatalf("a write was answered after %v (timeout %v)", w.slowest, semiSyncTimeout)
-	}
-}
-
-func syncInfo(t *testing.T, adm string) metrics.ReplicationInfo {
-	t.Helper()
-	var r metrics.ReplicationInfo
-	adminJSON(t, adm, "/api/replication", &r)
-	if r.Sync == nil {
-		t.Fatalf("/api/replication has no sync section: %+v", r)
-	}
-	return r
-}
-
-func waitConfirming(t *testing.T, adm string, want int) {
-	t.Helper()
-	if !smsstest.Poll(30*time.Second, func() bool { return syncInfo(t, adm).Sync.Confirming == want }) {
-		t.Fatalf("confirming slaves never %d: %+v", want, syncInfo(t, adm).Sync)
+	if w.slowest > kit.SemiSyncTimeout+semiSyncMargin {
+		w.t.Fatalf("a write was answered after %v (timeout %v)", w.slowest, kit.SemiSyncTimeout)
 	}
 }
 
@@ -168,7 +144,7 @@ func (w *semiSyncWriters) faultWhileWaiting(adm string, d time.Duration, tag str
 		defer close(done)
 		acked, refused = w.run(4, d, tag)
 	}()
-	if !smsstest.Poll(d/2, func() bool { return syncInfo(w.t, adm).Sync.Waiting > 0 }) {
+	if !smsstest.Poll(d/2, func() bool { return kit.SyncInfo(w.t, adm).Sync.Waiting > 0 }) {
 		w.t.Logf("%s: no write seen waiting before the fault", tag)
 	}
 	fault()
@@ -198,31 +174,31 @@ func waitSynchronous(t *testing.T, w *semiSyncWriters) {
 // makes writes synchronous again.
 func TestSemiSyncFailMode(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
-	replConfig(t, mdir, 0, semiSyncConfig("fail"))
-	replConfig(t, sdir, 0, "")
-	master := startArgs(t, mdir)
-	madm := adminAddr(t, master)
-	mport, _ := strconv.Atoi(master.addr[strings.LastIndexByte(master.addr, ':')+1:])
-	proxy := smsstest.NewProxy(t, master.addr)
+	kit.ReplConfig(t, mdir, 0, kit.SemiSyncConfig("fail"))
+	kit.ReplConfig(t, sdir, 0, "")
+	master := kit.StartArgs(t, mdir)
+	madm := kit.AdminAddr(t, master)
+	mport, _ := strconv.Atoi(master.Addr[strings.LastIndexByte(master.Addr, ':')+1:])
+	proxy := smsstest.NewProxy(t, master.Addr)
 	slaveData := filepath.Join(sdir, "data")
-	slave := startReplSlave(t, sdir, proxy.Port(), 0)
-	waitConfirming(t, madm, 1)
-	if err := dial(t, master.addr).create("ss", 0); err != nil {
+	slave := kit.StartReplSlave(t, sdir, proxy.Port(), 0)
+	kit.WaitConfirming(t, madm, 1)
+	if err := kit.Dial(t, master.Addr).Create("ss", 0); err != nil {
 		t.Fatal(err)
 	}
-	w := &semiSyncWriters{t: t, addr: master.addr, topic: "ss"}
+	w := &semiSyncWriters{t: t, addr: master.Addr, topic: "ss"}
 	if a, r := w.run(4, 500*time.Millisecond, "healthy"); a == 0 {
 		t.Fatalf("healthy: no write confirmed (%d refused)", r)
 	}
 	w.checkAcked(slaveData, "healthy")
 
 	// Stopped: the slave keeps its connection but does nothing.
-	a, r := w.faultWhileWaiting(madm, 1500*time.Millisecond, "stopped", func() { slave.cmd.Process.Signal(syscall.SIGSTOP) })
+	a, r := w.faultWhileWaiting(madm, 1500*time.Millisecond, "stopped", func() { slave.Cmd.Process.Signal(syscall.SIGSTOP) })
 	if r == 0 {
 		t.Fatalf("stopped slave: no write refused (%d answered 200)", a)
 	}
 	w.checkAcked(slaveData, "slave stopped")
-	slave.cmd.Process.Signal(syscall.SIGCONT)
+	slave.Cmd.Process.Signal(syscall.SIGCONT)
 	waitSynchronous(t, w)
 	w.checkAcked(slaveData, "after SIGCONT")
 
@@ -237,7 +213,7 @@ func TestSemiSyncFailMode(t *testing.T) {
 
 	// Killed: nothing it had not confirmed may have been answered 200,
 	// and after the kill nothing is.
-	a, r = w.faultWhileWaiting(madm, 1500*time.Millisecond, "killed", slave.kill)
+	a, r = w.faultWhileWaiting(madm, 1500*time.Millisecond, "killed", slave.Kill)
 	if r == 0 {
 		t.Fatalf("killed slave: no write refused (%d answered 200)", a)
 	}
@@ -245,28 +221,28 @@ func TestSemiSyncFailMode(t *testing.T) {
 	if a, r := w.run(4, 500*time.Millisecond, "dead"); a != 0 || r == 0 {
 		t.Fatalf("dead slave: %d answered 200, %d refused", a, r)
 	}
-	in := syncInfo(t, madm).Sync
+	in := kit.SyncInfo(t, madm).Sync
 	if in.TimeoutsFail == 0 || in.Degraded || in.Confirming != 0 {
 		t.Fatalf("sync info after the faults %+v", in)
 	}
-	m := scrape(t, madm)
-	if m[series("smss_replication_sync_timeouts_total", "mode", "fail")] != float64(in.TimeoutsFail) ||
-		m[series("smss_replication_sync_slaves")] != 1 {
-		t.Fatalf("metrics disagree with %+v: timeouts %v", in, m[series("smss_replication_sync_timeouts_total", "mode", "fail")])
+	m := kit.Scrape(t, madm)
+	if m[kit.Series("smss_replication_sync_timeouts_total", "mode", "fail")] != float64(in.TimeoutsFail) ||
+		m[kit.Series("smss_replication_sync_slaves")] != 1 {
+		t.Fatalf("metrics disagree with %+v: timeouts %v", in, m[kit.Series("smss_replication_sync_timeouts_total", "mode", "fail")])
 	}
 
-	slave = startReplSlave(t, sdir, proxy.Port(), 0)
-	waitConfirming(t, madm, 1)
+	slave = kit.StartReplSlave(t, sdir, proxy.Port(), 0)
+	kit.WaitConfirming(t, madm, 1)
 	waitSynchronous(t, w)
 	w.checkLatency()
-	waitReplicated(t, filepath.Join(mdir, "data"), slaveData, slave, 30*time.Second)
+	kit.WaitReplicated(t, filepath.Join(mdir, "data"), slaveData, slave, 30*time.Second)
 	w.checkAcked(slaveData, "end")
-	r2 := syncInfo(t, madm)
+	r2 := kit.SyncInfo(t, madm)
 	if len(r2.Slaves) != 1 || !r2.Slaves[0].Confirming || r2.Slaves[0].Confirmed != r2.LastEventID {
 		t.Fatalf("slave view %+v", r2.Slaves)
 	}
-	sm := scrape(t, madm)
-	if sm[series("smss_replication_slave_confirmed_event_id", "slave", r2.Slaves[0].RemoteAddr)] != float64(r2.LastEventID) {
+	sm := kit.Scrape(t, madm)
+	if sm[kit.Series("smss_replication_slave_confirmed_event_id", "slave", r2.Slaves[0].RemoteAddr)] != float64(r2.LastEventID) {
 		t.Fatalf("confirmed position metric missing or wrong")
 	}
 	t.Logf("master port %d: %d writes acknowledged, %d refused, slowest answer %v, timeouts %d",
@@ -279,42 +255,42 @@ func TestSemiSyncFailMode(t *testing.T) {
 // up, then synchronous again: observable in the metrics and the API.
 func TestSemiSyncDegradeMode(t *testing.T) {
 	mdir, sdir := t.TempDir(), t.TempDir()
-	replConfig(t, mdir, 0, semiSyncConfig("degrade"))
-	replConfig(t, sdir, 0, "")
-	master := startArgs(t, mdir)
-	madm := adminAddr(t, master)
-	mport, _ := strconv.Atoi(master.addr[strings.LastIndexByte(master.addr, ':')+1:])
-	slave := startReplSlave(t, sdir, mport, 0)
+	kit.ReplConfig(t, mdir, 0, kit.SemiSyncConfig("degrade"))
+	kit.ReplConfig(t, sdir, 0, "")
+	master := kit.StartArgs(t, mdir)
+	madm := kit.AdminAddr(t, master)
+	mport, _ := strconv.Atoi(master.Addr[strings.LastIndexByte(master.Addr, ':')+1:])
+	slave := kit.StartReplSlave(t, sdir, mport, 0)
 	slaveData := filepath.Join(sdir, "data")
-	waitConfirming(t, madm, 1)
-	c := dial(t, master.addr)
-	if err := c.create("sd", 0); err != nil {
+	kit.WaitConfirming(t, madm, 1)
+	c := kit.Dial(t, master.Addr)
+	if err := c.Create("sd", 0); err != nil {
 		t.Fatal(err)
 	}
 	pub := func(body string) time.Duration {
 		start := time.Now()
-		if err := c.pub("sd", record(nil, body)); err != nil {
+		if err := c.Pub("sd", kit.Record(nil, body)); err != nil {
 			t.Fatalf("pub %s: %v", body, err)
 		}
 		return time.Since(start)
 	}
 	pub("sync-1")
-	if !bytes.Contains(replBinlog(t, slaveData), []byte("sync-1")) {
+	if !bytes.Contains(kit.ReplBinlog(t, slaveData), []byte("sync-1")) {
 		t.Fatal("a synchronous write answered before the slave had it")
 	}
-	waitMetric(t, madm, series("smss_replication_sync_degraded"), 0)
+	kit.WaitMetric(t, madm, kit.Series("smss_replication_sync_degraded"), 0)
 
-	slave.cmd.Process.Signal(syscall.SIGSTOP)
+	slave.Cmd.Process.Signal(syscall.SIGSTOP)
 	// The stop takes effect asynchronously: a slave thread still running
 	// could confirm the write (seen once: it was answered in 2.5 ms).
-	if !smsstest.Poll(10*time.Second, func() bool { return allThreadsStopped(slave.cmd.Process.Pid) }) {
+	if !smsstest.Poll(10*time.Second, func() bool { return allThreadsStopped(slave.Cmd.Process.Pid) }) {
 		t.Fatal("the slave did not stop")
 	}
-	if took := pub("timed-out"); took < semiSyncTimeout || took > semiSyncTimeout+semiSyncMargin {
-		t.Fatalf("degrade: the write waited %v (timeout %v)", took, semiSyncTimeout)
+	if took := pub("timed-out"); took < kit.SemiSyncTimeout || took > kit.SemiSyncTimeout+semiSyncMargin {
+		t.Fatalf("degrade: the write waited %v (timeout %v)", took, kit.SemiSyncTimeout)
 	}
-	waitMetric(t, madm, series("smss_replication_sync_degraded"), 1)
-	if in := syncInfo(t, madm).Sync; !in.Degraded || in.TimeoutsDegrade != 1 || in.DegradedSince == 0 {
+	kit.WaitMetric(t, madm, kit.Series("smss_replication_sync_degraded"), 1)
+	if in := kit.SyncInfo(t, madm).Sync; !in.Degraded || in.TimeoutsDegrade != 1 || in.DegradedSince == 0 {
 		t.Fatalf("sync info %+v", in)
 	}
 	// Degraded writes do not wait for the slave. What proves it is the
@@ -322,16 +298,16 @@ func TestSemiSyncDegradeMode(t *testing.T) {
 	// out and count); the wall clock only catches a hang, since a loaded
 	// machine can make any single request slow.
 	for i := range 5 {
-		if took := pub(fmt.Sprintf("async-%d", i)); took >= semiSyncTimeout+semiSyncMargin {
+		if took := pub(fmt.Sprintf("async-%d", i)); took >= kit.SemiSyncTimeout+semiSyncMargin {
 			t.Fatalf("degraded write %d waited %v", i, took)
 		}
 	}
-	if in := syncInfo(t, madm).Sync; in.TimeoutsDegrade != 1 {
+	if in := kit.SyncInfo(t, madm).Sync; in.TimeoutsDegrade != 1 {
 		t.Fatalf("degraded writes waited for the slave: %d timeouts", in.TimeoutsDegrade)
 	}
-	slave.cmd.Process.Signal(syscall.SIGCONT)
-	waitMetric(t, madm, series("smss_replication_sync_degraded"), 0)
-	in := syncInfo(t, madm).Sync
+	slave.Cmd.Process.Signal(syscall.SIGCONT)
+	kit.WaitMetric(t, madm, kit.Series("smss_replication_sync_degraded"), 0)
+	in := kit.SyncInfo(t, madm).Sync
 	if in.Degraded || in.Unconfirmed != 6 || in.Degradations != 1 {
 		t.Fatalf("sync info after recovery %+v", in)
 	}
@@ -339,15 +315,15 @@ func TestSemiSyncDegradeMode(t *testing.T) {
 	for i := range 5 {
 		body := fmt.Sprintf("sync-again-%d", i)
 		pub(body)
-		if !bytes.Contains(replBinlog(t, slaveData), []byte(body)) {
+		if !bytes.Contains(kit.ReplBinlog(t, slaveData), []byte(body)) {
 			t.Fatalf("write %s answered before the slave had it after the recovery", body)
 		}
 	}
-	m := scrape(t, madm)
-	if m[series("smss_replication_sync_timeouts_total", "mode", "degrade")] != 1 ||
-		m[series("smss_replication_sync_unconfirmed_writes_total")] != 6 {
-		t.Fatalf("metrics: timeouts %v unconfirmed %v", m[series("smss_replication_sync_timeouts_total", "mode", "degrade")],
-			m[series("smss_replication_sync_unconfirmed_writes_total")])
+	m := kit.Scrape(t, madm)
+	if m[kit.Series("smss_replication_sync_timeouts_total", "mode", "degrade")] != 1 ||
+		m[kit.Series("smss_replication_sync_unconfirmed_writes_total")] != 6 {
+		t.Fatalf("metrics: timeouts %v unconfirmed %v", m[kit.Series("smss_replication_sync_timeouts_total", "mode", "degrade")],
+			m[kit.Series("smss_replication_sync_unconfirmed_writes_total")])
 	}
 }
 
@@ -360,32 +336,32 @@ func TestSemiSyncOverTLS(t *testing.T) {
 	authtest.WriteUsers(t, users,
 		authtest.User{Name: "admin", Password: "adm", Roles: []string{auth.RoleAdmin}},
 		authtest.User{Name: "slave", Password: "sl", Roles: []string{auth.RoleReplication}})
-	tport := freePort(t)
-	replConfig(t, mdir, 0, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n%s",
-		users, tport, pki.ServerCert, pki.ServerKey, semiSyncConfig("fail")))
-	master := start(t, mdir)
-	madm := adminAddr(t, master)
+	tport := kit.FreePort(t)
+	kit.ReplConfig(t, mdir, 0, fmt.Sprintf("auth:\n  enabled: true\n  usersFile: %s\ntls:\n  listen: 127.0.0.1:%d\n  cert: %s\n  key: %s\n%s",
+		users, tport, pki.ServerCert, pki.ServerKey, kit.SemiSyncConfig("fail")))
+	master := kit.Start(t, mdir)
+	madm := kit.AdminAddr(t, master)
 	pwFile := filepath.Join(sdir, "master.pw")
 	if err := os.WriteFile(pwFile, []byte("sl\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	replConfig(t, sdir, 0, fmt.Sprintf("replication:\n  user: slave\n  passwordFile: %s\n  useTLS: true\n  ca: %s\n  serverName: localhost\n",
+	kit.ReplConfig(t, sdir, 0, fmt.Sprintf("replication:\n  user: slave\n  passwordFile: %s\n  useTLS: true\n  ca: %s\n  serverName: localhost\n",
 		pwFile, pki.CAFile))
-	startReplSlave(t, sdir, tport, 0)
-	waitConfirming(t, madm, 1)
-	c := dial(t, master.addr)
-	if err := c.login(t, "admin", "adm"); err != nil {
+	kit.StartReplSlave(t, sdir, tport, 0)
+	kit.WaitConfirming(t, madm, 1)
+	c := kit.Dial(t, master.Addr)
+	if err := c.Login(t, "admin", "adm"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.create("tls", 0); err != nil {
+	if err := c.Create("tls", 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
 		body := fmt.Sprint("over-tls-", i)
-		if err := c.pub("tls", record(nil, body)); err != nil {
+		if err := c.Pub("tls", kit.Record(nil, body)); err != nil {
 			t.Fatalf("pub %d: %v", i, err)
 		}
-		if !bytes.Contains(replBinlog(t, filepath.Join(sdir, "data")), []byte(body)) {
+		if !bytes.Contains(kit.ReplBinlog(t, filepath.Join(sdir, "data")), []byte(body)) {
 			t.Fatalf("%s answered 200 before the TLS slave had it", body)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/topicblock"
 )
@@ -34,51 +35,51 @@ func TestSubUnreadableData(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeConfig(t, dir, streamConfig(4096, 30000))
-			p := start(t, dir)
-			pub := newPublisher(t, p.addr)
-			pub.create("f")
+			kit.WriteConfig(t, dir, streamConfig(4096, 30000))
+			p := kit.Start(t, dir)
+			pub := kit.NewPublisher(t, p.Addr)
+			pub.Create("f")
 			for i := 0; i < 120; i++ {
-				pub.pub("f", testRecord(i, 200))
+				pub.Pub("f", testRecord(i, 200))
 			}
 			layout := topicLayout(t, filepath.Join(dir, "data"), "f")
-			first := pub.topics["f"][0].id
-			lastID := pub.topics["f"][len(pub.topics["f"])-1].id
+			first := pub.Topics["f"][0].ID
+			lastID := pub.Topics["f"][len(pub.Topics["f"])-1].ID
 			if layout[first].fileID != 0 || layout[lastID].fileID < 3 {
 				t.Fatalf("layout: first message in file %d, last in file %d", layout[first].fileID, layout[lastID].fileID)
 			}
-			c := dial(t, p.addr)
-			if err := c.sub("f", "w", 0, 1, 5*time.Second); err != nil {
+			c := kit.Dial(t, p.Addr)
+			if err := c.Sub("f", "w", 0, 1, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			// The first frame is read from file 0; then file 1 is damaged.
-			if u, err := c.next(unitWait); err != nil || len(u.msgs) != 1 || u.msgs[0].EventID != first {
+			if u, err := c.Next(kit.UnitWait); err != nil || len(u.Msgs) != 1 || u.Msgs[0].EventID != first {
 				t.Fatalf("first frame: %v %v", u, err)
 			}
 			path := filepath.Join(topicblock.Dir(filepath.Join(dir, "data", "topic"), []byte("f"), 10), "1.log")
 			if err := tc.damage(path); err != nil {
 				t.Fatal(err)
 			}
-			c.ack(0)
+			c.Ack(0)
 			var last int64 = first
 			for {
-				u, err := c.next(unitWait)
+				u, err := c.Next(kit.UnitWait)
 				if err != nil {
 					t.Fatalf("after eventId %d: %v", last, err)
 				}
-				if u.code == protocol.StatusError {
-					if !strings.HasPrefix(u.text, tc.want) || !strings.Contains(u.text, "1.log") {
-						t.Fatalf("400 %q, want %q naming 1.log", u.text, tc.want)
+				if u.Code == protocol.StatusError {
+					if !strings.HasPrefix(u.Text, tc.want) || !strings.Contains(u.Text, "1.log") {
+						t.Fatalf("400 %q, want %q naming 1.log", u.Text, tc.want)
 					}
 					break
 				}
-				if u.code != protocol.StatusOK || layout[u.msgs[0].EventID].fileID != 0 {
-					t.Fatalf("after eventId %d got %v (file %d)", last, u, layout[u.msgs[0].EventID].fileID)
+				if u.Code != protocol.StatusOK || layout[u.Msgs[0].EventID].fileID != 0 {
+					t.Fatalf("after eventId %d got %v (file %d)", last, u, layout[u.Msgs[0].EventID].fileID)
 				}
-				last = u.msgs[0].EventID
-				c.ack(0)
+				last = u.Msgs[0].EventID
+				c.Ack(0)
 			}
-			if err := c.inSync(); err != nil {
+			if err := c.InSync(); err != nil {
 				t.Fatal(err)
 			}
 			// The slot was released: a new subscription past the damage
@@ -89,10 +90,10 @@ func TestSubUnreadableData(t *testing.T) {
 					after = id
 				}
 			}
-			if err := c.sub("f", "w", after, 1, 5*time.Second); err != nil {
+			if err := c.Sub("f", "w", after, 1, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			if u, err := c.next(unitWait); err != nil || len(u.msgs) != 1 || u.msgs[0].EventID != after+1 {
+			if u, err := c.Next(kit.UnitWait); err != nil || len(u.Msgs) != 1 || u.Msgs[0].EventID != after+1 {
 				t.Fatalf("sub after %s: %v %v", strconv.FormatInt(after, 10), u, err)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smssmq/smss/e2e/internal/kit"
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
@@ -38,11 +39,11 @@ func runTorture(t *testing.T, timeout time.Duration, args ...string) {
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-smss", smsstest.SmssBinary(t), "-dir", dir, "-seed", seed, "-v"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("smss-torture (seed %s, work dir %s): %v\n%s", seed, dir, err, tail(string(out), 8000))
+		t.Fatalf("smss-torture (seed %s, work dir %s): %v\n%s", seed, dir, err, kit.Tail(string(out), 8000))
 	}
 	line := torturePass.FindString(string(out))
 	if line == "" {
-		t.Fatalf("no summary line:\n%s", tail(string(out), 8000))
+		t.Fatalf("no summary line:\n%s", kit.Tail(string(out), 8000))
 	}
 	os.RemoveAll(dir)
 	t.Log(line)

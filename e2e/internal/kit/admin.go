@@ -1,4 +1,4 @@
-package e2e
+package kit
 
 import (
 	"bufio"
@@ -15,12 +15,12 @@ import (
 	"github.com/smssmq/smss/internal/smsstest"
 )
 
-// adminToken protects the admin endpoints of these tests.
-const adminToken = "e2e-admin-token-0123456789"
+// AdminToken protects the admin endpoints of these tests.
+const AdminToken = "e2e-admin-token-0123456789"
 
-// adminConfig is the config tail that turns the admin endpoint on at a
+// AdminConfig is the config tail that turns the admin endpoint on at a
 // free loopback port.
-func adminConfig(token string) string {
+func AdminConfig(token string) string {
 	s := "admin:\n  listen: 127.0.0.1:0\n"
 	if token != "" {
 		s += "  token: " + token + "\n"
@@ -30,26 +30,28 @@ func adminConfig(token string) string {
 
 var adminListenRe = regexp.MustCompile(`msg="admin listening".*addr=(\S+)`)
 
-// adminAddr returns the admin address the server logged.
-func adminAddr(t testing.TB, p *proc) string {
+// AdminAddr returns the admin address the server logged.
+func AdminAddr(t testing.TB, p *Proc) string {
 	t.Helper()
 	var addr string
 	if !smsstest.Poll(10*time.Second, func() bool {
-		if m := adminListenRe.FindStringSubmatch(p.out.String()); m != nil {
+		if m := adminListenRe.FindStringSubmatch(p.Out.String()); m != nil {
 			addr = m[1]
 			return true
 		}
 		return false
 	}) {
-		t.Fatalf("no admin address logged:\n%s", p.out.String())
+		t.Fatalf("no admin address logged:\n%s", p.Out.String())
 	}
 	return addr
 }
 
-var adminHTTP = &http.Client{Timeout: 10 * time.Second}
+// AdminHTTP is the client of the admin API calls; its timeout keeps a hung
+// admin listener from hanging the test.
+var AdminHTTP = &http.Client{Timeout: 10 * time.Second}
 
-// adminGet fetches path; token "" sends no Authorization header.
-func adminGet(t testing.TB, addr, token, path string) (int, string) {
+// AdminGet fetches path; token "" sends no Authorization header.
+func AdminGet(t testing.TB, addr, token, path string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
@@ -58,7 +60,7 @@ func adminGet(t testing.TB, addr, token, path string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := adminHTTP.Do(req)
+	resp, err := AdminHTTP.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -70,10 +72,10 @@ func adminGet(t testing.TB, addr, token, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// adminJSON fetches path with the token and decodes a 200 answer into v.
-func adminJSON(t testing.TB, addr, path string, v any) {
+// AdminJSON fetches path with the token and decodes a 200 answer into v.
+func AdminJSON(t testing.TB, addr, path string, v any) {
 	t.Helper()
-	code, body := adminGet(t, addr, adminToken, path)
+	code, body := AdminGet(t, addr, AdminToken, path)
 	if code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, code, body)
 	}
@@ -82,11 +84,11 @@ func adminJSON(t testing.TB, addr, path string, v any) {
 	}
 }
 
-// scrape returns the samples of a Prometheus text exposition as
+// Scrape returns the samples of a Prometheus text exposition as
 // `name{labels}` → value (labels as exposed, sorted by the server).
-func scrape(t testing.TB, addr string) map[string]float64 {
+func Scrape(t testing.TB, addr string) map[string]float64 {
 	t.Helper()
-	code, body := adminGet(t, addr, adminToken, "/metrics")
+	code, body := AdminGet(t, addr, AdminToken, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
@@ -110,20 +112,22 @@ func scrape(t testing.TB, addr string) map[string]float64 {
 	return out
 }
 
-// waitMetric scrapes until series has value want.
-func waitMetric(t testing.TB, addr, series string, want float64) {
+// WaitMetric scrapes until series has value want.
+func WaitMetric(t testing.TB, addr, series string, want float64) {
 	t.Helper()
 	var got float64
 	var ok bool
 	if !smsstest.Poll(10*time.Second, func() bool {
-		got, ok = scrape(t, addr)[series]
+		got, ok = Scrape(t, addr)[series]
 		return ok && got == want
 	}) {
 		t.Fatalf("%s = %v (present %v), want %v", series, got, ok, want)
 	}
 }
 
-func series(name string, labels ...string) string {
+// Series is a metric's name with its labels as the exposition format
+// writes them, name{k="v",...}, the key Scrape's map uses.
+func Series(name string, labels ...string) string {
 	if len(labels) == 0 {
 		return name
 	}
