@@ -1,9 +1,0 @@
-package e2e
-
-import (
-	"testing"
-
-	"github.com/smssmq/smss/e2e/internal/kit"
-)
-
-func TestMain(m *testing.M) { kit.Main(m) }
