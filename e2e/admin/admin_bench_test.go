@@ -23,7 +23,7 @@ import (
 // throughput swings by tens of percent between rounds, CPU per message
 // much less.
 //
-//	go test ./e2e -run '^$' -bench AdminMetricsOverhead -benchtime 200000x
+//	go test ./e2e/admin -run '^$' -bench AdminMetricsOverhead -benchtime 200000x
 func BenchmarkAdminMetricsOverhead(b *testing.B) {
 	off := benchServer(b, "")
 	on := benchServer(b, kit.AdminConfig(kit.AdminToken))

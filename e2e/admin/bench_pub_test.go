@@ -13,7 +13,7 @@ import (
 // connections to a server running in the test process, so that
 // go test -cpuprofile sees the server's side:
 //
-//	go test -run X -bench PublishInProcess -cpuprofile cpu.out ./e2e
+//	go test -run X -bench PublishInProcess -cpuprofile cpu.out ./e2e/admin
 func BenchmarkPublishInProcess(b *testing.B) {
 	addr := inProcessServer(b)
 	if err := kit.Dial(b, addr).Create("bench", 0); err != nil {

@@ -318,7 +318,7 @@ func inProcessServer(b *testing.B) string {
 // BenchmarkConsumeInProcess is BenchmarkConsume (batch 255 and 1, 200,000
 // stored messages) with the server in the test process, for profiling:
 //
-//	go test -run X -bench ConsumeInProcess -cpuprofile cpu.out ./e2e
+//	go test -run X -bench ConsumeInProcess -cpuprofile cpu.out ./e2e/admin
 func BenchmarkConsumeInProcess(b *testing.B) {
 	const stored = 200_000
 	addr := inProcessServer(b)

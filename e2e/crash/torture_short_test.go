@@ -61,7 +61,7 @@ func TestTortureShort(t *testing.T) {
 // TestTortureLong (SMSS_LONG=1) runs at least 100 cycles; SMSS_TORTURE_CYCLES
 // raises it. Give go test a long -timeout, e.g.
 //
-//	SMSS_LONG=1 go test ./e2e -run TestTortureLong -timeout 60m -v
+//	SMSS_LONG=1 go test ./e2e/crash -run TestTortureLong -timeout 60m -v
 func TestTortureLong(t *testing.T) {
 	if os.Getenv("SMSS_LONG") == "" {
 		t.Skip("set SMSS_LONG=1 to run the long crash torture")

@@ -1,5 +1,5 @@
 // Command replreader is a bare replica reader for the bridge's cost
-// benchmark (e2e TestBridgeMasterCost): it asks the master for its last
+// benchmark (e2e/bridge TestBridgeMasterCost): it asks the master for its last
 // eventId (status), sends a replica request from there and reads and
 // discards the stream, sending nothing back. What the master does for it
 // is what it does for any replica reader, without the reader's own work
