@@ -122,7 +122,7 @@ const produceKey = 0
 // client dials no more (see dial), instead of leaving its records to
 // franz-go's retries on the next connection. Such a retry
 // is deduplicated only by a broker that kept its producer state, which a
-// restarted broker may not have (kfake after a SIGKILL does not: e2e
+// restarted broker may not have (kfake after a SIGKILL does not: e2e/bridge
 // TestBridgeKafkaTarget/sigkill found records duplicated that way). The
 // resume then reads what the partitions hold instead.
 func (s *kafkaSession) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {

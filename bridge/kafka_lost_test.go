@@ -18,7 +18,7 @@ import (
 // must not send the request again on a new connection while the session is
 // being torn down: a broker that lost the producer's sequence state (kfake
 // restarted after a SIGKILL) stores such a retry a second time, next to
-// the copy it already had (e2e TestBridgeKafkaTarget/sigkill found these
+// the copy it already had (e2e/bridge TestBridgeKafkaTarget/sigkill found these
 // duplicates: same producer id, same batch timestamp, twice).
 func TestKafkaUnknownOutcomeNotRetried(t *testing.T) {
 	for _, tc := range []struct {

@@ -80,7 +80,7 @@ func TestOpenTopicLRU(t *testing.T) {
 // (closed by the open-topic LRU) while the process is out of descriptors is
 // refused with ErrDescriptorLimit - the reason, without the server's paths
 // - and rolled back; once descriptors are back, writes succeed and exactly
-// the acknowledged messages are stored. (e2e TestDescriptorLimitAnswers met
+// the acknowledged messages are stored. (e2e/security TestDescriptorLimitAnswers met
 // the raw "segment: open dir ...: too many open files" here.)
 func TestDescriptorLimitOnReopen(t *testing.T) {
 	ctx := context.Background()

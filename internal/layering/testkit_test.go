@@ -11,6 +11,7 @@ const testkit = module + "internal/smsstest"
 // test-support packages themselves, which only tests import.
 var testKitUsers = map[string]bool{
 	module + "client/internal/testserver": true,
+	module + "e2e/internal/kit":           true,
 }
 
 // TestOnlyTestsImportTestKit: internal/smsstest builds binaries, starts
