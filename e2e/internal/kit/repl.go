@@ -24,9 +24,15 @@ import (
 // come back on the same port after a restart) with a short alive interval.
 func ReplConfig(t *testing.T, dir string, port int, extra string) {
 	t.Helper()
+	ReplConfigFlush(t, dir, port, 1, extra)
+}
+
+// ReplConfigFlush is ReplConfig with store.flushLevel flush.
+func ReplConfigFlush(t *testing.T, dir string, port, flush int, extra string) {
+	t.Helper()
 	cfg := fmt.Sprintf("host: 127.0.0.1\nport: %d\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n"+
-		"  maxLogSize: 1048576\n  flushLevel: 1\ntimeout:\n  server:\n    alive: 300\n%s",
-		port, filepath.Join(dir, "data"), extra)
+		"  maxLogSize: 1048576\n  flushLevel: %d\ntimeout:\n  server:\n    alive: 300\n%s",
+		port, filepath.Join(dir, "data"), flush, extra)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
