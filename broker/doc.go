@@ -148,4 +148,8 @@
 //     instanceID.mu, diskGuard.checkMu then diskGuard.mu (in that order),
 //     and msgcount.Counts.mu. They may take the locks of lower packages
 //     (segment, meta) inside.
+//
+// The durable hook (SetDurableHook) is called by the token holder; it takes
+// only its own lock (the replication tracker's) and, inside it,
+// commitGate.mu through SetCommitPoint, and never waits for the token.
 package broker
