@@ -56,8 +56,24 @@ import (
 // and a restart of the whole cluster.
 //
 // SMSS_CHAOS_CYCLES sets the number of cycles (default: one of each fault);
-// SMSS_CHAOS_SEED the random seed (logged). Without redis-server the Redis
+// SMSS_CHAOS_SEED the random seed (logged); SMSS_CHAOS_FLUSH the nodes'
+// store.flushLevel (default 1; 2 runs the cluster with slaves sent each
+// group before the master's fsync, and the commit point held to the
+// master's synced copy). Without redis-server the Redis
 // group is left out (with CI=true the test fails instead).
+
+// chaosFlush is the nodes' store.flushLevel (SMSS_CHAOS_FLUSH).
+func chaosFlush(t *testing.T) int {
+	switch s := os.Getenv("SMSS_CHAOS_FLUSH"); s {
+	case "", "1":
+		return 1
+	case "2":
+		return 2
+	default:
+		t.Fatalf("SMSS_CHAOS_FLUSH=%q: want 1 or 2", s)
+		return 0
+	}
+}
 
 var chaosFaults = []string{"kill-master", "stop-master", "partition-master", "asymmetric", "partition-leader", "kill-slave", "restart-all"}
 
@@ -117,7 +133,7 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 			addr = n.smssTo[m.ID].Addr()
 			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.ID, raft, addr)
 		}
-		kit.ReplConfig(t, n.Dir, n.Port, extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
+		kit.ReplConfigFlush(t, n.Dir, n.Port, chaosFlush(t), extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
 	}
 	for _, n := range cc.nodes {
 		n.start()
