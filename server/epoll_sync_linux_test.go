@@ -20,6 +20,22 @@ import (
 // replies wait for certain: the requests are all sent, and seen held by
 // the tracker, before the slave that confirms them is started.
 
+// startLoopSync starts a semi-synchronous master (syncSlaves 1, no slave
+// yet) served by the epoll loop, with topic t, and a connection the loop
+// owns (it was answered once).
+func startLoopSync(t *testing.T, timeout time.Duration) (*syncSetup, *syncClient) {
+	t.Helper()
+	m := startSyncMaster(t, 1, timeout, false, true)
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dialSync(t, m.addr)
+	if err, _ := c.do(t, aliveReq()); err != nil { // the connection is the loop's from here on
+		t.Fatal(err)
+	}
+	return m, c
+}
+
 // heldPipeline writes reqs in one write and waits until the master holds
 // want replies (the waiting gauge counts the loop's held replies).
 func heldPipeline(t *testing.T, m *syncSetup, c *syncClient, want int, reqs ...[]byte) {
@@ -57,14 +73,7 @@ func readReplies(t *testing.T, c *syncClient, n int) []string {
 // confirmation, and every 200 comes once the slave has the write; the loop
 // served them.
 func TestEpollSemiSyncRepliesInOrder(t *testing.T) {
-	m := startSyncMaster(t, 1, 10*time.Second, false, true)
-	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
-		t.Fatal(err)
-	}
-	c := dialSync(t, m.addr)
-	if err, _ := c.do(t, aliveReq()); err != nil { // the connection is the loop's from here on
-		t.Fatal(err)
-	}
+	m, c := startLoopSync(t, 10*time.Second)
 	var reqs [][]byte
 	var want []string
 	for i := range 30 {
@@ -101,14 +110,7 @@ func TestEpollSemiSyncRepliesInOrder(t *testing.T) {
 // back to a goroutine only once its held replies are written), and what
 // follows it is served too.
 func TestEpollSemiSyncHeldThenOtherCommand(t *testing.T) {
-	m := startSyncMaster(t, 1, 10*time.Second, false, true)
-	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
-		t.Fatal(err)
-	}
-	c := dialSync(t, m.addr)
-	if err, _ := c.do(t, aliveReq()); err != nil {
-		t.Fatal(err)
-	}
+	m, c := startLoopSync(t, 10*time.Second)
 	heldPipeline(t, m, c, 3, pubReq("t", record("a")), pubReq("t", record("b")), pubReq("t", record("c")),
 		aliveReq(), pubReq("t", record("d")))
 	startSyncSlave(t, m.addr)
@@ -127,14 +129,7 @@ func TestEpollSemiSyncHeldThenOtherCommand(t *testing.T) {
 // its publishes still gets every reply once the slave confirmed them, then
 // the end of the connection.
 func TestEpollSemiSyncHalfClose(t *testing.T) {
-	m := startSyncMaster(t, 1, 10*time.Second, false, true)
-	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
-		t.Fatal(err)
-	}
-	c := dialSync(t, m.addr)
-	if err, _ := c.do(t, aliveReq()); err != nil {
-		t.Fatal(err)
-	}
+	m, c := startLoopSync(t, 10*time.Second)
 	var reqs [][]byte
 	for i := range 5 {
 		reqs = append(reqs, pubReq("t", record(fmt.Sprint(i))))
@@ -161,14 +156,7 @@ func TestEpollSemiSyncHalfClose(t *testing.T) {
 // connections go back to goroutines and are closed.
 func TestEpollSemiSyncShutdownReleases(t *testing.T) {
 	const timeout = 400 * time.Millisecond
-	m := startSyncMaster(t, 1, timeout, false, true)
-	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
-		t.Fatal(err)
-	}
-	c := dialSync(t, m.addr)
-	if err, _ := c.do(t, aliveReq()); err != nil {
-		t.Fatal(err)
-	}
+	m, c := startLoopSync(t, timeout)
 	heldPipeline(t, m, c, 2, pubReq("t", record("a")), pubReq("t", record("b")))
 	done := make(chan error, 1)
 	go func() {
@@ -196,14 +184,7 @@ func TestEpollSemiSyncShutdownReleases(t *testing.T) {
 // one request at a time bounds it), and every publish is answered 200 in
 // order once a slave confirms.
 func TestEpollSemiSyncThrottlesPipeline(t *testing.T) {
-	m := startSyncMaster(t, 1, 10*time.Second, false, true)
-	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
-		t.Fatal(err)
-	}
-	c := dialSync(t, m.addr)
-	if err, _ := c.do(t, aliveReq()); err != nil {
-		t.Fatal(err)
-	}
+	m, c := startLoopSync(t, 10*time.Second)
 	const n = 4 * maxHeldReplies
 	var reqs [][]byte
 	for i := range n {
