@@ -12,11 +12,13 @@ import (
 	"github.com/smssmq/smss/segment"
 )
 
-// faults decides, per file path, whether the next write or fsync fails.
+// faults decides, per file path, whether the next write or fsync fails;
+// beforeSync, if set, runs before every fsync (a test may hold it there).
 type faults struct {
-	mu        sync.Mutex
-	writeFail func(path string) bool
-	syncFail  func(path string) bool
+	mu         sync.Mutex
+	writeFail  func(path string) bool
+	syncFail   func(path string) bool
+	beforeSync func(path string)
 }
 
 type faultFile struct {
@@ -48,7 +50,11 @@ func (ff *faultFile) Write(p []byte) (int, error) {
 func (ff *faultFile) Sync() error {
 	ff.f.mu.Lock()
 	fail := ff.f.syncFail != nil && ff.f.syncFail(ff.path)
+	before := ff.f.beforeSync
 	ff.f.mu.Unlock()
+	if before != nil {
+		before(ff.path)
+	}
 	if fail {
 		return errors.New("injected fsync failure (EIO)")
 	}

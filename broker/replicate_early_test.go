@@ -2,17 +2,14 @@ package broker
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/smssmq/smss/segment"
 )
 
-// heldSync is a file layer whose binlog fsyncs wait, while armed, until
-// released: a slow disk the test controls.
+// heldSync holds the binlog's fsyncs, while armed, until released: a slow
+// disk the test controls (a faults hook).
 type heldSync struct {
 	mu      sync.Mutex
 	armed   bool
@@ -20,29 +17,14 @@ type heldSync struct {
 	release chan struct{} // closed to let it finish
 }
 
-type heldSyncFile struct {
-	*os.File
-	h    *heldSync
-	path string
-}
-
-func (h *heldSync) open(path string, flag int, perm os.FileMode) (segment.File, error) {
-	f, err := os.OpenFile(path, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &heldSyncFile{File: f, h: h, path: path}, nil
-}
-
-func (f *heldSyncFile) Sync() error {
-	f.h.mu.Lock()
-	armed := f.h.armed && strings.Contains(f.path, "/binlog/")
-	f.h.mu.Unlock()
+func (h *heldSync) beforeSync(path string) {
+	h.mu.Lock()
+	armed := h.armed && strings.Contains(path, "/binlog/")
+	h.mu.Unlock()
 	if armed {
-		f.h.entered <- struct{}{}
-		<-f.h.release
+		h.entered <- struct{}{}
+		<-h.release
 	}
-	return f.File.Sync()
 }
 
 // TestReplicateBeforeSync: at flushLevel 2 with ReplicateBeforeSync a
@@ -56,8 +38,9 @@ func TestReplicateBeforeSync(t *testing.T) {
 		t.Run(map[bool]string{true: "early", false: "after sync"}[early], func(t *testing.T) {
 			ctx := context.Background()
 			h := &heldSync{entered: make(chan struct{}, 1), release: make(chan struct{})}
+			f := &faults{beforeSync: h.beforeSync}
 			b := openTest(t, t.TempDir(), func(o *Options) {
-				o.FlushLevel, o.ReplicateBeforeSync, o.OpenFile = 2, early, h.open
+				o.FlushLevel, o.ReplicateBeforeSync, o.OpenFile = 2, early, f.open
 			})
 			defer b.Close()
 			// Released before Close on every path: a failed check must not
