@@ -133,7 +133,7 @@ func startChaosCluster(t *testing.T, extra string) *chaosCluster {
 			addr = n.smssTo[m.ID].Addr()
 			fmt.Fprintf(&peers, "    %s: {raft: %q, addr: %q}\n", m.ID, raft, addr)
 		}
-		kit.ReplConfigFlush(t, n.Dir, n.Port, chaosFlush(t), extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
+		kit.ReplConfigWith(t, n.Dir, n.Port, kit.ReplOptions{Flush: chaosFlush(t), AliveMs: kit.ReplDefaults.AliveMs}, extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
 	}
 	for _, n := range cc.nodes {
 		n.start()

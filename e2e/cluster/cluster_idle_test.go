@@ -2,10 +2,7 @@ package cluster
 
 import (
 	"bufio"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,26 +23,7 @@ import (
 func TestClusterIdleMasterFailsOver(t *testing.T) {
 	// The harness's configs send alive frames every 300 ms, which hid the
 	// wait: these nodes keep the default timeout.server.alive (30 s).
-	nodes := make([]*kit.ClusterNode, 3)
-	for i := range nodes {
-		nodes[i] = &kit.ClusterNode{Fnode: kit.Fnode{Name: string(rune('a' + i)), Dir: t.TempDir(), Port: kit.FreePort(t)},
-			ID: string(rune('a' + i)), Raft: kit.FreePort(t)}
-	}
-	var peers strings.Builder
-	for _, n := range nodes {
-		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.ID, n.Raft, n.Port)
-	}
-	for _, n := range nodes {
-		cfg := fmt.Sprintf("host: 127.0.0.1\nport: %d\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n"+
-			"replication:\n  syncSlaves: 1\ncluster:\n  node: %s\n  peers:\n%s",
-			n.Port, filepath.Join(n.Dir, "data"), n.ID, peers.String())
-		if err := os.WriteFile(filepath.Join(n.Dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range nodes {
-		n.P = kit.StartArgs(t, n.Dir, "-role", "auto")
-	}
+	nodes := kit.StartClusterNodesWith(t, kit.ReplOptions{Flush: 1}, "replication:\n  syncSlaves: 1\n")
 	master, epoch := kit.WaitClusterMaster(t, nodes, 0, 60*time.Second)
 	// Well under timeout.server.alive: the join must wait neither for an
 	// alive frame nor for a write.

@@ -90,7 +90,7 @@ func runFailoverAt(t *testing.T, flush int, extra string, cycles int) failoverRe
 	nodes := make([]*kit.Fnode, 3)
 	for i := range nodes {
 		n := &kit.Fnode{Name: string(rune('A' + i)), Dir: t.TempDir(), Port: kit.FreePort(t)}
-		kit.ReplConfigFlush(t, n.Dir, n.Port, flush, extra)
+		kit.ReplConfigWith(t, n.Dir, n.Port, kit.ReplOptions{Flush: flush, AliveMs: kit.ReplDefaults.AliveMs}, extra)
 		nodes[i] = n
 	}
 	master := nodes[0]

@@ -67,6 +67,12 @@ func ClusterStatusWithin(addr string, d time.Duration) (ClusterStatus, bool) {
 // extra added to every config.
 func StartClusterNodes(t *testing.T, extra string) []*ClusterNode {
 	t.Helper()
+	return StartClusterNodesWith(t, ReplDefaults, extra)
+}
+
+// StartClusterNodesWith is StartClusterNodes with o's settings.
+func StartClusterNodesWith(t *testing.T, o ReplOptions, extra string) []*ClusterNode {
+	t.Helper()
 	nodes := make([]*ClusterNode, 3)
 	for i := range nodes {
 		nodes[i] = &ClusterNode{Fnode: Fnode{Name: string(rune('a' + i)), Dir: t.TempDir(), Port: FreePort(t)},
@@ -77,7 +83,7 @@ func StartClusterNodes(t *testing.T, extra string) []*ClusterNode {
 		fmt.Fprintf(&peers, "    %s: {raft: \"127.0.0.1:%d\", addr: \"127.0.0.1:%d\"}\n", n.ID, n.Raft, n.Port)
 	}
 	for _, n := range nodes {
-		ReplConfig(t, n.Dir, n.Port, extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
+		ReplConfigWith(t, n.Dir, n.Port, o, extra+"cluster:\n  node: "+n.ID+"\n  peers:\n"+peers.String())
 	}
 	for _, n := range nodes {
 		n.P = StartArgs(t, n.Dir, "-role", "auto")

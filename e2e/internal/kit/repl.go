@@ -24,15 +24,29 @@ import (
 // come back on the same port after a restart) with a short alive interval.
 func ReplConfig(t *testing.T, dir string, port int, extra string) {
 	t.Helper()
-	ReplConfigFlush(t, dir, port, 1, extra)
+	ReplConfigWith(t, dir, port, ReplDefaults, extra)
 }
 
-// ReplConfigFlush is ReplConfig with store.flushLevel flush.
-func ReplConfigFlush(t *testing.T, dir string, port, flush int, extra string) {
+// ReplOptions are the settings of ReplConfigWith that tests vary.
+type ReplOptions struct {
+	Flush   int // store.flushLevel
+	AliveMs int // timeout.server.alive; 0 leaves the server's default (30 s)
+}
+
+// ReplDefaults are ReplConfig's settings: flushLevel 1, and alive frames
+// every 300 ms so that idle streams show their state quickly.
+var ReplDefaults = ReplOptions{Flush: 1, AliveMs: 300}
+
+// ReplConfigWith is ReplConfig with o's settings.
+func ReplConfigWith(t *testing.T, dir string, port int, o ReplOptions, extra string) {
 	t.Helper()
+	alive := ""
+	if o.AliveMs > 0 {
+		alive = fmt.Sprintf("timeout:\n  server:\n    alive: %d\n", o.AliveMs)
+	}
 	cfg := fmt.Sprintf("host: 127.0.0.1\nport: %d\nlog:\n  path: stdout\n  sample: 0\nstore:\n  path: %s\n"+
-		"  maxLogSize: 1048576\n  flushLevel: %d\ntimeout:\n  server:\n    alive: 300\n%s",
-		port, filepath.Join(dir, "data"), flush, extra)
+		"  maxLogSize: 1048576\n  flushLevel: %d\n%s%s",
+		port, filepath.Join(dir, "data"), o.Flush, alive, extra)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
