@@ -52,6 +52,8 @@ type groupRun struct {
 	binAppended bool  // the binlog append happened ("binlog")
 	topicsDone  int   // topic batches appended ("topics")
 	cause       error // the failure being rolled back
+
+	replicated bool // "replicate" committed the binlog already
 }
 
 // committed reports whether every write and applied stage of the group
@@ -296,9 +298,11 @@ func (w *writer) commitMetaGroup(*groupRun) error {
 // runnable last runs first on this P, so a live subscriber's delivery goes
 // ahead of the publisher's reply instead of behind it (e2e p50 4–7 % lower
 // at 1,000 msg/s, BENCHMARKS.md).
-func (w *writer) makeVisible(*groupRun) error {
+func (w *writer) makeVisible(g *groupRun) error {
 	gb := &w.grp
-	gb.wakes = append(gb.wakes, w.b.binlog.CommitQuiet())
+	if !g.replicated { // else committed, and its readers woken, before the fsync
+		gb.wakes = append(gb.wakes, w.b.binlog.CommitQuiet())
+	}
 	for _, tb := range gb.batches {
 		// The topic's message count for TopicStats (package msgcount), a
 		// few atomic integer operations, then the group visible to the
@@ -325,9 +329,10 @@ func (w *writer) makeVisible(*groupRun) error {
 // (die) with the group in the master's files and perhaps on slaves,
 // answered to nobody: like any write refused after it was stored (a 400 is
 // not a guarantee of absence).
-func (w *writer) replicateEarly(*groupRun) error {
+func (w *writer) replicateEarly(g *groupRun) error {
 	if w.b.opts.ReplicateBeforeSync && !w.b.IsSlave() {
 		w.b.binlog.Commit()
+		g.replicated = true
 	}
 	return nil
 }

@@ -54,7 +54,10 @@ func (t *SyncTracker) settledLocked(eventID int64) bool {
 // mode, which then turns the tracker asynchronous), or Settle's outcome if
 // the write was confirmed meanwhile.
 func (t *SyncTracker) Expire(eventID int64) error {
-	if done, err := t.Settle(eventID); done {
+	if t == nil || t.need == 0 || eventID <= 0 {
+		return nil
+	}
+	if err := t.fenced(); err != nil {
 		return err
 	}
 	t.mu.Lock()
