@@ -491,6 +491,10 @@ func (e *epollLoop) takePending() bool {
 func (e *epollLoop) register(c *conn) error {
 	e.conns[int32(c.ep.fd)] = c
 	e.owned.Add(1)
+	return e.epollAdd(c)
+}
+
+func (e *epollLoop) epollAdd(c *conn) error {
 	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, c.ep.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.ep.fd)}); err != nil {
 		return fmt.Errorf("epoll_ctl add: %w", err)
 	}

@@ -5,8 +5,6 @@ package server
 import (
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 )
@@ -204,7 +202,7 @@ func (e *epollLoop) throttle(c *conn) {
 func (e *epollLoop) unthrottle(c *conn) {
 	ep := c.ep
 	ep.parked, ep.throttled = false, false
-	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, ep.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(ep.fd)}); err != nil {
+	if err := e.epollAdd(c); err != nil {
 		c.log.Warn("closing connection: epoll loop cannot read it again", "err", err)
 		ep.dead = true // closed by reply once its held replies went
 		ep.parked = true
