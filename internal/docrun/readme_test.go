@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,21 +60,86 @@ func codeBlocks(t *testing.T, path string) []block {
 // (raft).
 var docPort = regexp.MustCompile(`\b12(30[0-9]|31[0-9]|40[0-9])\b`)
 
+// wordEnd matches a string that ends in a word character.
+var wordEnd = regexp.MustCompile(`\w$`)
+
 // comment is a trailing "  # ..." comment of a command line.
 var comment = regexp.MustCompile(`\s{2,}#.*$`)
 
 type walk struct {
-	t       *testing.T
-	dir     string
-	smss    string
-	ports   map[string]string
-	daemons map[string]*smsstest.Proc // by the mapped port they serve
-	yaml    []string                  // the last yaml block, ports mapped
-	yamlAt  string                    // the file it was written to, "" before
+	t         *testing.T
+	dir       string
+	smss      string
+	ports     map[string]string
+	daemons   map[string]*smsstest.Proc // by the mapped port they serve
+	yaml      []string                  // the last yaml block, mapped
+	yamlAt    string                    // the file it was written to, "" before
+	installed map[string]bool           // programs on PATH in dir, built by the test
+	standIns  map[string]string         // a doc's address or path → the test's
+	used      map[string]bool           // the stand-ins a command or yaml block named
+	docRe     *regexp.Regexp            // the docs' ports and the stand-ins
+	services  map[string]func(where string, p *smsstest.Proc)
 }
 
-func (w *walk) mapPorts(s string) string {
-	return docPort.ReplaceAllStringFunc(s, func(p string) string {
+func newWalk(t *testing.T) *walk {
+	w := &walk{t: t, dir: t.TempDir(), smss: smsstest.SmssBinary(t), ports: map[string]string{}, daemons: map[string]*smsstest.Proc{},
+		installed: map[string]bool{}, standIns: map[string]string{}, used: map[string]bool{}, services: map[string]func(string, *smsstest.Proc){}}
+	w.install("smssctl", smsstest.Binary(t, "./cmd/smssctl"))
+	return w
+}
+
+// install puts the built binary bin on PATH in the walk's directory as
+// name (and as ./name), for the docs' `go build -o name ./cmd/name`.
+func (w *walk) install(name, bin string) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.dir, name), data, 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	w.installed[name] = true
+}
+
+// standIn makes every docAddr of the commands and yaml blocks testAddr: a
+// host the docs name (nats1:4222) for a server the test runs. Each must be
+// named by the doc, or runFile fails: a stand-in nothing uses means the
+// doc changed under the test.
+func (w *walk) standIn(docAddr, testAddr string) {
+	w.standIns[docAddr] = testAddr
+	w.docRe = nil
+}
+
+// serve makes the commands of program name services: each runs in the
+// background until check returns (having seen it do what the doc says it
+// does), then gets SIGINT and must exit 0.
+func (w *walk) serve(name string, check func(where string, p *smsstest.Proc)) {
+	w.services[name] = check
+}
+
+// mapDoc replaces the docs' ports with free ones and the stand-ins'
+// addresses with the test's, in one pass so that no replacement is mapped
+// again.
+func (w *walk) mapDoc(s string) string {
+	if w.docRe == nil {
+		var alts []string
+		for a := range w.standIns {
+			q := regexp.QuoteMeta(a)
+			if wordEnd.MatchString(a) {
+				q += `\b` // k1:9092 is not the start of k1:90921
+			}
+			alts = append(alts, q)
+		}
+		// The longest first: of two that start at the same place, the
+		// alternation takes the first that matches.
+		sort.Slice(alts, func(i, j int) bool { return len(alts[i]) > len(alts[j]) })
+		w.docRe = regexp.MustCompile(strings.Join(append(alts, docPort.String()), "|"))
+	}
+	return w.docRe.ReplaceAllStringFunc(s, func(p string) string {
+		if a, ok := w.standIns[p]; ok {
+			w.used[p] = true
+			return a
+		}
 		if m, ok := w.ports[p]; ok {
 			return m
 		}
@@ -95,18 +161,14 @@ func TestFailoverDocCommands(t *testing.T) { runDoc(t, "docs/durability-and-fail
 
 // runDoc runs the commands of one Markdown file in a directory of its own;
 // at least minimum of them must run.
-func runDoc(t *testing.T, doc string, minimum int) {
+func runDoc(t *testing.T, doc string, minimum int) { newWalk(t).runFile(doc, minimum) }
+
+// runFile runs the commands of doc in the walk's directory; at least
+// minimum of them must run, and every stand-in must have been named.
+func (w *walk) runFile(doc string, minimum int) {
+	t := w.t
 	root, err := smsstest.ModuleRoot()
 	if err != nil {
-		t.Fatal(err)
-	}
-	w := &walk{t: t, dir: t.TempDir(), smss: smsstest.SmssBinary(t), ports: map[string]string{}, daemons: map[string]*smsstest.Proc{}}
-	ctl := smsstest.Binary(t, "./cmd/smssctl")
-	data, err := os.ReadFile(ctl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(w.dir, "smssctl"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ran := 0
@@ -115,7 +177,7 @@ func runDoc(t *testing.T, doc string, minimum int) {
 		case "yaml":
 			w.yaml, w.yamlAt = nil, ""
 			for _, l := range b.lines {
-				w.yaml = append(w.yaml, w.mapPorts(l))
+				w.yaml = append(w.yaml, w.mapDoc(l))
 			}
 		case "sh":
 			for i := 0; i < len(b.lines); i++ {
@@ -136,7 +198,15 @@ func runDoc(t *testing.T, doc string, minimum int) {
 	if ran < minimum {
 		t.Fatalf("ran %d commands of %s; its blocks were not found as expected", ran, doc)
 	}
+	for a := range w.standIns {
+		if !w.used[a] {
+			t.Fatalf("%s no longer names %s, which the test stands in for", doc, a)
+		}
+	}
 }
+
+// goBuild is a doc's build of a program of cmd/ under its own name.
+var goBuild = regexp.MustCompile(`^go build -o (\S+) \./cmd/(\S+)$`)
 
 // run runs one command line and reports whether it ran one.
 func (w *walk) run(where, line string) bool {
@@ -149,22 +219,28 @@ func (w *walk) run(where, line string) bool {
 		line = strings.TrimSpace(strings.TrimSuffix(line, m))
 	}
 	line = strings.TrimSpace(line)
+	if m := goBuild.FindStringSubmatch(line); m != nil && m[1] == m[2] && (m[1] == "smss" || w.installed[m[1]]) {
+		return false // built already: w.smss, or installed on PATH
+	}
 	switch {
-	case line == "", strings.HasPrefix(line, "bash .ci/run"), strings.HasPrefix(line, "go test"),
-		line == "go build -o smssctl ./cmd/smssctl", line == "go build -o smss ./cmd/smss":
+	case line == "", strings.HasPrefix(line, "#"), strings.HasPrefix(line, "bash .ci/run"), strings.HasPrefix(line, "go test"):
 		return false
 	case strings.HasPrefix(line, "go run ./examples/"):
 		// The example, built, against the mapped 12301.
 		f := strings.Fields(strings.TrimPrefix(line, "go run "))
 		line = smsstest.Binary(t, f[0]) + " -addr 127.0.0.1:12301 " + strings.Join(f[1:], " ")
 	case strings.HasPrefix(line, "go run ./cmd/smss "), strings.HasPrefix(line, "smss "):
-		args := strings.Fields(w.mapPorts(strings.TrimPrefix(strings.TrimPrefix(line, "go run ./cmd/smss "), "smss ")))
+		args := strings.Fields(w.mapDoc(strings.TrimPrefix(strings.TrimPrefix(line, "go run ./cmd/smss "), "smss ")))
 		t.Logf("%s", where)
 		w.startServers(where, args, note)
 		return true
 	}
-	line = w.mapPorts(line)
+	line = w.mapDoc(line)
 	t.Logf("%s", where)
+	if check := w.services[strings.TrimPrefix(strings.Fields(line)[0], "./")]; check != nil {
+		w.runService(where, line, check)
+		return true
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		out, err := w.sh(line, untilOutput)
@@ -188,8 +264,7 @@ func (w *walk) sh(line string, untilOutput bool) (string, error) {
 	// outlive the command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
-	// smssctl as installed (on PATH) is the built one too.
-	cmd.Env = append(os.Environ(), "SMSS_ADDR=127.0.0.1:"+w.ports["12301"], "PATH="+w.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = w.env()
 	var out smsstest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if !untilOutput {
@@ -235,6 +310,34 @@ func (w *walk) sh(line string, untilOutput bool) (string, error) {
 	}
 }
 
+// env is the environment of the doc's commands: smssctl as installed (on
+// PATH) is the built one too, and so is every other installed program.
+func (w *walk) env() []string {
+	return append(os.Environ(), "SMSS_ADDR=127.0.0.1:"+w.ports["12301"], "PATH="+w.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// runService runs line, a command of a service, in the background until
+// check returns, then stops it with SIGINT; it must exit 0.
+func (w *walk) runService(where, line string, check func(where string, p *smsstest.Proc)) {
+	t := w.t
+	t.Helper()
+	// exec: the signal reaches the program, not a shell waiting for it.
+	cmd := exec.Command("sh", "-c", "exec "+line)
+	cmd.Dir = w.dir
+	cmd.Env = w.env()
+	p := smsstest.StartProc(t, cmd, nil)
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s: its output:\n%s", where, p.Out.String())
+		}
+	}()
+	check(where, p)
+	p.Signal(syscall.SIGINT)
+	if err := p.Wait(20 * time.Second); err != nil {
+		t.Fatalf("%s: exit after SIGINT: %v", where, err)
+	}
+}
+
 // startServers starts smss with args in the background (and, for "the
 // same with b.yaml and c.yaml", the other nodes), stopping a server of an
 // earlier section that serves the same port.
@@ -269,7 +372,7 @@ func (w *walk) startServers(where string, args []string, note string) {
 		}
 	} else {
 		// The embedded defaults listen on 12301: the one change is the port.
-		w.writeFile("default-port.yaml", "port: "+w.mapPortsOf("12301")+"\n")
+		w.writeFile("default-port.yaml", "port: "+w.mapDoc("12301")+"\n")
 		args = append(args, "-config", "default-port.yaml")
 	}
 	for _, cfg := range cfgs {
@@ -291,8 +394,6 @@ func (w *walk) startServers(where string, args []string, note string) {
 	}
 }
 
-func (w *walk) mapPortsOf(p string) string { return w.mapPorts(p) }
-
 // portOf is the client port a server started with args serves.
 func (w *walk) portOf(args []string) string {
 	for i, a := range args {
@@ -313,7 +414,7 @@ func (w *walk) portOf(args []string) string {
 // a cluster's config, its node id.
 func (w *walk) otherNode(n string) string {
 	a := strings.Join(w.yaml, "\n") + "\n"
-	port := w.mapPorts(map[string]string{"b": "12302", "c": "12303"}[n])
+	port := w.mapDoc(map[string]string{"b": "12302", "c": "12303"}[n])
 	out := regexp.MustCompile(`(?m)^port: \d+`).ReplaceAllString(a, "port: "+port)
 	out = strings.Replace(out, "path: ./data-a", "path: ./data-"+n, 1)
 	cluster := strings.Contains(a, "node: a")
