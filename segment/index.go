@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/smssmq/smss/internal/rawsys"
 	"io"
 	"os"
 
@@ -184,9 +185,10 @@ func (l *Log) gapCheck(start int64) func(off int64) error {
 
 var errStop = errors.New("stop")
 
-// readFull is io.ReadFull over ReadAt.
-func readAtFull(f *os.File, b []byte, off int64) (int, error) {
-	n, err := f.ReadAt(b, off)
+// readAtFull is io.ReadFull over ReadAt, with raw calls while they are
+// fast (package rawsys; g belongs to f's reader).
+func readAtFull(g *rawsys.File, f *os.File, b []byte, off int64) (int, error) {
+	n, err := g.ReadAt(f, b, off)
 	if err == io.EOF && n == len(b) {
 		err = nil
 	}

@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"github.com/smssmq/smss/internal/rawsys"
 	"io"
 	"os"
 	"strconv"
@@ -53,6 +54,7 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 		return from, fmt.Errorf("segment: scan %s from negative offset %d", path, from)
 	}
 	f, err := os.Open(path)
+	var fio rawsys.File
 	if err != nil {
 		return from, fmt.Errorf("segment: open %s: %w", path, err)
 	}
@@ -111,7 +113,7 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 			back = nb
 		}
 		want := min(int64(len(back)-w), limit-readTo)
-		n, rerr := readAtFull(f, back[w:w+int(want)], readTo)
+		n, rerr := readAtFull(&fio, f, back[w:w+int(want)], readTo)
 		w += n
 		readTo += int64(n)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {

@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"github.com/smssmq/smss/internal/rawsys"
 	"io"
 	"os"
 
@@ -29,6 +30,7 @@ type Reader struct {
 	l      *Log
 	pos    Position // position of the next block to deliver
 	f      *os.File
+	fio    rawsys.File // f's reads, raw while they are fast
 	fid    int64
 	buf    []byte
 	start  int64 // file offset of buf[0]
@@ -181,7 +183,7 @@ func (r *Reader) fill(rel int, limit int64) error {
 	if want <= 0 {
 		return &CorruptError{Path: r.l.Path(r.pos.FileID), Offset: r.pos.Offset, Err: fmt.Errorf("%w before the committed end", codec.ErrIncomplete)}
 	}
-	got, err := readAtFull(r.f, r.buf[r.filled:r.filled+int(want)], r.start+int64(r.filled))
+	got, err := readAtFull(&r.fio, r.f, r.buf[r.filled:r.filled+int(want)], r.start+int64(r.filled))
 	r.filled += got
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("segment: read %s: %w", r.l.Path(r.pos.FileID), err)

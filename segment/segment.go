@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"github.com/smssmq/smss/internal/rawsys"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -95,8 +96,10 @@ type Log struct {
 	lastIndex int64 // offset of the last index entry of the current file, -1 if none
 	idxBuf    []byte
 	unsynced  bool
-	slowSync  bool // the last Sync was slow: the next one goes through the runtime (syncCurrent)
-	reopen    bool // the current file exists and was closed by CloseIdle
+	slowSync  bool        // the last Sync was slow: the next one goes through the runtime (syncCurrent)
+	curIO     rawsys.File // Append's raw writes of cur while they are fast
+	idxIO     rawsys.File // the same for curIdx
+	reopen    bool        // the current file exists and was closed by CloseIdle
 
 	mu        sync.Mutex
 	files     []int64 // existing file ids, ascending, no gaps
@@ -217,7 +220,16 @@ func (l *Log) Append(data []byte, marks []Mark) (Position, error) {
 		return Position{}, err
 	}
 	start := Position{FileID: l.curID, Offset: l.curSize}
-	n, err := l.cur.Write(data)
+	var (
+		n   int
+		err error
+	)
+	if f, ok := l.cur.(*os.File); ok {
+		// Without waking the runtime's monitor per group (package rawsys).
+		n, err = l.curIO.Write(f, data)
+	} else {
+		n, err = l.cur.Write(data)
+	}
 	if err != nil || n != len(data) {
 		if err == nil {
 			err = fmtShort(n, len(data))
@@ -257,7 +269,7 @@ func (l *Log) writeIndex(base int64, marks []Mark) {
 	if len(buf) == 0 || l.curIdx == nil {
 		return
 	}
-	if _, err := l.curIdx.Write(buf); err != nil {
+	if _, err := l.idxIO.Write(l.curIdx, buf); err != nil {
 		l.log.Warn("segment index write failed; lookups will scan", "file", l.indexPath(l.curID), "err", err)
 		l.curIdx.Close()
 		l.curIdx = nil

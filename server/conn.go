@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"errors"
+	"github.com/smssmq/smss/internal/rawsys"
 	"io"
 	"log/slog"
 	"net"
@@ -42,6 +43,7 @@ const (
 // connection and its request buffer forever.
 type deadlineReader struct {
 	nc      net.Conn
+	sock    rawsys.Conn // nc's reads, and the connection's writes (writeFrom)
 	timeout time.Duration
 	until   time.Time
 	armed   lazyDeadline
@@ -68,7 +70,7 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return d.nc.Read(p)
+	return d.sock.Read(p)
 }
 
 // deadlineSlackDiv sets how much later than asked a deadline may fire
@@ -133,7 +135,7 @@ func (c *conn) notePublisher() {
 
 func newConn(s *Server, nc net.Conn, ipKey string) *conn {
 	c := &conn{s: s, nc: nc, ipKey: ipKey, log: s.log.With("remote", nc.RemoteAddr().String())}
-	c.dr = deadlineReader{nc: nc, timeout: s.opts.ReadTimeout}
+	c.dr = deadlineReader{nc: nc, sock: rawsys.NewConn(nc), timeout: s.opts.ReadTimeout}
 	size := readBufferSize
 	if s.opts.Security.Auth != nil {
 		size = preAuthBufferSize // grown at login (auth.go)
@@ -346,7 +348,7 @@ func (c *conn) writeFrom(off int, timeout time.Duration) bool {
 		c.log.Info("set write deadline", "err", err)
 		return false
 	}
-	if _, err := c.nc.Write(c.out[off:]); err != nil {
+	if _, err := c.dr.sock.Write(c.out[off:]); err != nil {
 		c.s.opts.Metrics.Error(ioKind(err))
 		c.log.Info("closing connection: reply write failed", "cmd", c.req.Header.Cmd.String(), "err", err)
 		return false

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/smssmq/smss/internal/rawsys"
 	"github.com/smssmq/smss/metrics"
 	"github.com/smssmq/smss/protocol"
 	"github.com/smssmq/smss/replication"
@@ -263,7 +264,7 @@ func (e *epollLoop) adopt(c *conn) bool {
 func (e *epollLoop) wake() {
 	var one [8]byte // the eventfd counter is a native-endian uint64
 	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(e.evfd, one[:])
+	_, _ = rawsys.WriteFd(e.evfd, one[:])
 }
 
 // stop makes the loop answer what it has read, hand every connection back
@@ -404,7 +405,7 @@ func (e *epollLoop) wait() (int, error) {
 
 // waitUntil is wait with its own deadline.
 func (e *epollLoop) waitUntil(deadline time.Time) (int, error) {
-	n, err := unix.EpollWait(e.epfd, e.events, 0)
+	n, err := rawsys.EpollWaitNow(e.epfd, e.events)
 	if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
 		return max(n, 0), wrapEpoll(err)
 	}
@@ -413,7 +414,7 @@ func (e *epollLoop) waitUntil(deadline time.Time) (int, error) {
 	}
 	err = nil
 	rerr := e.epraw.Read(func(fd uintptr) bool {
-		n, err = unix.EpollWait(int(fd), e.events, 0)
+		n, err = rawsys.EpollWaitNow(int(fd), e.events)
 		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
 	})
 	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
@@ -474,7 +475,7 @@ func (e *epollLoop) scanIdle(now time.Time) {
 // the loop must stop (then the list is final: adopt refuses from then on).
 func (e *epollLoop) takePending() bool {
 	var cnt [8]byte
-	unix.Read(e.evfd, cnt[:])
+	_, _ = rawsys.ReadFd(e.evfd, cnt[:])
 	e.mu.Lock()
 	pend, stopping := e.pending, e.stopping
 	e.pending = nil
@@ -507,7 +508,7 @@ func (e *epollLoop) read(c *conn, now time.Time) {
 	if ep.dead || ep.back || ep.eof || ep.parked {
 		return
 	}
-	m, err := unix.Read(ep.fd, e.rbuf)
+	m, err := rawsys.ReadFd(ep.fd, e.rbuf)
 	switch {
 	case m > 0:
 	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
@@ -734,7 +735,7 @@ func (e *epollLoop) reply() {
 func writeNow(fd int, b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
-		m, err := unix.Write(fd, b[n:])
+		m, err := rawsys.WriteFd(fd, b[n:])
 		if m > 0 {
 			n += m
 			continue
@@ -791,7 +792,7 @@ func (e *epollLoop) handBack(c *conn) {
 		return
 	}
 	e.s.mu.Lock()
-	c.nc, c.dr.nc = nc, nc
+	c.nc, c.dr.nc, c.dr.sock = nc, nc, rawsys.NewConn(nc)
 	e.s.mu.Unlock()
 	c.dr.armed.forget()
 	c.wdl.forget()

@@ -2,7 +2,11 @@
 
 package server
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/smssmq/smss/internal/rawsys"
+)
 
 // inlineSupported: commit hooks write frames themselves (rawWrite); on
 // other systems the stream goroutine writes every frame, as with
@@ -12,7 +16,7 @@ const inlineSupported = true
 func (st *subStream) rawWrite(fd uintptr) {
 	in, b := &st.in, st.c.out
 	for in.wn < len(b) {
-		k, err := syscall.Write(int(fd), b[in.wn:])
+		k, err := rawsys.WriteFd(int(fd), b[in.wn:])
 		if k > 0 {
 			in.wn += k
 		}
