@@ -2,8 +2,9 @@
 // docs/getting-started.md, docs/client.md, docs/cluster.md,
 // docs/durability-and-failover.md and docs/bridge.md, so that what a
 // newcomer copies works (issue 34: "every command in their code blocks is
-// run by a test"; the security walkthrough is examples/security's, the
-// fuzz and torture commands of docs/testing.md are the suite's own).
+// run by a test"; the security walkthrough is examples/security's), and
+// checks those of docs/testing.md, the suite's own long runs, against the
+// code they name (suite_test.go).
 //
 // The tests (readme_test.go, bridge_test.go) read each file's ```sh and
 // ```yaml blocks in order and run them in a temporary directory of its own
@@ -30,8 +31,14 @@
 //     with that node's port, data directory and, in a cluster, node id;
 //   - a server started on a port an earlier section's server serves
 //     replaces it;
-//   - the suite's own commands (bash .ci/run, go test) and comment lines
-//     are not run.
+//   - bash .ci/run and comment lines are not run; the suite's own
+//     commands (go test, go run ./cmd/smss-torture, after any VAR=value)
+//     are not run but checked: their packages exist, their -run, -fuzz
+//     and -bench patterns match a function of those packages, their
+//     VAR= knobs are read by those packages or the test kits, and the
+//     flags they give a command are declared by it (a minute of fuzzing
+//     per target or a hundred torture cycles would take the whole
+//     suite's budget; the suite runs every one of them short).
 //
 // docs/bridge.md's block runs smss-bridge next to a master it does not
 // start: its test starts the built smss on the mapped 12301 first (with
