@@ -104,11 +104,25 @@ func TestConnLikeNetConn(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			// The end of the stream is io.EOF, once every byte is read.
+			// The end of the stream is io.EOF, once every byte is read (a
+			// deadline, so that a reader that never says EOF fails fast).
 			go func() { _, _ = cb.Write([]byte("bye")); b.Close() }()
-			got, err := io.ReadAll(readerFunc(ca.Read))
-			if err != nil || string(got) != "bye" {
-				t.Fatalf("read to the end = %q, %v", got, err)
+			if err := a.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			for i := 0; ; i++ {
+				n, err := ca.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil || i > 100 {
+					t.Fatalf("reading to the end: got %q, then %d, %v; want io.EOF", got, n, err)
+				}
+			}
+			if string(got) != "bye" {
+				t.Fatalf("read to the end = %q, want \"bye\"", got)
 			}
 
 			// A closed connection says so.
@@ -122,10 +136,6 @@ func TestConnLikeNetConn(t *testing.T) {
 		})
 	}
 }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // TestConnWriteWaitsForTheReader: a write larger than the socket buffers
 // waits (through the poller) until the peer read it all, and honours the
