@@ -62,3 +62,28 @@ func (c Conn) opError(op string, err error) error {
 	}
 	return &net.OpError{Op: op, Net: c.nc.LocalAddr().Network(), Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: err}
 }
+
+// WriteBuffers writes all of bufs, as net.Buffers.WriteTo on the
+// connection: one writev(2) per batch of buffers, waiting for the socket
+// up to the write deadline, and consuming what went out from bufs (so a
+// caller that retries after a timeout sends only the rest).
+func (c Conn) WriteBuffers(bufs *net.Buffers) (int64, error) {
+	if c.rc == nil {
+		return bufs.WriteTo(c.nc)
+	}
+	return c.writeBuffersRaw(bufs)
+}
+
+// consume drops the first n bytes of v, as net.Buffers does.
+func consume(v *net.Buffers, n int64) {
+	for len(*v) > 0 {
+		first := int64(len((*v)[0]))
+		if first > n {
+			(*v)[0] = (*v)[0][n:]
+			return
+		}
+		n -= first
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
+}

@@ -4,6 +4,7 @@ package rawsys
 
 import (
 	"io"
+	"net"
 	"os"
 	"syscall"
 )
@@ -71,4 +72,58 @@ func (c Conn) writeRaw(p []byte) (int, error) {
 		return done, c.opError("write", os.NewSyscallError("write", werr))
 	}
 	return done, nil
+}
+
+// maxIovecs bounds one writev's buffers (the kernel's IOV_MAX).
+const maxIovecs = 1024
+
+func (c Conn) writeBuffersRaw(bufs *net.Buffers) (int64, error) {
+	var (
+		total int64
+		werr  error
+		iov   []syscall.Iovec
+	)
+	err := c.rc.Write(func(fd uintptr) bool {
+		for len(*bufs) > 0 {
+			iov = iov[:0]
+			for _, b := range *bufs {
+				if len(b) == 0 {
+					continue
+				}
+				v := syscall.Iovec{Base: &b[0]}
+				v.SetLen(len(b))
+				if iov = append(iov, v); len(iov) == maxIovecs {
+					break
+				}
+			}
+			if len(iov) == 0 {
+				*bufs = (*bufs)[:0]
+				return true
+			}
+			k, e := writevFd(int(fd), iov)
+			total += int64(k)
+			consume(bufs, int64(k))
+			switch {
+			case e == syscall.EINTR:
+			case e == syscall.EAGAIN:
+				return false // wait for writability, then the rest
+			case e != nil:
+				werr = e
+				return true
+			case k == 0:
+				werr = io.ErrShortWrite
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return total, c.opError("writev", err)
+	case werr == io.ErrShortWrite:
+		return total, c.opError("writev", werr)
+	case werr != nil:
+		return total, c.opError("writev", os.NewSyscallError("writev", werr))
+	}
+	return total, nil
 }

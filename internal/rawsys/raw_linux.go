@@ -63,3 +63,15 @@ func EpollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
 	}
 	return int(n), nil
 }
+
+// writevFd is one raw writev(2) of a non-blocking descriptor.
+func writevFd(fd int, iov []syscall.Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}

@@ -246,3 +246,50 @@ func TestFileSlowCallGoesThroughTheRuntime(t *testing.T) {
 		t.Fatal("a fast write did not bring the raw calls back")
 	}
 }
+
+// TestConnWriteBuffers: what net.Buffers.WriteTo does, raw: every buffer
+// arrives in order, more buffers than one writev takes included, and the
+// buffers that went out are consumed; after a timeout a retry sends only
+// the rest.
+func TestConnWriteBuffers(t *testing.T) {
+	a, b := tcpPair(t)
+	_ = a.(*net.TCPConn).SetWriteBuffer(64 << 10)
+	_ = b.(*net.TCPConn).SetReadBuffer(64 << 10)
+	ca := NewConn(a)
+
+	var want []byte
+	var bufs net.Buffers
+	for i := range 3000 { // more than maxIovecs, some empty
+		p := bytes.Repeat([]byte{byte(i)}, i%700)
+		bufs = append(bufs, p)
+		want = append(want, p...)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		all, _ := io.ReadAll(io.LimitReader(b, int64(len(want))))
+		got <- all
+	}()
+	n, err := ca.WriteBuffers(&bufs)
+	if err != nil || n != int64(len(want)) || len(bufs) != 0 {
+		t.Fatalf("WriteBuffers = %d, %v, %d buffers left; want %d, nil, 0", n, err, len(bufs), len(want))
+	}
+	if g := <-got; !bytes.Equal(g, want) {
+		t.Fatalf("the reader got %d bytes, not the %d written in order", len(g), len(want))
+	}
+
+	// Nobody reads: the deadline stops the write part-way, and what is
+	// left in bufs is exactly what did not go out.
+	big := bytes.Repeat([]byte("x"), 8<<20)
+	bufs = net.Buffers{big[:1<<20], big[1<<20:]}
+	if err := a.SetWriteDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	n, err = ca.WriteBuffers(&bufs)
+	left := 0
+	for _, p := range bufs {
+		left += len(p)
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || int(n)+left != len(big) {
+		t.Fatalf("WriteBuffers with no reader = %d, %v, %d left; want a part, a timeout, and the rest left", n, err, left)
+	}
+}
