@@ -38,5 +38,5 @@
 // path. Errors are what the ordinary calls return: Conn's methods return
 // net.OpError values as net.Conn does (Timeout and errors.Is with
 // os.ErrDeadlineExceeded, net.ErrClosed and syscall errnos all hold), and
-// ReadConn returns io.EOF at the end of the stream.
+// Conn.Read returns io.EOF at the end of the stream.
 package rawsys
