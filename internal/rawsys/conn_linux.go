@@ -49,29 +49,46 @@ func (c Conn) writeRaw(p []byte) (int, error) {
 		for done < len(p) {
 			k, e := WriteFd(int(fd), p[done:])
 			done += k
-			switch {
-			case e == syscall.EINTR:
-			case e == syscall.EAGAIN:
-				return false // wait for writability, then the rest
-			case e != nil:
-				werr = e
-				return true
-			case k == 0:
-				werr = io.ErrShortWrite
-				return true
+			if again, stop := wrote(k, e, &werr); stop {
+				return !again // again: wait for writability, then the rest
 			}
 		}
 		return true
 	})
+	return done, c.writeError("write", err, werr)
+}
+
+// wrote judges one raw write call that wrote k bytes with errno e: stop
+// the loop (and, with again, wait for writability before the rest), or go
+// on; a failure goes to *werr.
+func wrote(k int, e error, werr *error) (again, stop bool) {
+	switch {
+	case e == syscall.EINTR:
+		return false, false
+	case e == syscall.EAGAIN:
+		return true, true
+	case e != nil:
+		*werr = e
+		return false, true
+	case k == 0:
+		*werr = io.ErrShortWrite
+		return false, true
+	}
+	return false, false
+}
+
+// writeError is the error of a write that ended with the poller's err or
+// the call's werr, as net.Conn gives it.
+func (c Conn) writeError(op string, err, werr error) error {
 	switch {
 	case err != nil:
-		return done, c.opError("write", err)
+		return c.opError(op, err)
 	case werr == io.ErrShortWrite:
-		return done, c.opError("write", werr)
+		return c.opError(op, werr)
 	case werr != nil:
-		return done, c.opError("write", os.NewSyscallError("write", werr))
+		return c.opError(op, os.NewSyscallError(op, werr))
 	}
-	return done, nil
+	return nil
 }
 
 // maxIovecs bounds one writev's buffers (the kernel's IOV_MAX).
@@ -103,27 +120,11 @@ func (c Conn) writeBuffersRaw(bufs *net.Buffers) (int64, error) {
 			k, e := writevFd(int(fd), iov)
 			total += int64(k)
 			consume(bufs, int64(k))
-			switch {
-			case e == syscall.EINTR:
-			case e == syscall.EAGAIN:
-				return false // wait for writability, then the rest
-			case e != nil:
-				werr = e
-				return true
-			case k == 0:
-				werr = io.ErrShortWrite
-				return true
+			if again, stop := wrote(k, e, &werr); stop {
+				return !again // again: wait for writability, then the rest
 			}
 		}
 		return true
 	})
-	switch {
-	case err != nil:
-		return total, c.opError("writev", err)
-	case werr == io.ErrShortWrite:
-		return total, c.opError("writev", werr)
-	case werr != nil:
-		return total, c.opError("writev", os.NewSyscallError("writev", werr))
-	}
-	return total, nil
+	return total, c.writeError("writev", err, werr)
 }
