@@ -54,11 +54,11 @@ func (l *Log) scan(id, from, limit int64, fn func(off, first, last int64, block 
 		return from, fmt.Errorf("segment: scan %s from negative offset %d", path, from)
 	}
 	f, err := os.Open(path)
-	var fio rawsys.File
 	if err != nil {
 		return from, fmt.Errorf("segment: open %s: %w", path, err)
 	}
 	defer f.Close()
+	var fio rawsys.File // f's reads, raw while they are fast
 	if limit < 0 {
 		st, err := f.Stat()
 		if err != nil {

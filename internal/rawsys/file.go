@@ -17,30 +17,26 @@ var SlowCall = 2 * time.Millisecond
 type File struct{ slow bool }
 
 // Write writes all of p at the file's offset, as os.File.Write.
-func (g *File) Write(f *os.File, p []byte) (int, error) {
-	if !Enabled || g.slow {
-		start := time.Now()
-		n, err := f.Write(p)
-		g.slow = time.Since(start) > SlowCall
-		return n, err
-	}
+func (g *File) Write(f *os.File, p []byte) (n int, err error) {
 	start := time.Now()
-	n, err := writeFile(f, p)
+	if !Enabled || g.slow {
+		n, err = f.Write(p)
+	} else {
+		n, err = writeFile(f, p)
+	}
 	g.slow = time.Since(start) > SlowCall
 	return n, err
 }
 
 // ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer only with an
 // error (io.EOF at the end of the file).
-func (g *File) ReadAt(f *os.File, p []byte, off int64) (int, error) {
-	if !Enabled || g.slow {
-		start := time.Now()
-		n, err := f.ReadAt(p, off)
-		g.slow = time.Since(start) > SlowCall
-		return n, err
-	}
+func (g *File) ReadAt(f *os.File, p []byte, off int64) (n int, err error) {
 	start := time.Now()
-	n, err := readFileAt(f, p, off)
+	if !Enabled || g.slow {
+		n, err = f.ReadAt(p, off)
+	} else {
+		n, err = readFileAt(f, p, off)
+	}
 	g.slow = time.Since(start) > SlowCall
 	return n, err
 }
