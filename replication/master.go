@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/smssmq/smss/internal/rawsys"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -146,7 +145,7 @@ var errConnClosed = errors.New("connection closed by this server")
 func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source, after int64, opts MasterOptions) (reuse bool, err error) {
 	opts.setDefaults()
 	log := opts.Logger.With("replicaFrom", after)
-	m := &masterConn{conn: conn, sock: rawsys.NewConn(conn), opts: &opts, commitSent: -1}
+	m := &masterConn{conn: conn, opts: &opts, commitSent: -1}
 	st, err := src.ReplicaStream(after)
 	if err != nil {
 		log.Warn("replica request refused", "err", err)
@@ -198,7 +197,6 @@ func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source
 type masterConn struct {
 	ctx     context.Context // ends when the slave went away
 	conn    net.Conn
-	sock    rawsys.Conn // conn's writes and reads, around the scheduler (package rawsys)
 	opts    *MasterOptions
 	out     []byte
 	blocks  int64
@@ -396,7 +394,7 @@ func (m *masterConn) write(bufs *net.Buffers) error {
 		for _, b := range *bufs {
 			remaining += len(b)
 		}
-		n, err := m.sock.WriteBuffers(bufs)
+		n, err := bufs.WriteTo(m.conn)
 		if err == nil {
 			return nil
 		}
@@ -434,7 +432,7 @@ func (m *masterConn) discardInput(r *bufio.Reader, gone context.CancelFunc) (fun
 	go func() {
 		var buf [512]byte
 		for {
-			n, err := m.sock.Read(buf[:])
+			n, err := m.conn.Read(buf[:])
 			if n > 0 && m.confirm != nil {
 				m.confirm.feed(buf[:n])
 			}
