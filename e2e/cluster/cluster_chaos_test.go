@@ -486,10 +486,12 @@ func TestClusterChaos(t *testing.T) {
 		addrs = append(addrs, n.Addr())
 	}
 	cs := kit.StartClientSub(t, addrs, "c2", "chaos-client", false)
+	cs.Describe = cc.describe
 	defer cs.Close()
 	// The same with Resume: it starts from the position the server stored
 	// for it, then keeps its own within its Run.
 	rs := kit.StartClientSub(t, addrs, "c2", "chaos-client-resume", true)
+	rs.Describe = cc.describe
 	defer rs.Close()
 	// A consumer group with its lock and progress in Redis, handed from
 	// one member to the next across every other fault, on the topic the

@@ -193,8 +193,8 @@ func ClientSubOnce(t *testing.T, dataDir string, cs *ClientSub, cycle int, fault
 	t.Helper()
 	held := heldBodies(t, dataDir, cs.topic)
 	if missing := awaitHanded(held, func() map[string]int { got, _ := cs.Snapshot(); return got }); len(missing) > 0 {
-		t.Fatalf("cycle %d (%s): %s was never handed %d of the %d messages of %s (first %q)",
-			cycle, fault, cs.name, len(missing), len(held), cs.topic, missing[0])
+		t.Fatalf("cycle %d (%s): %s was never handed %d of the %d messages of %s (first %q); it is %s",
+			cycle, fault, cs.name, len(missing), len(held), cs.topic, missing[0], cs.state())
 	}
 	got, changes := cs.Snapshot()
 	for b, n := range got {

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,6 +169,9 @@ type ClientSub struct {
 	sub    *smss.Subscriber
 	cancel context.CancelFunc
 	done   chan error
+	log    *tailLog
+	// Describe, when set, describes the nodes for a failure message.
+	Describe func() string
 
 	mu      sync.Mutex
 	got     map[string]int
@@ -179,14 +182,14 @@ type ClientSub struct {
 // Resume (a stored position) if resume.
 func StartClientSub(t *testing.T, addrs []string, topic, who string, resume bool) *ClientSub {
 	t.Helper()
-	cs := &ClientSub{topic: topic, name: "the client's subscriber", got: map[string]int{}, done: make(chan error, 1)}
+	cs := &ClientSub{topic: topic, name: "the client's subscriber", got: map[string]int{}, done: make(chan error, 1), log: &tailLog{}}
 	if resume {
 		cs.name = "the client's resuming subscriber"
 	}
 	sub, err := smss.NewSubscriber("", smss.SubscriberConfig{Topic: topic, Who: who, Addrs: addrs, BatchSize: 10, Resume: resume,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, IdleTimeout: 3 * time.Second,
 		DialTimeout: time.Second, ProbeTimeout: 500 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(cs.log, nil)),
 		Handler: func(_ context.Context, batch []smss.Delivery) smss.AckAction {
 			cs.mu.Lock()
 			defer cs.mu.Unlock()
@@ -213,6 +216,42 @@ func StartClientSub(t *testing.T, addrs []string, topic, who string, resume bool
 func (cs *ClientSub) Close() {
 	cs.cancel()
 	<-cs.done
+}
+
+// state says where the subscriber is and what it last logged, for a
+// failure message: a subscriber that stalls says why.
+func (cs *ClientSub) state() string {
+	s := fmt.Sprintf("at %s, last acknowledged %d; its last log lines:\n%s", cs.sub.Addr(), cs.sub.LastAcked(), cs.log.String())
+	if cs.Describe != nil {
+		s += "the nodes:\n" + cs.Describe()
+	}
+	return s
+}
+
+// tailLog keeps the last lines written to it (a subscriber's log, shown
+// when the test fails).
+type tailLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// tailLogLines is how many lines a tailLog keeps.
+const tailLogLines = 20
+
+func (l *tailLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, time.Now().Format("15:04:05.000 ")+string(p))
+	if len(l.lines) > tailLogLines {
+		l.lines = l.lines[len(l.lines)-tailLogLines:]
+	}
+	return len(p), nil
+}
+
+func (l *tailLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "")
 }
 
 // Snapshot returns how often each body was handed over so far and how
