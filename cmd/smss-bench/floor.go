@@ -49,14 +49,22 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	withWriter := fs.Bool("writer", false, "hand publishes to one writer goroutine that writes them to a temp file twice")
 	withLeader := fs.Bool("leader", false, "write publishes to a temp file twice in groups, the connection goroutines taking turns as the writer (leader/follower)")
 	withEpoll := fs.Bool("epoll", false, "serve every connection from one thread running an epoll loop that writes each turn's publishes to a temp file twice (Linux)")
+	replica := fs.Bool("replica", false, "be a floor replica: write the groups a floor master sends twice to a temp file and confirm them (floor_replica.go)")
+	replicateTo := fs.String("replicate-to", "", "with --writer: send every group to the floor replica at this address")
+	syncAck := fs.Bool("sync", false, "with --replicate-to: answer a publish once the replica confirmed its group (semi-synchronous)")
+	fsync := fs.Bool("fsync", false, "with --writer or --replica: fsync the temp file after each group")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if n := btoi(*withWriter) + btoi(*withLeader) + btoi(*withEpoll); n > 1 {
-		fmt.Fprintln(stderr, "smss-bench floor: --writer, --leader and --epoll exclude each other")
+	if n := btoi(*withWriter) + btoi(*withLeader) + btoi(*withEpoll) + btoi(*replica); n > 1 {
+		fmt.Fprintln(stderr, "smss-bench floor: --writer, --leader, --epoll and --replica exclude each other")
+		return 2
+	}
+	if (*replicateTo != "" || *syncAck || *fsync) && !*withWriter && !*replica || *syncAck && *replicateTo == "" {
+		fmt.Fprintln(stderr, "smss-bench floor: --replicate-to and --fsync go with --writer (--fsync also with --replica), --sync with --replicate-to")
 		return 2
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -64,7 +72,19 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "smss-bench floor:", err)
 		return 1
 	}
+	if *replica {
+		return floorReplicaMain(ctx, ln, *fsync, stdout, stderr)
+	}
 	fl := newFloor(ln)
+	if *replicateTo != "" {
+		st, err := dialFloorStream(*replicateTo, *syncAck)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintln(stderr, "smss-bench floor:", err)
+			return 1
+		}
+		fl.stream = st
+	}
 	if *withWriter || *withLeader || *withEpoll {
 		f, err := os.CreateTemp("", "smss-bench-floor-*")
 		if err != nil {
@@ -74,6 +94,9 @@ func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer os.Remove(f.Name())
 		defer f.Close()
+		if *fsync {
+			fl.fsync = f.Sync
+		}
 		switch {
 		case *withWriter:
 			fl.startWriter(f)
@@ -105,6 +128,12 @@ type floorServer struct {
 	ep *floorEpoll
 	// groups counts the group writes of every mode that has a writer.
 	groups atomic.Int64
+	// stream sends the writer's groups to a floor replica (--replicate-to);
+	// nil without it.
+	stream *floorStream
+	// fsync syncs the writer's file after each group (--fsync); nil
+	// without it.
+	fsync func() error
 
 	mu    sync.Mutex
 	subs  map[string]*floorSub // topic → its live subscriber
@@ -186,6 +215,9 @@ func (f *floorServer) serve() {
 			close(f.submit)
 			<-f.stopped
 		}
+		if f.stream != nil {
+			f.stream.close()
+		}
 	}()
 	for {
 		c, err := f.ln.Accept()
@@ -251,10 +283,22 @@ func (f *floorServer) startWriter(w io.Writer) {
 					break gather
 				}
 			}
-			f.groups.Add(1)
+			seq := f.groups.Add(1)
 			_, err := w.Write(buf) // the binlog's copy
 			if err == nil {
 				_, err = w.Write(buf) // the topic file's
+			}
+			if err == nil && f.stream != nil {
+				// Sent before the fsync, so the replica's write and fsync
+				// overlap the master's.
+				err = f.stream.send(seq, buf)
+			}
+			if err == nil && f.fsync != nil {
+				err = f.fsync()
+			}
+			if err == nil && f.stream != nil && f.stream.sync {
+				f.stream.await(seq, append([]floorPub(nil), group...))
+				continue
 			}
 			for _, p := range group {
 				p.done <- err

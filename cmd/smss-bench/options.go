@@ -73,7 +73,8 @@ type options struct {
 
 const usageText = `usage: smss-bench <pub|sub|e2e|repl|queue> [flags]
        smss-bench compare --workload <pub|sub|e2e|queue> [--peer redis|jetstream] [flags]
-       smss-bench floor [--listen host:port] [--writer|--leader|--epoll]
+       smss-bench floor [--listen host:port] [--writer [--replicate-to host:port [--sync]] [--fsync]|--leader|--epoll]
+       smss-bench floor --replica [--listen host:port] [--fsync]
 
 Starts the server itself (smss built with go build, redis-server, or
 nats-server built with go build from the version go.mod pins) on a free
@@ -113,6 +114,11 @@ workloads:
            --leader writes the same groups leader/follower style (the
            connection goroutines take turns as the writer); --epoll
            serves all connections from one thread's epoll loop (Linux).
+           --replica is a stand-in slave; --writer --replicate-to sends
+           it every group, and with --sync answers a publish once the
+           replica confirmed its group (semi-synchronous); --fsync
+           fsyncs each group (on the master before it answers, on the
+           replica before it confirms).
 
 flags:
 `
