@@ -264,12 +264,12 @@ func (c *Client) Alive(ctx context.Context) error {
 }
 
 // isRetryable reports whether a stream failure may go away by reconnecting:
-// network and protocol errors and a still-registered previous subscriber,
-// but not the server's other refusals.
+// network and protocol errors, a still-registered previous subscriber and
+// a server that is stopping, but not the server's other refusals.
 func isRetryable(err error) bool {
 	var pe permanentError
 	switch {
-	case errors.Is(err, ErrSubscriberExists):
+	case errors.Is(err, ErrSubscriberExists), errors.Is(err, ErrServerStopping):
 		return true
 	case errors.As(err, &pe), errors.Is(err, protocol.ErrReplyTooLarge):
 		// The same request would fail the same way.

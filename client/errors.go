@@ -33,6 +33,7 @@ const (
 	kindPermissionDenied
 	kindNotConfirmed
 	kindFenced
+	kindStopping
 )
 
 func (e *ServerError) Error() string { return "smss server: " + e.Msg }
@@ -99,6 +100,12 @@ var (
 	// it is replicated; the client looks for the master again and a
 	// publish with a message id retries it there.
 	ErrFenced = sentinel(kindFenced, "fenced")
+	// ErrServerStopping: the server refused a subscription or a consume
+	// because it is stopping ("server shutting down"), as a cluster node
+	// does for a moment when it changes role in place. Subscribers and
+	// workers reconnect (to another address when given several); nothing
+	// was delivered by the refused request.
+	ErrServerStopping = sentinel(kindStopping, "server shutting down")
 )
 
 // Client-side errors.
@@ -162,6 +169,8 @@ func classify(msg, topic string) errKind {
 		return kindInvalidTopicName
 	case protocol.ErrInvalidPubPayload.Msg, protocol.ErrPubSizeTooSmall.Msg, protocol.ErrInvalidDelay.Msg:
 		return kindInvalidRequest
+	case "server shutting down", "the server is shutting down":
+		return kindStopping
 	case protocol.ErrInvalidReplicaID.Msg, "EOF", "invalid pos", "can't find event id",
 		"can't find event id,because file not exist", "found event id,but expired":
 		return kindEventIDUnavailable

@@ -285,8 +285,9 @@ func (s *Subscriber) Position() (Position, bool) { return s.pos.current() }
 // the Handler stopped it, an error wrapping ErrTopicDeleted when the server
 // ended it because the topic is gone, ctx's error when ctx ends, and a
 // *ServerError the server gave for which reconnecting cannot help (unknown
-// topic, unavailable start eventId, ...). Network failures, malformed frames
-// and "subscriber already registered" are retried with backoff. Run must
+// topic, unavailable start eventId, ...). Network failures, malformed frames,
+// "subscriber already registered" and a stopping server's refusal
+// (ErrServerStopping) are retried with backoff. Run must
 // not be called concurrently on one Subscriber.
 func (s *Subscriber) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {

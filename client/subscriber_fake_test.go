@@ -257,6 +257,54 @@ func TestSubscriberRetriesOnlyWhatCanHeal(t *testing.T) {
 	}
 }
 
+// TestStreamsRetryStoppingServer: a server that refuses a subscription or
+// a consume because it is stopping (a cluster node changing role in place
+// answers "server shutting down" for a moment) is asked again; the
+// answer after it is the one that counts.
+func TestStreamsRetryStoppingServer(t *testing.T) {
+	var mu sync.Mutex
+	session := 0
+	f := startFakeSub(t, func(c net.Conn, r *bufio.Reader) {
+		if _, err := readReq(r); err != nil {
+			return
+		}
+		mu.Lock()
+		session++
+		n := session
+		mu.Unlock()
+		if n == 1 {
+			c.Write(protocol.AppendReplyError(nil, "server shutting down"))
+			return
+		}
+		c.Write(protocol.AppendReplyError(nil, "topic not exist"))
+	})
+	var rec recorder
+	s, _ := fastSub(f.addr(), SubscriberConfig{Topic: "t", Who: "w", Handler: rec.handler(Ack)})
+	if err := s.Run(ctxT(t, 10*time.Second)); !errors.Is(err, ErrTopicNotExist) {
+		t.Fatalf("after a stopping server's refusal: %v, want the next answer (topic not exist)", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if session != 2 {
+		t.Fatalf("%d sessions, want the refused one and the next", session)
+	}
+	for _, tc := range []struct {
+		err        error
+		progressed bool
+		want       bool
+	}{
+		{newServerError("server shutting down", "t"), false, true},
+		{newServerError("the server is shutting down", "t"), false, true},
+		{newServerError("topic not exist", "t"), false, false},
+		{newServerError("some refusal", "t"), false, false},
+		{newServerError("some refusal", "t"), true, true},
+	} {
+		if got := workerRetryable(tc.err, tc.progressed); got != tc.want {
+			t.Errorf("worker: %v (stream had run: %v) retryable %v, want %v", tc.err, tc.progressed, got, tc.want)
+		}
+	}
+}
+
 func TestSubscriberIdleTimeoutReconnects(t *testing.T) {
 	var mu sync.Mutex
 	session := 0

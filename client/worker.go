@@ -429,14 +429,17 @@ func workerMoveOn(err error) bool {
 
 // workerRetryable reports whether reconnecting may cure a stream failure:
 // network and protocol errors, and a 400 that ended a stream which had
-// run (the stream failed, not the request); not the refusal of the
-// consume request itself, nor the end of the group.
+// run (the stream failed, not the request), and a server's refusal because
+// it is stopping; not the refusal of the consume request itself, nor the
+// end of the group.
 func workerRetryable(err error, progressed bool) bool {
 	var pe permanentError
 	switch {
 	case errors.Is(err, ErrQueueDeleted), errors.Is(err, ErrNotSupported),
 		errors.As(err, &pe), errors.Is(err, protocol.ErrReplyTooLarge):
 		return false
+	case errors.Is(err, ErrServerStopping):
+		return true
 	case IsServerError(err):
 		return progressed && !errors.Is(err, ErrPermissionDenied) && !errors.Is(err, ErrAuthFailed)
 	}

@@ -15,7 +15,7 @@ from .client import Client, Message, TopicInfo, connect
 from .errors import (AuthFailed, AuthUnsupported, DelayTooShort, EventIdUnavailable, ExpireTooSoon, Fenced,
                      InvalidInput, InvalidRequest, InvalidTopicName, LimitExceeded, NetworkError, NoMaster,
                      NotMaster, NotSupported, PermissionDenied, ProtocolError, RetriesExhausted, ServerError,
-                     SmssError, SubscriberExists, Timeout, TopicDeleted, TopicExist, TopicNotExist,
+                     ServerStopping, SmssError, SubscriberExists, Timeout, TopicDeleted, TopicExist, TopicNotExist,
                      TwoMasters, WriteNotConfirmed)
 from ._epochs import Position
 from .workqueue import Nak, QueueMessage, Term, Worker
@@ -29,5 +29,5 @@ __all__ = [
     "RetriesExhausted", "AuthUnsupported", "TopicDeleted", "ServerError", "TopicNotExist", "TopicExist",
     "SubscriberExists", "NotSupported", "NotMaster", "InvalidTopicName", "ExpireTooSoon", "DelayTooShort",
     "InvalidRequest", "LimitExceeded", "EventIdUnavailable", "AuthFailed", "PermissionDenied",
-    "WriteNotConfirmed", "Fenced", "TwoMasters", "Term", "Nak", "QueueMessage", "Worker",
+    "WriteNotConfirmed", "Fenced", "ServerStopping", "TwoMasters", "Term", "Nak", "QueueMessage", "Worker",
 ]

@@ -163,6 +163,10 @@ class Fenced(ServerError):
     """A cluster master refused to acknowledge a write: it may no longer be the master."""
 
 
+class ServerStopping(ServerError):
+    """The server refused a subscription because it is stopping (a cluster node changing role); reconnect."""
+
+
 _EXACT = {
     "topic not exist": TopicNotExist,
     "topic exist": TopicExist,
@@ -183,6 +187,8 @@ _EXACT = {
     "can't find event id": EventIdUnavailable,
     "can't find event id,because file not exist": EventIdUnavailable,
     "found event id,but expired": EventIdUnavailable,
+    "server shutting down": ServerStopping,
+    "the server is shutting down": ServerStopping,
 }
 
 

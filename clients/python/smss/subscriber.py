@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from . import _wire as w
 from ._conn import Conn, net_error
 from ._epochs import Position, epoch_start_of, parse_history, resume_point
-from .errors import InvalidInput, NetworkError, NoMaster, ProtocolError, SmssError, SubscriberExists, Timeout, TopicDeleted
+from .errors import (InvalidInput, NetworkError, NoMaster, ProtocolError, ServerStopping, SmssError, SubscriberExists,
+                     Timeout, TopicDeleted)
 
 RESUME_FROM_START = 0
 RESUME_FROM_END = -1
@@ -58,8 +59,9 @@ class Subscription:
                        RESUME_FROM_START (0), RESUME_FROM_END (-1) or an eventId.
     Options: batch (1..255 messages per frame), ack_timeout (seconds the
     server waits for an ack, default 30), reconnect (True: on a lost
-    connection, or while the server still holds the same who registered
-    (SubscriberExists), connect again, also to another address, and resume
+    connection, while the server still holds the same who registered
+    (SubscriberExists) or while it is stopping (ServerStopping), connect
+    again, also to another address, and resume
     after the last handled eventId; get(timeout) bounds the waiting),
     min_backoff/max_backoff (0.1 s / 5 s),
     idle_timeout (40 s without a frame or alive means the server is gone),
@@ -165,7 +167,7 @@ class Subscription:
                     self._open(deadline)
                 if self._read_frame(deadline):
                     return self._hand_out()
-            except (NetworkError, ProtocolError, SubscriberExists, NoMaster) as e:
+            except (NetworkError, ProtocolError, SubscriberExists, ServerStopping, NoMaster) as e:
                 if isinstance(e, Timeout) and getattr(e, "caller_deadline", False):
                     raise
                 self._drop()
@@ -337,7 +339,7 @@ class Subscription:
             err = w.read_error(sock, rest, self.topic.decode("utf-8", "replace"))
             err.context = f"subscribe {self._name()}"
             self._drop()
-            if isinstance(err, SubscriberExists):
+            if isinstance(err, (SubscriberExists, ServerStopping)):
                 raise err
             self._closed = True
             raise err

@@ -145,3 +145,54 @@ def test_kill9_mid_subscription_resumes_exactly(start_server, topic):
             m = sub.get(0.5)
             assert m.body not in bodies
     sub.close()
+
+
+def test_stopping_server_is_retried():
+    """A server that refuses a subscription because it is stopping (a cluster node
+    changing role in place) is asked again; the next answer is the one that counts."""
+    import socket
+    import struct
+
+    ln = socket.create_server(("127.0.0.1", 0))
+    answers = [b"server shutting down", b"topic not exist"]
+    served = []
+
+    lock = threading.Lock()
+
+    def conn_loop(conn):
+        # An alive (the client checks a new connection) is answered 200; a
+        # subscribe gets the next refusal, then the connection closes.
+        with conn:
+            while True:
+                req = conn.recv(4096)
+                if not req:
+                    return
+                if req[0] != 0:  # not a subscribe
+                    conn.sendall(struct.pack("<H8x", 200))
+                    continue
+                with lock:
+                    text = answers[min(len(served), len(answers) - 1)]
+                    served.append(text)
+                conn.sendall(struct.pack("<HH6x", 400, len(text)) + text)
+                return
+
+    def serve():
+        while True:
+            try:
+                conn, _ = ln.accept()
+            except OSError:
+                return
+            threading.Thread(target=conn_loop, args=(conn,), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        c = smss.connect("127.0.0.1:%d" % ln.getsockname()[1])
+        s = c.subscribe("t", "w", resume=True, min_backoff=0.01, max_backoff=0.05)
+        with pytest.raises(smss.TopicNotExist):
+            s.get(10)
+        assert served == answers
+        assert issubclass(smss.errors.classify("server shutting down"), smss.ServerStopping)
+    finally:
+        ln.close()
+        t.join(5)

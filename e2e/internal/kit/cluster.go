@@ -25,6 +25,9 @@ type ClusterStatus struct {
 	Role        string `json:"role"`
 	Epoch       uint64 `json:"epoch"`
 	LastEventID int64  `json:"lastEventId"`
+	// CommitPoint is how far the node serves subscribers (read-committed
+	// delivery), for failure messages.
+	CommitPoint int64 `json:"commitPoint"`
 	Cluster     *struct {
 		Master string `json:"master"`
 		Epoch  uint64 `json:"epoch"`

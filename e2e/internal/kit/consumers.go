@@ -208,7 +208,14 @@ func StartClientSub(t *testing.T, addrs []string, topic, who string, resume bool
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.sub, cs.cancel = sub, cancel
-	go func() { cs.done <- sub.Run(ctx) }()
+	go func() {
+		err := sub.Run(ctx)
+		if ctx.Err() == nil {
+			// Run gave up by itself: a failure message must say why.
+			fmt.Fprintf(cs.log, "Run returned: %v\n", err)
+		}
+		cs.done <- err
+	}()
 	return cs
 }
 
