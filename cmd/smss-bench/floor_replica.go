@@ -32,6 +32,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 )
 
@@ -242,7 +243,7 @@ func floorApply(c net.Conn, w *os.File, fsync bool) error {
 			}
 			last = binary.LittleEndian.Uint64(hdr[:8])
 			start := len(buf)
-			buf = append(buf, make([]byte, n)...)
+			buf = slices.Grow(buf, int(n))[:start+int(n)]
 			if _, err := io.ReadFull(r, buf[start:]); err != nil {
 				return err
 			}
