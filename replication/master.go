@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/smssmq/smss/internal/rawsys"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -145,7 +146,7 @@ var errConnClosed = errors.New("connection closed by this server")
 func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source, after int64, opts MasterOptions) (reuse bool, err error) {
 	opts.setDefaults()
 	log := opts.Logger.With("replicaFrom", after)
-	m := &masterConn{conn: conn, opts: &opts, commitSent: -1}
+	m := &masterConn{conn: conn, sock: rawsys.NewConn(conn), opts: &opts, commitSent: -1}
 	st, err := src.ReplicaStream(after)
 	if err != nil {
 		log.Warn("replica request refused", "err", err)
@@ -197,6 +198,7 @@ func ServeMaster(ctx context.Context, conn net.Conn, r *bufio.Reader, src Source
 type masterConn struct {
 	ctx     context.Context // ends when the slave went away
 	conn    net.Conn
+	sock    rawsys.Conn // conn's writes and reads, around the scheduler (package rawsys)
 	opts    *MasterOptions
 	out     []byte
 	blocks  int64
@@ -394,7 +396,7 @@ func (m *masterConn) write(bufs *net.Buffers) error {
 		for _, b := range *bufs {
 			remaining += len(b)
 		}
-		n, err := bufs.WriteTo(m.conn)
+		n, err := m.sock.WriteBuffers(bufs)
 		if err == nil {
 			return nil
 		}
@@ -432,7 +434,7 @@ func (m *masterConn) discardInput(r *bufio.Reader, gone context.CancelFunc) (fun
 	go func() {
 		var buf [512]byte
 		for {
-			n, err := m.conn.Read(buf[:])
+			n, err := m.sock.Read(buf[:])
 			if n > 0 && m.confirm != nil {
 				m.confirm.feed(buf[:n])
 			}

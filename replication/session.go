@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/smssmq/smss/binlog"
+	"github.com/smssmq/smss/internal/rawsys"
 	"github.com/smssmq/smss/protocol"
 )
 
@@ -33,11 +34,15 @@ const (
 type deadlineConn struct {
 	c       net.Conn
 	timeout time.Duration
+	sock    rawsys.Conn // c's reads, around the scheduler (package rawsys); zero: through c
 }
 
 func (d *deadlineConn) Read(p []byte) (int, error) {
 	if err := d.c.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
 		return 0, err
+	}
+	if d.sock.Raw() {
+		return d.sock.Read(p)
 	}
 	return d.c.Read(p)
 }
@@ -68,7 +73,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	defer conn.Close()
 	// Blocked reads and writes end with ctx.
 	defer context.AfterFunc(ctx, func() { conn.Close() })()
-	dc := &deadlineConn{c: conn, timeout: s.opts.RequestTimeout}
+	dc := &deadlineConn{c: conn, timeout: s.opts.RequestTimeout, sock: rawsys.NewConn(conn)}
 	br := bufio.NewReaderSize(dc, readBufferSize)
 
 	if s.needSync {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/smssmq/smss/internal/rawsys"
 )
 
 // confirmSender writes a slave's confirmation records (confirm.go) on the
@@ -17,6 +19,7 @@ import (
 // the next request from the connection never sees it.
 type confirmSender struct {
 	conn     net.Conn
+	sock     rawsys.Conn // conn's writes, around the scheduler (package rawsys)
 	instance [InstanceIDLen]byte
 	fsynced  bool
 	timeout  time.Duration
@@ -32,7 +35,7 @@ type confirmSender struct {
 }
 
 func newConfirmSender(conn net.Conn, instance [InstanceIDLen]byte, fsynced bool, timeout time.Duration, log *slog.Logger) *confirmSender {
-	return &confirmSender{conn: conn, instance: instance, fsynced: fsynced, timeout: timeout, log: log, kick: make(chan struct{}, 1)}
+	return &confirmSender{conn: conn, sock: rawsys.NewConn(conn), instance: instance, fsynced: fsynced, timeout: timeout, log: log, kick: make(chan struct{}, 1)}
 }
 
 // post makes pos (the last eventId the slave's writer committed) the next
@@ -72,7 +75,7 @@ func (c *confirmSender) run(quit <-chan struct{}) {
 		if hello && c.v2 {
 			buf = AppendConfirm(buf, Confirm{Kind: ConfirmEpoch, EventID: int64(min(c.epoch, 1<<62))})
 		}
-		if err := writeAll(c.conn, buf, c.timeout); err != nil {
+		if err := c.write(buf); err != nil {
 			select {
 			case <-quit: // the session is ending: the connection was closed
 			default:
@@ -82,4 +85,13 @@ func (c *confirmSender) run(quit <-chan struct{}) {
 		}
 		hello, last = false, pos
 	}
+}
+
+// write sends buf whole within the write timeout.
+func (c *confirmSender) write(buf []byte) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return err
+	}
+	_, err := c.sock.Write(buf)
+	return err
 }
