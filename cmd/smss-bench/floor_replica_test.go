@@ -55,23 +55,14 @@ func startReplicatedFloor(t *testing.T, replicaAddr string, syncAck, fsync bool)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { f.Close() }) // after the server's cleanup: it runs first
 	fl := newFloor(ln)
 	fl.stream = st
 	if fsync {
 		fl.fsync = f.Sync
 	}
 	fl.startWriter(f)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fl.serve()
-	}()
-	t.Cleanup(func() {
-		fl.close()
-		<-done
-		f.Close()
-	})
-	return ln.Addr().String(), fl
+	return serveFloorForTest(t, fl), fl
 }
 
 // TestFloorReplicated publishes on 16 connections to a replicating floor

@@ -50,6 +50,13 @@ func startFloor(t *testing.T, mode string, w io.Writer) (string, *floorServer) {
 	default:
 		t.Fatalf("unknown floor mode %q", mode)
 	}
+	return serveFloorForTest(t, fl), fl
+}
+
+// serveFloorForTest serves fl until the test ends, then closes it and
+// waits for its connections; it returns fl's address.
+func serveFloorForTest(t *testing.T, fl *floorServer) string {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -59,7 +66,7 @@ func startFloor(t *testing.T, mode string, w io.Writer) (string, *floorServer) {
 		fl.close()
 		<-done
 	})
-	return ln.Addr().String(), fl
+	return fl.ln.Addr().String()
 }
 
 // TestFloorE2E runs the e2e workload and a 16-connection publish against
