@@ -3,17 +3,20 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/smssmq/smss/internal/smsstest"
 	"github.com/smssmq/smss/protocol"
+	"github.com/smssmq/smss/replication"
 )
 
 // The epoll loop's held replies (epoll_sync_linux.go). Each test makes the
@@ -212,5 +215,132 @@ func TestEpollSemiSyncThrottlesPipeline(t *testing.T) {
 	}
 	if in, _ := m.tr.Info(); in.Waiting != 0 {
 		t.Fatalf("after the replies: %+v", in)
+	}
+}
+
+// beforeBatch calls hook on the loop's goroutine before each batch the loop
+// publishes.
+type beforeBatch struct {
+	batchBackend
+	hook func()
+}
+
+func (b *beforeBatch) PublishBatch(ctx context.Context, ps []Pub) {
+	b.hook()
+	b.batchBackend.PublishBatch(ctx, ps)
+}
+
+// confirmingSlave is a slave reduced to its wire: it asks for the replica
+// stream from the start, says hello, counts the block frames it is sent
+// and confirms only when told (confirm).
+type confirmingSlave struct {
+	c      net.Conn
+	frames atomic.Int64
+}
+
+func startConfirmingSlave(t *testing.T, addr string) *confirmingSlave {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, testDeadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req, err := protocol.AppendReplica(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req = replication.AppendConfirm(req, replication.Confirm{Kind: replication.ConfirmHello, Instance: [replication.InstanceIDLen]byte{1}})
+	send(t, c, req)
+	s := &confirmingSlave{c: c}
+	go func() {
+		br := bufio.NewReader(c)
+		for {
+			f, err := protocol.ReadReplicaFrame(br, 1<<20)
+			if err != nil {
+				return
+			}
+			if f.Code == protocol.StatusOK {
+				s.frames.Add(1)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *confirmingSlave) confirm(t *testing.T, eventID int64) {
+	t.Helper()
+	send(t, s.c, replication.AppendConfirm(nil, replication.Confirm{Kind: replication.ConfirmConfirm, EventID: eventID}))
+}
+
+// TestEpollSemiSyncReleasesBeforeTheNextGroup: a reply confirmed between
+// two turns is written before the next turn's group commit, not after it
+// (at flushLevel 2 that commit includes the master's fsync, which the
+// reply would wait for). The loop is held at the start of a turn while the
+// slave confirms a held publish and another connection publishes; the
+// batch of that publish must find the first reply already sent.
+func TestEpollSemiSyncReleasesBeforeTheNextGroup(t *testing.T) {
+	var (
+		armed  atomic.Bool
+		paused = make(chan struct{})
+		resume = make(chan struct{})
+		check  atomic.Bool
+		seen   = make(chan error, 1)
+		a      *syncClient
+	)
+	testTurnStart = func() {
+		if armed.CompareAndSwap(true, false) {
+			paused <- struct{}{}
+			<-resume
+		}
+	}
+	t.Cleanup(func() { testTurnStart = nil }) // after the server's cleanup: registered before it
+	m := startSyncMasterWith(t, 1, 10*time.Second, false, true, func(b fzBackend) Backend {
+		return &beforeBatch{batchBackend: batchBackend{fzBackend: b}, hook: func() {
+			if !check.CompareAndSwap(true, false) {
+				return
+			}
+			// Written before this batch, the reply is on a's socket now.
+			a.c.SetReadDeadline(time.Now().Add(testDeadline))
+			_, err := protocol.ReadReply(a.br, protocol.ReplyPlain, 0)
+			seen <- err
+		}}
+	})
+	if _, err := m.b.CreateTopic(context.Background(), []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	sl := startConfirmingSlave(t, m.addr)
+	a, c := dialSync(t, m.addr), dialSync(t, m.addr)
+	for _, cl := range []*syncClient{a, c} {
+		if err, _ := cl.do(t, aliveReq()); err != nil { // the loop's from here on
+			t.Fatal(err)
+		}
+	}
+	heldPipeline(t, m, a, 1, pubReq("t", record("a")))
+	idA := m.b.LastEventID()
+	smsstest.WaitFor(t, testDeadline, "a's block streamed to the slave", func() bool { return sl.frames.Load() >= 2 }) // create, a
+
+	armed.Store(true)
+	send(t, c.c, pubReq("t", record("c")))
+	select {
+	case <-paused:
+	case <-time.After(testDeadline):
+		t.Fatal("the loop did not start a turn")
+	}
+	sl.confirm(t, idA)
+	smsstest.WaitFor(t, testDeadline, "a confirmed", func() bool { done, _ := m.tr.Settle(idA); return done })
+	check.Store(true)
+	resume <- struct{}{}
+	select {
+	case err := <-seen:
+		if err != nil {
+			t.Fatalf("a's confirmed reply was not sent before the next group commit: %v", err)
+		}
+	case <-time.After(2 * testDeadline):
+		t.Fatal("no batch after the turn")
+	}
+	smsstest.WaitFor(t, testDeadline, "c's block streamed to the slave", func() bool { return sl.frames.Load() >= 3 })
+	sl.confirm(t, m.b.LastEventID())
+	if got := readReplies(t, c, 1); got[0] != "200" {
+		t.Fatalf("c's reply: %q", got[0])
 	}
 }

@@ -49,6 +49,13 @@ func forEachFront(t *testing.T, f func(t *testing.T, epoll bool)) {
 
 func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade, epoll bool) *syncSetup {
 	t.Helper()
+	return startSyncMasterWith(t, need, timeout, degrade, epoll, nil)
+}
+
+// startSyncMasterWith is startSyncMaster with the broker's Backend wrapped
+// by wrap (nil: as it is).
+func startSyncMasterWith(t *testing.T, need int, timeout time.Duration, degrade, epoll bool, wrap func(fzBackend) Backend) *syncSetup {
+	t.Helper()
 	logs := &smsstest.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := broker.Open(broker.Options{Dir: t.TempDir(), FlushLevel: 1, Logger: logger})
@@ -60,7 +67,11 @@ func startSyncMaster(t *testing.T, need int, timeout time.Duration, degrade, epo
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Backend: fzBackend{b}, Logger: logger, LogSample: 1, Replication: replication.SourceOf(b.ReplicaStream),
+	var be Backend = fzBackend{b}
+	if wrap != nil {
+		be = wrap(fzBackend{b})
+	}
+	s, err := New(Options{Backend: be, Logger: logger, LogSample: 1, Replication: replication.SourceOf(b.ReplicaStream),
 		Sync: tr, AliveInterval: 200 * time.Millisecond, Epoll: epoll})
 	if err != nil {
 		t.Fatal(err)
