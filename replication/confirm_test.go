@@ -3,9 +3,15 @@ package replication
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
+
+// confirmDeadline bounds the waits of the sender tests.
+const confirmDeadline = 10 * time.Second
 
 func TestConfirmRecordBytes(t *testing.T) {
 	cases := []struct {
@@ -155,4 +161,77 @@ func FuzzConfirmFeed(f *testing.F) {
 			t.Fatal("closed connection still counts")
 		}
 	})
+}
+
+// TestConfirmSenderNeverBlocksThePoster: post returns at once whether the
+// socket takes the record (the apply loop writes it) or not (the sender
+// does, waiting), and the master reads whole records, the hello first and
+// then positions only rising, ending with the last one posted, across a
+// socket that filled up while nobody read it.
+func TestConfirmSenderNeverBlocksThePoster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  bool
+	}{{"whole records", false}, {"records cut short", true}} {
+		t.Run(tc.name, func(t *testing.T) { testConfirmSender(t, tc.cut) })
+	}
+}
+
+// testConfirmSender is TestConfirmSenderNeverBlocksThePoster; with cut,
+// every third record the apply loop writes goes out only in part, as from
+// a socket with room for a few bytes (rare: the kernel seldom takes part
+// of 20 bytes), and the sender must finish it before anything else.
+func testConfirmSender(t *testing.T, cut bool) {
+	master, slave := tcpPair(t)
+	_ = slave.(*net.TCPConn).SetWriteBuffer(4096)
+	_ = master.(*net.TCPConn).SetReadBuffer(4096)
+	cs := newConfirmSender(slave, [InstanceIDLen]byte{7}, true, confirmDeadline, quiet)
+	if cut {
+		calls := 0
+		cs.tryWrite = func(p []byte) (int, error) {
+			if calls++; calls%3 == 0 {
+				return cs.sock.TryWrite(p[:len(p)/2])
+			}
+			return cs.sock.TryWrite(p)
+		}
+	}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); cs.run(quit) }()
+	defer func() { close(quit); slave.Close(); <-done }()
+
+	// Nobody reads while 20,000 positions are posted: far more than the
+	// buffers hold.
+	const last = 20000
+	posted := make(chan struct{})
+	go func() {
+		defer close(posted)
+		for pos := int64(1); pos <= last; pos++ {
+			cs.post(pos)
+		}
+	}()
+	select {
+	case <-posted:
+	case <-time.After(confirmDeadline):
+		t.Fatal("post waited for the network")
+	}
+	master.SetReadDeadline(time.Now().Add(confirmDeadline))
+	var rec [ConfirmLen]byte
+	prev := int64(0)
+	for i := 0; prev < last; i++ {
+		if _, err := io.ReadFull(master, rec[:]); err != nil {
+			t.Fatalf("record %d (after position %d): %v", i, prev, err)
+		}
+		c, err := DecodeConfirm(rec[:])
+		if err != nil {
+			t.Fatalf("record %d (after position %d): %v", i, prev, err)
+		}
+		if want := i == 0; (c.Kind == ConfirmHello) != want {
+			t.Fatalf("record %d is kind %d (hello %v)", i, c.Kind, want)
+		}
+		if c.EventID <= prev && i > 0 || (c.Instance != [InstanceIDLen]byte{7}) != (i > 0) || !c.Fsynced {
+			t.Fatalf("record %d: %+v after position %d", i, c, prev)
+		}
+		prev = c.EventID
+	}
 }

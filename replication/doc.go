@@ -52,9 +52,13 @@ master's. Invariants:
   - Once the first frame arrived (the master accepted the stream) the slave
     sends a hello record with its position, and after each apply step one
     confirm record with the last eventId its writer committed (fsynced
-    when SlaveOptions.Fsynced).
-    A sender goroutine writes them, coalescing: the apply loop never
-    waits for the network, and an original master simply discards them.
+    when SlaveOptions.Fsynced). The apply loop writes a record itself
+    only when the socket takes it at once; otherwise a sender goroutine
+    writes it, coalescing: the apply loop never waits for the network,
+    and an original master simply discards them.
+  - One goroutine reads, applies and confirms what arrives live; a
+    read-ahead goroutine reads while the session catches up (a read fills
+    a batch) and hands the reads back at the first batch that does not.
   - A slave follows only a master whose binlog starts with its own, byte
     for byte (diverge.go): every session asks from the block before its
     last local block and compares the first frame with that block; on a

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/smssmq/smss/binlog"
@@ -19,11 +20,11 @@ import (
 
 const (
 	readBufferSize = 256 << 10
-	// A batch is what the network goroutine hands to the apply loop at
-	// once; batchPool of them bound the read-ahead.
+	// A batch is what the apply loop applies at once (stream); readAhead
+	// of them bound a catching-up session's read-ahead.
 	maxBatchBlocks = 1024
 	maxBatchBytes  = 1 << 20
-	batchPool      = 4
+	readAhead      = 4
 	// legacyNotFound is the original master's text for an eventId that
 	// does not start a block (docs/protocol.md §4.3, §10 item 11).
 	legacyNotFound = "EOF"
@@ -192,28 +193,44 @@ func (s *Slave) topicSync(ctx context.Context, conn net.Conn, br *bufio.Reader) 
 	return nil
 }
 
-// batch is a run of received blocks handed to the apply loop, or the end
-// of the stream (err set, after the blocks it holds).
+// batch is a run of received blocks for the apply loop, or the end of the
+// stream (err set, after the blocks it holds).
 type batch struct {
 	buf  []byte
 	ends []int
 	err  error
+	// last: the read-ahead's final batch, after which the apply loop
+	// reads the connection again (readFrames).
+	last bool
 }
 
-// stream reads frames on a helper goroutine and applies them here, so the
-// network and the writer overlap. The helper is joined before returning.
+// stream applies the master's frames, confirming each apply.
+//
+// Live, the loop reads a batch (whatever the socket has, up to the caps),
+// applies it and confirms it on this goroutine: what arrives meanwhile
+// waits in the socket's receive buffer, which the kernel fills, not a
+// goroutine. A reader goroutine handing each batch over cost a scheduler
+// hand-off per batch: in semi-synchronous replication the slave's share of
+// every write's round trip, and about a fifth of the slave's CPU per
+// message (BENCHMARKS.md).
+//
+// Catching up (a read fills a batch to its caps: more is waiting), a
+// read-ahead goroutine reads the following batches while this one applies,
+// so that copying a backlog out of the socket overlaps the writes (catch-
+// up about 1.15x as fast), and returns at the first batch that is not full:
+// the connection is this goroutine's to read again. Either way the reads
+// and the applies keep the stream's order, and the helper is joined before
+// stream returns.
 func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, from int64) (progressed bool, err error) {
-	items := make(chan *batch, batchPool)
-	free := make(chan *batch, batchPool)
-	for range batchPool {
-		free <- &batch{}
-	}
 	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.readFrames(br, free, items, quit)
-	}()
+	var endOnce sync.Once
+	end := func() {
+		endOnce.Do(func() {
+			close(quit)
+			conn.Close() // ends a read in progress, here or in the read-ahead
+		})
+	}
+	stop := context.AfterFunc(ctx, end)
 	cs := newConfirmSender(conn, s.instance, s.opts.Fsynced, s.opts.RequestTimeout, s.log)
 	if s.v2 {
 		cs.v2, cs.epoch = true, s.knownEpoch()
@@ -223,18 +240,38 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		defer close(sent)
 		cs.run(quit)
 	}()
+	var ra readAheader
 	defer func() {
-		close(quit)
-		conn.Close()
-		<-done
+		stop()
+		end()
+		if ra.running {
+			<-ra.done
+		}
 		<-sent
 	}()
 
+	own := &batch{}
+	first := true
 	for {
 		var b *batch
-		select {
-		case b = <-items:
-		case <-ctx.Done():
+		if !ra.running {
+			b = own
+			if full := s.readBatch(br, b, first); full {
+				ra.start(s, br, quit)
+			}
+			first = false
+		} else {
+			select {
+			case b = <-ra.items:
+			case <-ctx.Done():
+				return progressed, ctx.Err()
+			}
+			if b.last || b.err != nil {
+				<-ra.done // it returned: the reads are this goroutine's again
+				ra.running = false
+			}
+		}
+		if ctx.Err() != nil {
 			return progressed, ctx.Err()
 		}
 		if len(b.ends) > 0 || b.err == nil {
@@ -257,7 +294,9 @@ func (s *Slave) stream(ctx context.Context, conn net.Conn, br *bufio.Reader, fro
 		if b.err != nil {
 			return progressed, s.classify(b.err, from)
 		}
-		free <- b
+		if b != own {
+			ra.free <- b
+		}
 	}
 }
 
@@ -345,8 +384,60 @@ func (s *Slave) publishPos(n int64) {
 	})
 }
 
-// readFrames parses frames from br into batches until the stream ends or
-// quit is closed. The last batch sent carries the error that ended it.
+// readBatch reads frames into b until it holds maxBatchBlocks blocks or
+// maxBatchBytes (full: more may be waiting), the socket has given all it
+// had, or a read fails (b.err). Alive and commit frames, which readFrame
+// handles itself, make no batch of their own but the session's first
+// (first: its apply sends the hello): reading goes on until a block comes.
+func (s *Slave) readBatch(br *bufio.Reader, b *batch, first bool) (full bool) {
+	if cap(b.buf) > 4*maxBatchBytes {
+		b.buf = nil // do not keep a huge block's buffer
+	}
+	b.buf, b.ends, b.err, b.last = b.buf[:0], b.ends[:0], nil, false
+	for {
+		if b.err = s.readFrame(br, b); b.err != nil {
+			return false
+		}
+		if len(b.ends) >= maxBatchBlocks || len(b.buf) >= maxBatchBytes {
+			return true
+		}
+		if br.Buffered() == 0 && (len(b.ends) > 0 || first) {
+			return false
+		}
+	}
+}
+
+// readAheader is a session's read-ahead (stream): its goroutine runs while
+// the session catches up, and its batches, with their buffers, serve every
+// catch-up of the session (a master that lingers makes a slave catch up a
+// little at each of its writes).
+type readAheader struct {
+	items, free chan *batch
+	done        chan struct{} // closed when the running goroutine returned
+	running     bool          // apply loop only
+}
+
+// start runs the read-ahead goroutine on br, from the frame after the
+// apply loop's last read; every batch is in free.
+func (ra *readAheader) start(s *Slave, br *bufio.Reader, quit <-chan struct{}) {
+	if ra.free == nil {
+		ra.items, ra.free = make(chan *batch, readAhead), make(chan *batch, readAhead)
+		for range readAhead {
+			ra.free <- &batch{}
+		}
+	}
+	ra.done, ra.running = make(chan struct{}), true
+	s.readAheads.Add(1)
+	go func() {
+		defer close(ra.done)
+		s.readFrames(br, ra.free, ra.items, quit)
+	}()
+}
+
+// readFrames reads batches from br ahead of the apply loop until one is not
+// full (the session caught up: marked last), the stream ends (the batch
+// carries the error), or quit is closed; it then returns, and the apply
+// loop reads br again.
 func (s *Slave) readFrames(br *bufio.Reader, free <-chan *batch, items chan<- *batch, quit <-chan struct{}) {
 	for {
 		var b *batch
@@ -355,22 +446,14 @@ func (s *Slave) readFrames(br *bufio.Reader, free <-chan *batch, items chan<- *b
 		case <-quit:
 			return
 		}
-		if cap(b.buf) > 4*maxBatchBytes {
-			b.buf = nil // do not keep a huge block's buffer
-		}
-		b.buf, b.ends, b.err = b.buf[:0], b.ends[:0], nil
-		for b.err == nil {
-			b.err = s.readFrame(br, b)
-			if len(b.ends) >= maxBatchBlocks || len(b.buf) >= maxBatchBytes || br.Buffered() == 0 {
-				break
-			}
-		}
+		full := s.readBatch(br, b, false)
+		b.last = !full && b.err == nil
 		select {
 		case items <- b:
 		case <-quit:
 			return
 		}
-		if b.err != nil {
+		if b.last || b.err != nil {
 			return
 		}
 	}

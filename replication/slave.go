@@ -244,6 +244,9 @@ type Slave struct {
 	// frames are expected, epoch records sent. Set before the session's
 	// reader starts, read by it.
 	v2 bool
+	// readAheads counts the catch-ups a read-ahead served (session.go),
+	// for tests.
+	readAheads atomic.Int64
 }
 
 // ErrStaleMaster is wrapped by the error of a session that ended because

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -423,4 +424,65 @@ func TestRestartAfterSkippedPub(t *testing.T) {
 	if mb, sb := binlogBytes(t, mdir), binlogBytes(t, sdir); string(mb) != string(sb) {
 		t.Fatal("binlogs differ")
 	}
+}
+
+// TestReadAheadOnlyWhileCatchingUp: a session reads ahead while it catches
+// up (a read fills a batch) and applies what arrives live on its own
+// goroutine, switching back and forth within one connection without
+// losing, repeating or reordering a block: a backlog at the start, live
+// single writes, then blocks over maxBatchBytes again, which fill a batch
+// by themselves however the socket cuts the stream.
+func TestReadAheadOnlyWhileCatchingUp(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	m := openBroker(t, mdir, false, nil)
+	defer m.Close()
+	ctx := context.Background()
+	if _, err := m.CreateTopic(ctx, []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	big := rec(strings.Repeat("b", maxBatchBytes+1))
+	backlog := func(round string) {
+		t.Helper()
+		for i := range 3 {
+			if _, err := m.Publish(ctx, []byte("t"), big, 1); err != nil {
+				t.Fatal(err)
+			}
+			r, n := recs(fmt.Sprint(round, i), 1+i)
+			if _, err := m.Publish(ctx, []byte("t"), r, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	backlog("backlog")
+	ms := serveMaster(t, m, "", MasterOptions{})
+	sb := openBroker(t, sdir, true, nil)
+	defer sb.Close()
+	s, stop := runSlave(t, sb, SlaveOptions{MasterAddr: ms.addr})
+	waitCaughtUp(t, s, m, 20*time.Second)
+	ras := s.readAheads.Load()
+	if ras < 1 {
+		t.Fatal("a backlog was applied without a read-ahead")
+	}
+	for i := range 20 {
+		r, n := recs(fmt.Sprint("live", i), 1)
+		if _, err := m.Publish(ctx, []byte("t"), r, n); err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, s, m, 20*time.Second)
+	}
+	if n := s.readAheads.Load(); n != ras {
+		t.Fatalf("single live writes started %d read-aheads", n-ras)
+	}
+	backlog("burst")
+	waitCaughtUp(t, s, m, 20*time.Second)
+	if n := s.readAheads.Load(); n == ras {
+		t.Fatal("blocks over a batch's size arrived live without a read-ahead")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := s.Status(); st.Reconnects != 0 {
+		t.Fatalf("the session did not last: %+v", st)
+	}
+	assertSame(t, mdir, sdir, "t")
 }

@@ -50,6 +50,18 @@ func (c Conn) Write(p []byte) (int, error) {
 	return c.writeRaw(p)
 }
 
+// TryWrite writes what of p the socket takes at once, without waiting: n
+// below len(p) with a nil error means the socket's buffer is full, and the
+// rest is the caller's to write (with Write) after the n bytes. Through
+// the net.Conn (not Raw) nothing can be written without perhaps waiting,
+// so it writes nothing.
+func (c Conn) TryWrite(p []byte) (int, error) {
+	if c.rc == nil {
+		return 0, nil
+	}
+	return c.tryWriteRaw(p)
+}
+
 // opError wraps err as net.Conn would: an OpError of op with the
 // connection's addresses; an errno as an os.SyscallError inside it.
 func (c Conn) opError(op string, err error) error {

@@ -58,6 +58,24 @@ func (c Conn) writeRaw(p []byte) (int, error) {
 	return done, c.writeError("write", err, werr)
 }
 
+func (c Conn) tryWriteRaw(p []byte) (int, error) {
+	var (
+		done int
+		werr error
+	)
+	err := c.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			k, e := WriteFd(int(fd), p[done:])
+			done += k
+			if _, stop := wrote(k, e, &werr); stop {
+				return true // full (again) or failed: no waiting either way
+			}
+		}
+		return true
+	})
+	return done, c.writeError("write", err, werr)
+}
+
 // wrote judges one raw write call that wrote k bytes with errno e: stop
 // the loop (and, with again, wait for writability before the rest), or go
 // on; a failure goes to *werr.

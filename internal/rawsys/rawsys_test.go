@@ -170,6 +170,53 @@ func TestConnWriteWaitsForTheReader(t *testing.T) {
 	}
 }
 
+// TestConnTryWriteNeverWaits: TryWrite writes what the socket takes and
+// returns at once when it is full, the rest left to the caller; through a
+// net.Conn with no descriptor it writes nothing.
+func TestConnTryWriteNeverWaits(t *testing.T) {
+	a, b := tcpPair(t)
+	_ = a.(*net.TCPConn).SetWriteBuffer(64 << 10)
+	_ = b.(*net.TCPConn).SetReadBuffer(64 << 10)
+	ca := NewConn(a)
+	rec := []byte("a twenty-byte record")
+	if n, err := ca.TryWrite(rec); err != nil || n != len(rec) && Enabled || n != 0 && !Enabled {
+		t.Fatalf("TryWrite on an empty socket = %d, %v (raw %v)", n, err, Enabled)
+	}
+	if !Enabled {
+		return
+	}
+	// Nobody reads: the buffers fill, and then a TryWrite writes less than
+	// asked without waiting (no deadline is set: a wait would hang).
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<12) // 64 KiB
+	total, short := len(rec), false
+	for i := 0; i < 1<<10 && !short; i++ {
+		n, err := ca.TryWrite(big)
+		if err != nil {
+			t.Fatalf("TryWrite: %v", err)
+		}
+		total += n
+		short = n < len(big)
+	}
+	if !short {
+		t.Fatalf("64 MiB taken whole by a socket nobody reads")
+	}
+	// Everything written arrives, in order.
+	got := make(chan int, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, io.LimitReader(b, int64(total)))
+		got <- int(n)
+	}()
+	if n := <-got; n != total {
+		t.Fatalf("the reader got %d bytes of %d", n, total)
+	}
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	if n, err := NewConn(p1).TryWrite(rec); n != 0 || err != nil {
+		t.Fatalf("TryWrite through a pipe = %d, %v; want 0, nil", n, err)
+	}
+}
+
 // TestConnWriteToAResetPeer: an errno comes back as net.Conn gives it.
 func TestConnWriteToAResetPeer(t *testing.T) {
 	a, b := tcpPair(t)
